@@ -1,0 +1,337 @@
+//! The sampler: sends a dump request, reads the whole multipart reply, and indexes every
+//! socket in it. One [`Dump`] is one poll of the host.
+//!
+//! It owns the decisions about a dump's integrity, because only it sees them:
+//! - `NLMSG_ERROR` and a failed `NLMSG_DONE` are errors;
+//! - `NLM_F_DUMP_INTR` marks the dump interrupted;
+//! - a datagram larger than the buffer (MSG_TRUNC) is counted and the buffer grown;
+//! - a message that does not decode is counted.
+//!
+//! Any of the last three makes the dump incomplete ([`Dump::is_complete`]): a socket missing
+//! from it may still be alive, so no flow may be ended on its evidence.
+//!
+//! By default it asks with the single-walk request (type 18), which returns IPv4 and IPv6
+//! sockets from one walk of the hash tables, and falls back to one request per family when
+//! the kernel refuses it (see `benches/dump.rs` for the measured difference).
+
+pub mod destroy;
+pub mod source;
+
+use std::io;
+use std::time::Duration;
+
+use crate::filter::{CompileError, Expr, compile};
+use crate::states::StateSet;
+use crate::wire::inet_diag::{
+    AF_INET, AF_INET6, DumpRequest, RequestKind, SOCK_DIAG_BY_FAMILY, TCPDIAG_GETSOCK,
+    default_extensions,
+};
+use crate::wire::nlmsg::{self, NlMsgIter};
+use crate::wire::sock::{Datagram, SockBatch, index};
+use source::DumpSource;
+
+/// cgmon's `-netlink-read-bufsize` default. The kernel sizes dump datagrams to the reader's
+/// buffer up to about 32 KiB, so this both avoids truncation and keeps datagrams full.
+pub const DEFAULT_READ_BUFSIZE: usize = 32 * 1024;
+
+/// The smallest read buffer accepted: one maximal inet_diag message and then some.
+pub const MIN_READ_BUFSIZE: usize = 4096;
+
+/// How to ask for both families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DumpMode {
+    /// Single walk, falling back to per-family if the kernel refuses it.
+    #[default]
+    Auto,
+    /// Always the single-walk request (type 18).
+    SingleWalk,
+    /// One SOCK_DIAG_BY_FAMILY request per family.
+    PerFamily,
+}
+
+/// What to dump and how.
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// TCP states to report.
+    pub states: StateSet,
+    /// Kernel-side filter.
+    pub filter: Option<Expr>,
+    /// `idiag_ext` bits.
+    pub ext: u8,
+    /// User-space receive buffer per datagram, in bytes.
+    pub read_bufsize: usize,
+    /// Request shape.
+    pub mode: DumpMode,
+    /// How long to wait for each datagram before giving up on the dump.
+    pub recv_timeout: Duration,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            states: StateSet::default(),
+            filter: None,
+            ext: default_extensions(),
+            read_bufsize: DEFAULT_READ_BUFSIZE,
+            mode: DumpMode::Auto,
+            recv_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A dump that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    /// A socket call failed.
+    #[error("sock_diag {op}: {source}")]
+    Io {
+        /// Which call.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel answered with NLMSG_ERROR or a failed NLMSG_DONE.
+    #[error("kernel refused the {request} dump: {}", io::Error::from_raw_os_error(*.errno))]
+    Kernel {
+        /// Which request.
+        request: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+    /// No datagram arrived in time.
+    #[error("sock_diag dump timed out after {0:?} without a reply")]
+    Timeout(Duration),
+    /// The kernel reported NLMSG_OVERRUN.
+    #[error("sock_diag reported NLMSG_OVERRUN: the reply lost data")]
+    Overrun,
+}
+
+/// One poll of the host: the sockets found and what went wrong on the way.
+#[derive(Debug, Clone, Default)]
+pub struct Dump {
+    /// Datagrams and the sockets indexed in them.
+    pub batch: SockBatch,
+    /// NLM_F_DUMP_INTR was set: the tables changed during the walk.
+    pub interrupted: bool,
+    /// Datagrams larger than the read buffer, whose tails were lost.
+    pub truncated: u32,
+    /// Messages or datagrams that failed to decode and were skipped.
+    pub malformed: u32,
+    /// Requests sent (1 for single walk, 2 per family).
+    pub requests: u32,
+    /// Datagrams received.
+    pub datagrams: u32,
+    /// Bytes received.
+    pub bytes: u64,
+    /// CLOCK_MONOTONIC ns of the first and last datagram.
+    pub span_ns: (u64, u64),
+}
+
+impl Dump {
+    /// True when every socket the kernel sent was read: a flow absent from a complete dump
+    /// has ended.
+    pub fn is_complete(&self) -> bool {
+        !self.interrupted && self.truncated == 0 && self.malformed == 0
+    }
+}
+
+/// Errnos with which a kernel refuses a request type it does not serve.
+const UNSUPPORTED: [i32; 4] = [libc::EINVAL, libc::EOPNOTSUPP, libc::ENOENT, libc::EPROTONOSUPPORT];
+
+/// Polls sock_diag through a [`DumpSource`].
+pub struct Sampler<S> {
+    source: S,
+    cfg: SamplerConfig,
+    bytecode: Option<Vec<u8>>,
+    seq: u32,
+    single_walk: bool,
+    bufsize: usize,
+    spare: Option<Vec<u8>>,
+}
+
+impl<S: DumpSource> Sampler<S> {
+    /// Prepares the requests; compiles the filter once.
+    ///
+    /// # Errors
+    /// The filter does not compile.
+    pub fn new(source: S, cfg: SamplerConfig) -> Result<Self, CompileError> {
+        let bytecode = cfg.filter.as_ref().map(compile).transpose()?;
+        let single_walk = cfg.mode != DumpMode::PerFamily;
+        let bufsize = cfg.read_bufsize.max(MIN_READ_BUFSIZE);
+        Ok(Self { source, cfg, bytecode, seq: 0, single_walk, bufsize, spare: None })
+    }
+
+    /// The request shape in use now (Auto resolves after the first dump).
+    pub fn mode(&self) -> DumpMode {
+        if self.single_walk { DumpMode::SingleWalk } else { DumpMode::PerFamily }
+    }
+
+    /// The current read buffer size (grown after a truncated datagram).
+    pub fn read_bufsize(&self) -> usize {
+        self.bufsize
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Gives the source back.
+    pub fn into_source(self) -> S {
+        self.source
+    }
+
+    /// Takes one dump of both families.
+    ///
+    /// # Errors
+    /// A socket error, a kernel error or a timeout; the half-read reply is discarded so the
+    /// next dump starts clean.
+    pub async fn dump(&mut self) -> Result<Dump, SampleError> {
+        let mut dump = Dump::default();
+        if self.single_walk {
+            match self.request(RequestKind::SingleWalk, &mut dump).await {
+                Err(SampleError::Kernel { errno, .. })
+                    if self.cfg.mode == DumpMode::Auto && UNSUPPORTED.contains(&errno) =>
+                {
+                    tracing::warn!(
+                        errno,
+                        "kernel refused the single-walk dump (type 18); using one request per family"
+                    );
+                    self.single_walk = false;
+                    dump = Dump::default();
+                }
+                r => return r.map(|()| dump),
+            }
+        }
+        for family in [AF_INET, AF_INET6] {
+            self.request(RequestKind::ByFamily(family), &mut dump).await?;
+        }
+        Ok(dump)
+    }
+
+    async fn request(&mut self, kind: RequestKind, dump: &mut Dump) -> Result<(), SampleError> {
+        let r = self.request_inner(kind, dump).await;
+        if matches!(r, Err(SampleError::Io { .. } | SampleError::Timeout(_))) {
+            // A dump still running on the socket would make the next request fail with
+            // EBUSY; a fresh socket drops it.
+            if let Err(e) = self.source.reset() {
+                tracing::warn!(error = %e, "reopening the sock_diag socket failed");
+            }
+        }
+        r
+    }
+
+    async fn request_inner(
+        &mut self,
+        kind: RequestKind,
+        dump: &mut Dump,
+    ) -> Result<(), SampleError> {
+        let name = match kind {
+            RequestKind::SingleWalk => "single-walk",
+            RequestKind::ByFamily(AF_INET) => "IPv4",
+            RequestKind::ByFamily(_) => "IPv6",
+        };
+        self.seq = self.seq.wrapping_add(1);
+        let req = DumpRequest {
+            kind,
+            states: self.cfg.states.0,
+            ext: self.cfg.ext,
+            bytecode: self.bytecode.clone(),
+        }
+        .emit(self.seq);
+        self.source.send(&req).await.map_err(|source| SampleError::Io { op: "send", source })?;
+        dump.requests += 1;
+        loop {
+            let mut buf = self.spare.take().unwrap_or_else(|| Vec::with_capacity(self.bufsize));
+            buf.reserve(self.bufsize.saturating_sub(buf.capacity()));
+            let got = tokio::time::timeout(self.cfg.recv_timeout, self.source.recv(&mut buf))
+                .await
+                .map_err(|_| SampleError::Timeout(self.cfg.recv_timeout))?
+                .map_err(|source| SampleError::Io { op: "recv", source })?;
+            dump.datagrams += 1;
+            dump.bytes += got.len as u64;
+            if dump.span_ns.0 == 0 {
+                dump.span_ns.0 = got.ts_ns;
+            }
+            dump.span_ns.1 = got.ts_ns;
+            if got.len > buf.len() {
+                dump.truncated += 1;
+                let grown = got.len.next_power_of_two();
+                tracing::warn!(
+                    datagram = got.len,
+                    buffer = buf.len(),
+                    new_buffer = grown,
+                    "sock_diag datagram truncated; sockets in it were lost, growing the read buffer"
+                );
+                self.bufsize = self.bufsize.max(grown);
+            }
+            let dgram = dump.batch.datagrams.len() as u32;
+            let before = dump.batch.index.len();
+            let done = scan(&buf, self.seq, dgram, name, dump)?;
+            if dump.batch.index.len() > before {
+                dump.batch.datagrams.push(Datagram { ts_ns: got.ts_ns, bytes: buf });
+            } else {
+                self.spare = Some(buf);
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Indexes the sockets of one datagram into `dump`; returns true at NLMSG_DONE.
+fn scan(
+    buf: &[u8],
+    seq: u32,
+    dgram: u32,
+    request: &'static str,
+    dump: &mut Dump,
+) -> Result<bool, SampleError> {
+    for m in NlMsgIter::new(buf) {
+        let Ok(m) = m else {
+            dump.malformed += 1;
+            break;
+        };
+        if m.seq != seq {
+            continue; // a stale reply to an abandoned request
+        }
+        if m.flags & nlmsg::NLM_F_DUMP_INTR != 0 {
+            dump.interrupted = true;
+        }
+        match m.kind {
+            nlmsg::NLMSG_DONE => {
+                // NLMSG_DONE carries the dump's status; a negative value is a failed dump.
+                if let Ok(errno) = m.error_code()
+                    && errno > 0
+                {
+                    return Err(SampleError::Kernel { request, errno });
+                }
+                return Ok(true);
+            }
+            nlmsg::NLMSG_ERROR => match m.error_code() {
+                Ok(0) => {}
+                Ok(errno) => return Err(SampleError::Kernel { request, errno }),
+                Err(_) => dump.malformed += 1,
+            },
+            nlmsg::NLMSG_OVERRUN => return Err(SampleError::Overrun),
+            SOCK_DIAG_BY_FAMILY | TCPDIAG_GETSOCK => match index(m.payload) {
+                Ok(mut idx) => {
+                    idx.dgram = dgram;
+                    idx.payload_off = m.payload_offset as u32;
+                    dump.batch.index.push(idx);
+                }
+                Err(e) => {
+                    dump.malformed += 1;
+                    tracing::debug!(error = %e, "skipping undecodable inet_diag message");
+                }
+            },
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests;

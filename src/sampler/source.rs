@@ -1,0 +1,268 @@
+//! The OS boundary: the only code that opens a socket. Everything above it sees datagrams as
+//! bytes plus the monotonic time each arrived, so the sampler can be driven from fixture
+//! files ([`ReplaySource`]) in tests and benches exactly as from the kernel ([`NetlinkSource`]).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
+use tokio::io::unix::AsyncFd;
+
+use crate::clock::monotonic_ns;
+use crate::wire::sock::Datagram;
+
+/// What one `recv` produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// The datagram's real length. Larger than the bytes stored when the buffer was too
+    /// small (MSG_TRUNC): the tail is lost, and the caller must say so.
+    pub len: usize,
+    /// CLOCK_MONOTONIC ns right after the datagram arrived.
+    pub ts_ns: u64,
+}
+
+/// A source of sock_diag datagrams.
+#[allow(async_fn_in_trait)] // used through generics within this crate, never as dyn
+pub trait DumpSource {
+    /// Sends one request message.
+    ///
+    /// # Errors
+    /// The socket's send error.
+    async fn send(&mut self, request: &[u8]) -> io::Result<()>;
+
+    /// Receives one datagram into `buf` (cleared first), storing at most `buf.capacity()`
+    /// bytes.
+    ///
+    /// # Errors
+    /// The socket's receive error; `ENOBUFS` means the kernel dropped messages.
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received>;
+
+    /// Like [`recv`](Self::recv), but returns `Ok(None)` at once when nothing is queued.
+    ///
+    /// # Errors
+    /// As for `recv`.
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>>;
+
+    /// Drops any half-read reply, e.g. after a timeout, so the next request starts clean.
+    ///
+    /// # Errors
+    /// Reopening the socket failed.
+    fn reset(&mut self) -> io::Result<()>;
+}
+
+/// Socket options for [`NetlinkSource`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SocketOptions {
+    /// SO_RCVBUF in bytes, if set (cgmon's `-netlink-receive-bufsize`).
+    pub rcvbuf: Option<usize>,
+    /// SO_RCVBUFFORCE in bytes, if set; needs CAP_NET_ADMIN.
+    pub rcvbuf_force: Option<usize>,
+}
+
+/// A NETLINK_SOCK_DIAG socket on tokio.
+///
+/// netlink-sys's own `TokioSocket` wraps the same `AsyncFd<Socket>`, but its `recv` discards
+/// the length `recv(2)` returns, so a truncated datagram (MSG_TRUNC) would go unnoticed, which
+/// is how cgmon silently lost sockets (its B17). We keep the `AsyncFd` ourselves and call
+/// netlink-sys's `Socket::recv` with `MSG_TRUNC`, which returns the datagram's real length.
+pub struct NetlinkSource {
+    fd: AsyncFd<Socket>,
+    opts: SocketOptions,
+    groups: Vec<u32>,
+}
+
+impl NetlinkSource {
+    /// Opens a socket for dumps.
+    ///
+    /// # Errors
+    /// socket(2), bind(2) or setsockopt(2) failed.
+    pub fn open(opts: SocketOptions) -> io::Result<Self> {
+        Self::open_with_groups(opts, &[])
+    }
+
+    /// Opens a socket subscribed to multicast `groups` (destroy events).
+    ///
+    /// # Errors
+    /// socket(2), bind(2) or setsockopt(2) failed.
+    pub fn open_with_groups(opts: SocketOptions, groups: &[u32]) -> io::Result<Self> {
+        let fd = Self::make(opts, groups)?;
+        Ok(Self { fd, opts, groups: groups.to_vec() })
+    }
+
+    fn make(opts: SocketOptions, groups: &[u32]) -> io::Result<AsyncFd<Socket>> {
+        let mut s = Socket::new(NETLINK_SOCK_DIAG)?;
+        s.bind(&SocketAddr::new(0, 0))?;
+        if let Some(n) = opts.rcvbuf {
+            // SO_RCVBUF takes an int; netlink-sys passes whatever type it is given.
+            let n = libc::c_int::try_from(n)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "SO_RCVBUF too large"))?;
+            s.set_rx_buf_sz(n)?;
+        }
+        if let Some(n) = opts.rcvbuf_force {
+            set_rcvbuf_force(&s, n)?;
+        }
+        for &g in groups {
+            s.add_membership(g)?;
+        }
+        s.set_non_blocking(true)?;
+        // SAFETY: `Socket` owns its fd, closes it only on drop, and always returns the same
+        // fd from `as_raw_fd`; the AsyncFd owns the Socket, so the fd outlives the
+        // registration.
+        unsafe { AsyncFd::register(s) }.map_err(io::Error::from)
+    }
+
+    /// SO_RCVBUF as the kernel reports it (twice what was set, for bookkeeping overhead).
+    ///
+    /// # Errors
+    /// getsockopt(2) failed.
+    pub fn rcvbuf(&self) -> io::Result<usize> {
+        self.fd.get_ref().get_rx_buf_sz()
+    }
+}
+
+fn set_rcvbuf_force(s: &Socket, n: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(n)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "SO_RCVBUFFORCE too large"))?;
+    // SAFETY: a valid fd, a c_int option value and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+impl DumpSource for NetlinkSource {
+    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.writable().await?;
+            match guard.try_io(|fd| fd.get_ref().send(request, 0)) {
+                Ok(r) => return r.map(|_| ()),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        buf.clear();
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|fd| fd.get_ref().recv(buf, libc::MSG_TRUNC)) {
+                Ok(Ok(len)) => return Ok(Received { len, ts_ns: monotonic_ns() }),
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
+        buf.clear();
+        loop {
+            match self.fd.get_ref().recv(buf, libc::MSG_TRUNC | libc::MSG_DONTWAIT) {
+                Ok(len) => return Ok(Some(Received { len, ts_ns: monotonic_ns() })),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        self.fd = Self::make(self.opts, &self.groups)?;
+        Ok(())
+    }
+}
+
+/// Plays recorded datagrams back, in order, and records the requests it is sent.
+#[derive(Debug, Default)]
+pub struct ReplaySource {
+    queue: VecDeque<Datagram>,
+    /// Every request sent, for tests to inspect.
+    pub sent: Vec<Vec<u8>>,
+}
+
+impl ReplaySource {
+    /// A source that will return `datagrams` one per `recv`.
+    pub fn new(datagrams: impl IntoIterator<Item = Datagram>) -> Self {
+        Self { queue: datagrams.into_iter().collect(), sent: Vec::new() }
+    }
+}
+
+impl DumpSource for ReplaySource {
+    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        self.sent.push(request.to_vec());
+        Ok(())
+    }
+
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        self.try_recv(buf)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "replay exhausted"))
+    }
+
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
+        if self.queue.is_empty() {
+            return Ok(None);
+        }
+        let d = self.queue.pop_front().expect("checked non-empty");
+        buf.clear();
+        let keep = d.bytes.len().min(buf.capacity().max(1));
+        buf.extend_from_slice(&d.bytes[..keep]);
+        Ok(Some(Received { len: d.bytes.len(), ts_ns: d.ts_ns }))
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Fixture format: for each datagram, `ts_ns: u64 LE`, `len: u32 LE`, then `len` bytes.
+///
+/// # Errors
+/// I/O errors, or a file that ends inside a record.
+pub fn read_datagrams(path: &Path) -> io::Result<Vec<Datagram>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.read_to_end(&mut bytes)?;
+    parse_datagrams(&bytes)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Parses the fixture format from memory.
+///
+/// # Errors
+/// Input that ends inside a record.
+pub fn parse_datagrams(mut bytes: &[u8]) -> io::Result<Vec<Datagram>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "truncated datagram record");
+        let ts = bytes.get(..8).ok_or_else(bad)?;
+        let ts_ns = u64::from_le_bytes(ts.try_into().expect("8 bytes"));
+        let len = bytes.get(8..12).ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let body = bytes.get(12..12 + len).ok_or_else(bad)?;
+        out.push(Datagram { ts_ns, bytes: body.to_vec() });
+        bytes = &bytes[12 + len..];
+    }
+    Ok(out)
+}
+
+/// Writes datagrams in the fixture format.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_datagrams(mut w: impl Write, datagrams: &[Datagram]) -> io::Result<()> {
+    for d in datagrams {
+        w.write_all(&d.ts_ns.to_le_bytes())?;
+        let len = u32::try_from(d.bytes.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "datagram over 4 GiB"))?;
+        w.write_all(&len.to_le_bytes())?;
+        w.write_all(&d.bytes)?;
+    }
+    Ok(())
+}

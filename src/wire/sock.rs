@@ -1,0 +1,433 @@
+//! One socket of one dump: where its parts lie in the datagram ([`SockIndex`]), and a
+//! borrowing view with typed accessors ([`Sample`]).
+//!
+//! Decoding a socket walks its attributes once and records each known attribute's span in a
+//! fixed-size, `Copy` index: no heap allocation per socket, and every later accessor is a
+//! bounds-checked read at a known offset. The datagrams themselves stay owned by a
+//! [`SockBatch`], so samples can cross a channel without copying `tcp_info`.
+
+use std::net::IpAddr;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use super::attr::{self, AttrIter};
+use super::cc::{BbrInfo, CcInfo, DctcpInfo, SkMemInfo, VegasInfo};
+use super::inet_diag::{AF_INET, AF_INET6, INET_DIAG_MSG_LEN, InetDiagMsg};
+use super::tcp_info::TcpInfo;
+use super::{DecodeError, NeField};
+
+/// Where one attribute's value lies, relative to the start of the message payload.
+/// `off == 0` means absent: offset 0 is `inet_diag_msg` itself, never an attribute value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    off: u16,
+    len: u16,
+}
+
+impl Span {
+    #[inline(always)]
+    fn get<'a>(&self, payload: &'a [u8]) -> Option<&'a [u8]> {
+        if self.off == 0 {
+            return None;
+        }
+        let start = usize::from(self.off);
+        payload.get(start..start + usize::from(self.len))
+    }
+}
+
+/// The decoded layout of one socket message: 64 bytes, `Copy`, no pointers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SockIndex {
+    /// Which datagram of the batch holds the message.
+    pub dgram: u32,
+    /// Offset of the message payload (`inet_diag_msg`) within that datagram.
+    pub payload_off: u32,
+    /// Payload length.
+    pub payload_len: u16,
+    info: Span,
+    cong: Span,
+    bbr: Span,
+    dctcp: Span,
+    vegas: Span,
+    skmem: Span,
+    cgroup: Span,
+    tos: Span,
+    tclass: Span,
+    shutdown: Span,
+    mark: Span,
+    sockopt: Span,
+    protocol: Span,
+}
+
+/// Indexes one inet_diag message payload (the bytes after `nlmsghdr`).
+///
+/// Unknown attributes are skipped. A payload larger than 64 KiB is refused: real messages
+/// are under 1 KiB, and a u16 offset keeps the index small.
+///
+/// # Errors
+/// A payload shorter than `inet_diag_msg`, longer than 65,535 bytes, or with an attribute
+/// whose length runs outside the payload.
+pub fn index(payload: &[u8]) -> Result<SockIndex, DecodeError> {
+    InetDiagMsg::new_checked(payload)?;
+    let payload_len = u16::try_from(payload.len()).map_err(|_| DecodeError::BadLength {
+        what: "inet_diag message",
+        len: payload.len(),
+        avail: usize::from(u16::MAX),
+    })?;
+    let mut idx = SockIndex { payload_len, ..SockIndex::default() };
+    for a in AttrIter::new(payload, INET_DIAG_MSG_LEN) {
+        let a = a?;
+        // Both fit in u16: the payload does and the value lies inside it.
+        let span = Span { off: a.value_offset as u16, len: a.value.len() as u16 };
+        let slot = match a.kind {
+            attr::INET_DIAG_INFO => &mut idx.info,
+            attr::INET_DIAG_CONG => &mut idx.cong,
+            attr::INET_DIAG_BBRINFO => &mut idx.bbr,
+            attr::INET_DIAG_DCTCPINFO => &mut idx.dctcp,
+            attr::INET_DIAG_VEGASINFO => &mut idx.vegas,
+            attr::INET_DIAG_SKMEMINFO => &mut idx.skmem,
+            attr::INET_DIAG_CGROUP_ID => &mut idx.cgroup,
+            attr::INET_DIAG_TOS => &mut idx.tos,
+            attr::INET_DIAG_TCLASS => &mut idx.tclass,
+            attr::INET_DIAG_SHUTDOWN => &mut idx.shutdown,
+            attr::INET_DIAG_MARK => &mut idx.mark,
+            attr::INET_DIAG_SOCKOPT => &mut idx.sockopt,
+            attr::INET_DIAG_PROTOCOL => &mut idx.protocol,
+            _ => continue,
+        };
+        *slot = span;
+    }
+    Ok(idx)
+}
+
+/// One socket as seen in one dump or destroy event: a view into its batch's datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample<'a> {
+    /// CLOCK_MONOTONIC ns at which the datagram holding this socket arrived.
+    pub ts_ns: u64,
+    payload: &'a [u8],
+    idx: &'a SockIndex,
+}
+
+impl<'a> Sample<'a> {
+    /// Builds a view from a payload and the index [`index`] produced for it.
+    ///
+    /// # Panics
+    /// If `payload` is shorter than `inet_diag_msg`, which `index` has already refused.
+    pub fn new(ts_ns: u64, payload: &'a [u8], idx: &'a SockIndex) -> Self {
+        assert!(payload.len() >= INET_DIAG_MSG_LEN, "index() checked the length");
+        Self { ts_ns, payload, idx }
+    }
+
+    /// The fixed `inet_diag_msg` head.
+    pub fn msg(&self) -> InetDiagMsg<'a> {
+        InetDiagMsg::new_checked(self.payload).expect("index() checked the length")
+    }
+
+    /// The whole message payload.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// The identity used everywhere a flow is keyed: family, 4-tuple and cookie.
+    pub fn key(&self) -> SockKey {
+        let m = self.msg();
+        SockKey {
+            family: m.family(),
+            src: *m.src_raw(),
+            dst: *m.dst_raw(),
+            sport: m.sport(),
+            dport: m.dport(),
+            cookie: m.cookie(),
+        }
+    }
+
+    /// `INET_DIAG_INFO`, of whatever length the kernel sent.
+    pub fn tcp_info(&self) -> Option<TcpInfo<'a>> {
+        self.idx.info.get(self.payload).map(TcpInfo::new)
+    }
+
+    /// `INET_DIAG_CONG`: the congestion-control algorithm's name.
+    pub fn cong(&self) -> Option<&'a str> {
+        let raw = self.idx.cong.get(self.payload)?;
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        std::str::from_utf8(&raw[..end]).ok()
+    }
+
+    /// BBRINFO, DCTCPINFO or VEGASINFO, whichever the kernel sent.
+    pub fn cc_info(&self) -> Option<CcInfo<'a>> {
+        if let Some(b) = self.idx.bbr.get(self.payload) {
+            return Some(CcInfo::Bbr(BbrInfo(b)));
+        }
+        if let Some(b) = self.idx.dctcp.get(self.payload) {
+            return Some(CcInfo::Dctcp(DctcpInfo(b)));
+        }
+        self.idx.vegas.get(self.payload).map(|b| CcInfo::Vegas(VegasInfo(b)))
+    }
+
+    /// `INET_DIAG_SKMEMINFO`.
+    pub fn skmem(&self) -> Option<SkMemInfo<'a>> {
+        self.idx.skmem.get(self.payload).map(SkMemInfo)
+    }
+
+    /// `INET_DIAG_CGROUP_ID`: the inode of the socket's cgroup2 directory.
+    pub fn cgroup_id(&self) -> Option<u64> {
+        u64::read(self.idx.cgroup.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_TOS`: IPv4 TOS byte (DSCP and ECN bits).
+    pub fn tos(&self) -> Option<u8> {
+        u8::read(self.idx.tos.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_TCLASS`: IPv6 traffic class.
+    pub fn tclass(&self) -> Option<u8> {
+        u8::read(self.idx.tclass.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_SHUTDOWN`: bit 0 receive side shut, bit 1 send side shut.
+    pub fn shutdown(&self) -> Option<u8> {
+        u8::read(self.idx.shutdown.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_MARK` (sent only to CAP_NET_ADMIN readers).
+    pub fn mark(&self) -> Option<u32> {
+        u32::read(self.idx.mark.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_SOCKOPT` bit field.
+    pub fn sockopt(&self) -> Option<u16> {
+        u16::read(self.idx.sockopt.get(self.payload)?, 0)
+    }
+
+    /// `INET_DIAG_PROTOCOL` (destroy events carry it).
+    pub fn protocol(&self) -> Option<u8> {
+        u8::read(self.idx.protocol.get(self.payload)?, 0)
+    }
+}
+
+/// A socket's identity: family, both addresses and ports (local first), and cookie.
+///
+/// Addresses are the raw 16 bytes of `inet_diag_sockid`; IPv4 uses the first four. The
+/// filter's userspace evaluation works on this type, so it matches what the kernel's
+/// bytecode sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SockKey {
+    /// AF_INET or AF_INET6.
+    pub family: u8,
+    /// Local address bytes.
+    pub src: [u8; 16],
+    /// Remote address bytes.
+    pub dst: [u8; 16],
+    /// Local port.
+    pub sport: u16,
+    /// Remote port.
+    pub dport: u16,
+    /// Socket cookie.
+    pub cookie: u64,
+}
+
+impl SockKey {
+    /// Builds a key from socket addresses (cookie 0), for tests and userspace filtering.
+    pub fn from_addrs(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Self {
+        fn raw(ip: IpAddr) -> [u8; 16] {
+            match ip {
+                IpAddr::V4(v4) => {
+                    let mut b = [0u8; 16];
+                    b[..4].copy_from_slice(&v4.octets());
+                    b
+                }
+                IpAddr::V6(v6) => v6.octets(),
+            }
+        }
+        Self {
+            family: if local.is_ipv4() { AF_INET } else { AF_INET6 },
+            src: raw(local.ip()),
+            dst: raw(remote.ip()),
+            sport: local.port(),
+            dport: remote.port(),
+            cookie: 0,
+        }
+    }
+}
+
+/// One received datagram and the monotonic time it arrived.
+#[derive(Debug, Clone, Default)]
+pub struct Datagram {
+    /// CLOCK_MONOTONIC ns, read right after `recv` returned.
+    pub ts_ns: u64,
+    /// The datagram as received.
+    pub bytes: Vec<u8>,
+}
+
+/// The datagrams of one dump (or a burst of destroy events) and the sockets found in them.
+#[derive(Debug, Clone, Default)]
+pub struct SockBatch {
+    /// Owned datagrams, in arrival order.
+    pub datagrams: Vec<Datagram>,
+    /// One entry per socket, in arrival order.
+    pub index: Vec<SockIndex>,
+}
+
+impl SockBatch {
+    /// Number of sockets.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no socket was found.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The `i`-th socket.
+    pub fn get(&self, i: usize) -> Option<Sample<'_>> {
+        let idx = self.index.get(i)?;
+        Some(self.view(idx))
+    }
+
+    /// Every socket, in arrival order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Sample<'_>> + '_ {
+        self.index.iter().map(|idx| self.view(idx))
+    }
+
+    fn view<'a>(&'a self, idx: &'a SockIndex) -> Sample<'a> {
+        let d = &self.datagrams[idx.dgram as usize];
+        let start = idx.payload_off as usize;
+        Sample::new(d.ts_ns, &d.bytes[start..start + usize::from(idx.payload_len)], idx)
+    }
+}
+
+/// Names `idiag_state` values the way `ss` prints them.
+pub fn state_name(state: u8) -> &'static str {
+    match state {
+        1 => "ESTAB",
+        2 => "SYN-SENT",
+        3 => "SYN-RECV",
+        4 => "FIN-WAIT-1",
+        5 => "FIN-WAIT-2",
+        6 => "TIME-WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE-WAIT",
+        9 => "LAST-ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW-SYN-RECV",
+        _ => "UNKNOWN",
+    }
+}
+
+/// One JSON object per socket, for `examples/dump.rs` and the samples stream: every field
+/// the kernel sent, kernel member names without prefixes, absent fields left out.
+impl Serialize for Sample<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.msg();
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("ts_ns", &self.ts_ns)?;
+        let family = match m.family() {
+            AF_INET => "inet",
+            AF_INET6 => "inet6",
+            _ => "unknown",
+        };
+        map.serialize_entry("family", family)?;
+        map.serialize_entry("state", state_name(m.state()))?;
+        map.serialize_entry("src", &m.src())?;
+        map.serialize_entry("sport", &m.sport())?;
+        map.serialize_entry("dst", &m.dst())?;
+        map.serialize_entry("dport", &m.dport())?;
+        map.serialize_entry("cookie", &m.cookie())?;
+        map.serialize_entry("ifindex", &m.ifindex())?;
+        map.serialize_entry("timer", &m.timer())?;
+        map.serialize_entry("retrans", &m.retrans())?;
+        map.serialize_entry("expires_ms", &m.expires())?;
+        map.serialize_entry("rqueue", &m.rqueue())?;
+        map.serialize_entry("wqueue", &m.wqueue())?;
+        map.serialize_entry("uid", &m.uid())?;
+        map.serialize_entry("inode", &m.inode())?;
+        if let Some(c) = self.cong() {
+            map.serialize_entry("cong", c)?;
+        }
+        if let Some(v) = self.cgroup_id() {
+            map.serialize_entry("cgroup_id", &v)?;
+        }
+        for (k, v) in
+            [("tos", self.tos()), ("tclass", self.tclass()), ("shutdown", self.shutdown())]
+        {
+            if let Some(v) = v {
+                map.serialize_entry(k, &v)?;
+            }
+        }
+        if let Some(v) = self.mark() {
+            map.serialize_entry("mark", &v)?;
+        }
+        if let Some(v) = self.sockopt() {
+            map.serialize_entry("sockopt", &v)?;
+        }
+        if let Some(t) = self.tcp_info() {
+            map.serialize_entry("tcp_info_len", &t.len())?;
+            let fields: Vec<_> = t.fields().map(|f| (f.name, Some(f.value))).collect();
+            map.serialize_entry("tcp_info", &FieldMap(&fields))?;
+        }
+        if let Some(mem) = self.skmem() {
+            let f = [
+                ("rmem_alloc", mem.rmem_alloc()),
+                ("rcvbuf", mem.rcvbuf()),
+                ("wmem_alloc", mem.wmem_alloc()),
+                ("sndbuf", mem.sndbuf()),
+                ("fwd_alloc", mem.fwd_alloc()),
+                ("wmem_queued", mem.wmem_queued()),
+                ("optmem", mem.optmem()),
+                ("backlog", mem.backlog()),
+                ("drops", mem.drops()),
+            ];
+            map.serialize_entry("skmem", &FieldMap(&f.map(|(k, v)| (k, v.map(u64::from)))))?;
+        }
+        match self.cc_info() {
+            Some(CcInfo::Bbr(b)) => {
+                let f = [
+                    ("bw", b.bw()),
+                    ("min_rtt", b.min_rtt().map(u64::from)),
+                    ("pacing_gain", b.pacing_gain().map(u64::from)),
+                    ("cwnd_gain", b.cwnd_gain().map(u64::from)),
+                ];
+                map.serialize_entry("bbr", &FieldMap(&f))?;
+            }
+            Some(CcInfo::Dctcp(d)) => {
+                let f = [
+                    ("enabled", d.enabled().map(u64::from)),
+                    ("ce_state", d.ce_state().map(u64::from)),
+                    ("alpha", d.alpha().map(u64::from)),
+                    ("ab_ecn", d.ab_ecn().map(u64::from)),
+                    ("ab_tot", d.ab_tot().map(u64::from)),
+                ];
+                map.serialize_entry("dctcp", &FieldMap(&f))?;
+            }
+            Some(CcInfo::Vegas(v)) => {
+                let f = [
+                    ("enabled", v.enabled().map(u64::from)),
+                    ("rttcnt", v.rttcnt().map(u64::from)),
+                    ("rtt", v.rtt().map(u64::from)),
+                    ("minrtt", v.minrtt().map(u64::from)),
+                ];
+                map.serialize_entry("vegas", &FieldMap(&f))?;
+            }
+            None => {}
+        }
+        map.end()
+    }
+}
+
+/// Serialises `(name, Some(value))` pairs as a JSON object, leaving out `None`s.
+struct FieldMap<'a>(&'a [(&'static str, Option<u64>)]);
+
+impl Serialize for FieldMap<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for (k, v) in self.0 {
+            if let Some(v) = v {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
