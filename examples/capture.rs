@@ -5,7 +5,8 @@
 //! cargo run --release --example capture -- tests/fixtures --big     # + a 20,000-socket dump
 //! ```
 //! It opens its own loopback connections (IPv4 cubic and bbr, IPv6, an IPv4 client of a
-//! dual-stack listener, one TIME-WAIT), dumps them with a filter naming only its own ports,
+//! dual-stack listener, one TIME-WAIT), dumps them with a filter naming only its own ports
+//! and every extension (TOS and TCLASS too, so their decoding is covered),
 //! then closes them while subscribed to destroy events. Files use the format of
 //! `cgmon_rs::sampler::source::write_datagrams`; a request's `seq` is what the sampler would
 //! use, so the files replay through `Sampler` unchanged.
@@ -20,18 +21,20 @@ use cgmon_rs::sampler::destroy::{SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DES
 use cgmon_rs::sampler::source::{DumpSource, NetlinkSource, SocketOptions, write_datagrams};
 use cgmon_rs::states::StateSet;
 use cgmon_rs::testkit::{ConnHolder, Pair, set_congestion};
-use cgmon_rs::wire::inet_diag::{AF_INET, AF_INET6, DumpRequest, RequestKind, default_extensions};
+use cgmon_rs::wire::inet_diag::{
+    AF_INET, AF_INET6, DumpRequest, RequestKind, all_extensions, default_extensions,
+};
 use cgmon_rs::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR, NlMsgIter};
 use cgmon_rs::wire::sock::Datagram;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-async fn capture(kind: RequestKind, seq: u32, filter: &Expr) -> Res<Vec<Datagram>> {
+async fn capture(kind: RequestKind, seq: u32, filter: &Expr, ext: u8) -> Res<Vec<Datagram>> {
     let mut src = NetlinkSource::open(SocketOptions::default())?;
     let req = DumpRequest {
         kind,
         states: StateSet::default().0,
-        ext: default_extensions(),
+        ext,
         bytecode: Some(filter::compile(filter)?),
     };
     src.send(&req.emit(seq)).await?;
@@ -83,9 +86,10 @@ async fn main() -> Res<()> {
 
     if big {
         // Must fork before anything else starts threads; current_thread runtime has none.
+        // The big dump asks for exactly what the sampler asks for by default.
         let holder = ConnHolder::start("127.0.0.1:0".parse()?, 10_000)?;
         let f = ports_filter(&[holder.addr.port()]);
-        let d = capture(RequestKind::SingleWalk, 1, &f).await?;
+        let d = capture(RequestKind::SingleWalk, 1, &f, default_extensions()).await?;
         save(dir, "dump20k.bin.gz", &d)?;
         return Ok(());
     }
@@ -119,9 +123,21 @@ async fn main() -> Res<()> {
 
     let ports = [a4.port(), a6.port(), ad.port()];
     let f = ports_filter(&ports);
-    save(dir, "inet.bin", &capture(RequestKind::ByFamily(AF_INET), 1, &f).await?)?;
-    save(dir, "inet6.bin", &capture(RequestKind::ByFamily(AF_INET6), 2, &f).await?)?;
-    save(dir, "single_walk.bin", &capture(RequestKind::SingleWalk, 1, &f).await?)?;
+    save(
+        dir,
+        "inet.bin",
+        &capture(RequestKind::ByFamily(AF_INET), 1, &f, all_extensions()).await?,
+    )?;
+    save(
+        dir,
+        "inet6.bin",
+        &capture(RequestKind::ByFamily(AF_INET6), 2, &f, all_extensions()).await?,
+    )?;
+    save(
+        dir,
+        "single_walk.bin",
+        &capture(RequestKind::SingleWalk, 1, &f, all_extensions()).await?,
+    )?;
 
     // Destroy events: subscribe, close everything (listeners too), collect ours.
     let mut ev = NetlinkSource::open_with_groups(

@@ -12,6 +12,7 @@
 //! without a kernel.
 
 pub mod clock;
+pub mod dumpcmd;
 pub mod filter;
 pub mod sampler;
 pub mod states;

@@ -55,7 +55,7 @@ fn valid_cc(bc: &[u8], cc: usize) -> bool {
             return true;
         }
         let yes = usize::from(bc[pos + 1]);
-        if yes < 4 || yes % 4 != 0 || yes > len {
+        if yes < 4 || !yes.is_multiple_of(4) || yes > len {
             return false;
         }
         len -= yes;
@@ -68,7 +68,7 @@ fn valid_cc(bc: &[u8], cc: usize) -> bool {
 /// # Errors
 /// The first problem found, with its byte offset.
 pub fn audit(bc: &[u8]) -> Result<(), AuditError> {
-    if bc.len() % 4 != 0 {
+    if !bc.len().is_multiple_of(4) {
         return Err(AuditError::BadEnd);
     }
     let mut pos = 0usize;
@@ -109,14 +109,14 @@ pub fn audit(bc: &[u8]) -> Result<(), AuditError> {
         let yes = usize::from(bc[pos + 1]);
         let no = u16_at(bc, pos + 2);
         if code != op::NOP {
-            if no < min_len || no > len + 4 || no % 4 != 0 {
+            if no < min_len || no > len + 4 || !no.is_multiple_of(4) {
                 return Err(AuditError::BadJump { at: pos, why: "no offset out of range" });
             }
             if no < len && !valid_cc(bc, len - no) {
                 return Err(AuditError::BadJump { at: pos, why: "no offset lands between ops" });
             }
         }
-        if yes < min_len || yes > len + 4 || yes % 4 != 0 {
+        if yes < min_len || yes > len + 4 || !yes.is_multiple_of(4) {
             return Err(AuditError::BadJump { at: pos, why: "yes offset out of range" });
         }
         if yes > len {

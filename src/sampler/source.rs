@@ -73,7 +73,7 @@ pub struct NetlinkSource {
 }
 
 impl NetlinkSource {
-    /// Opens a socket for dumps.
+    /// Opens a socket for dumps. Must be called within a tokio runtime.
     ///
     /// # Errors
     /// socket(2), bind(2) or setsockopt(2) failed.
@@ -91,6 +91,10 @@ impl NetlinkSource {
     }
 
     fn make(opts: SocketOptions, groups: &[u32]) -> io::Result<AsyncFd<Socket>> {
+        // AsyncFd panics outside a runtime; say so as an error instead.
+        tokio::runtime::Handle::try_current().map_err(|e| {
+            io::Error::other(format!("sock_diag socket needs a tokio runtime: {e}"))
+        })?;
         let mut s = Socket::new(NETLINK_SOCK_DIAG)?;
         s.bind(&SocketAddr::new(0, 0))?;
         if let Some(n) = opts.rcvbuf {

@@ -19,8 +19,9 @@ pub const INET_DIAG_REQ_BYTECODE: u16 = 1;
 
 /// Size of `struct rtattr`.
 pub const RTA_HDRLEN: usize = 4;
-/// The top two bits of `rta_type` are NLA_F_NESTED / NLA_F_NET_BYTEORDER, not the type.
-const NLA_TYPE_MASK: u16 = 0x3fff;
+// The top two bits of `rta_type` are NLA_F_NESTED / NLA_F_NET_BYTEORDER, not the type.
+/// `NLA_TYPE_MASK`: the type bits of `rta_type`.
+pub const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// One attribute: its type and value, with the value's offset in the buffer walked.
 #[derive(Debug, Clone, Copy)]

@@ -162,15 +162,21 @@ pub enum RequestKind {
 }
 
 /// The default extensions: INFO (tcp_info), CONG (algorithm name), VEGASINFO (which also
-/// brings BBRINFO/DCTCPINFO for those algorithms), SKMEMINFO, TOS and TCLASS.
+/// brings BBRINFO/DCTCPINFO for those algorithms) and SKMEMINFO (buffer sizes, for the
+/// send-buffer diagnosis). TOS and TCLASS are decoded when present but not asked for: each
+/// costs an attribute per socket in every dump, and tcp_info's ECN flags already say what a
+/// flow negotiated and saw.
 pub fn default_extensions() -> u8 {
     (ExtensionFlags::INFO
         | ExtensionFlags::CONG
         | ExtensionFlags::VEGASINFO
-        | ExtensionFlags::SKMEMINFO
-        | ExtensionFlags::TOS
-        | ExtensionFlags::TCLASS)
+        | ExtensionFlags::SKMEMINFO)
         .bits()
+}
+
+/// The default extensions plus TOS and TCLASS.
+pub fn all_extensions() -> u8 {
+    default_extensions() | (ExtensionFlags::TOS | ExtensionFlags::TCLASS).bits()
 }
 
 /// A dump request: netlink-packet-sock-diag's `InetRequest` cannot carry attributes, so this
@@ -268,7 +274,7 @@ mod tests {
         assert_eq!(b.len(), 16 + INET_DIAG_REQ_LEN);
         assert_eq!(&b[4..6], &18u16.to_ne_bytes());
         assert_eq!(b[16], AF_UNSPEC);
-        assert_eq!(b[19], 0b0111_1110); // INFO, VEGAS, CONG, TOS, TCLASS, SKMEMINFO
+        assert_eq!(b[19], 0b0100_1110); // INFO, VEGASINFO, CONG, SKMEMINFO
         assert_eq!(&b[68..72], &0xffeu32.to_ne_bytes());
     }
 

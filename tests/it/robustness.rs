@@ -5,6 +5,7 @@
 //! Inputs run per `cargo test`: 20,000 arbitrary + 40,000 mutated = 60,000 datagrams; set
 //! PROPTEST_CASES to run more (see README).
 
+use cgmon_rs::wire::attr::{self, AttrIter};
 use cgmon_rs::wire::nlmsg::NlMsgIter;
 use cgmon_rs::wire::sock::{Sample, index};
 use proptest::prelude::*;
@@ -17,6 +18,16 @@ fn exercise(dg: &[u8]) -> usize {
     for m in NlMsgIter::new(dg) {
         let Ok(m) = m else { break };
         let _ = m.error_code();
+        // index() is AttrIter's walk written flat for speed: both must judge alike.
+        if m.payload.len() >= 72 && m.payload.len() <= usize::from(u16::MAX) {
+            let walk: Result<Vec<_>, _> = AttrIter::new(m.payload, 72).collect();
+            assert_eq!(walk.is_ok(), index(m.payload).is_ok(), "index and AttrIter disagree");
+            if let (Ok(attrs), Ok(idx)) = (&walk, index(m.payload)) {
+                let s = Sample::new(0, m.payload, &idx);
+                let info = attrs.iter().rev().find(|a| a.kind == attr::INET_DIAG_INFO);
+                assert_eq!(s.tcp_info().map(|t| t.as_bytes()), info.map(|a| a.value));
+            }
+        }
         let Ok(idx) = index(m.payload) else { continue };
         let s = Sample::new(0, m.payload, &idx);
         let msg = s.msg();
