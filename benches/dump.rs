@@ -2,8 +2,9 @@
 //! forked child), measured side by side in one run:
 //! - `bare_recv_discard`: a loop that sends the same request and receives and discards every
 //!   datagram until NLMSG_DONE: the floor, nearly all of it kernel time;
-//! - `sampler`: `Sampler::dump`, which also timestamps, indexes and keeps every socket;
-//! - `single_walk` vs `two_family_dumps`: the type-18 request against one request per family;
+//! - `sampler`: `Sampler::dump` with its default single-walk request (type 18), which also
+//!   timestamps, indexes and keeps every socket;
+//! - `two_family_dumps`: the same with one request per family, the fallback;
 //! - `filter_1pct` vs `filter_none`: a kernel filter that passes 200 of the 20,000 sockets
 //!   against one of the same shape that passes none.
 //!
@@ -11,13 +12,14 @@
 
 use std::hint::black_box;
 
-use cgmon_rs::filter::{self, Expr};
+use cgmon_rs::filter;
 use cgmon_rs::sampler::source::{DumpSource, NetlinkSource, SocketOptions};
 use cgmon_rs::sampler::{DEFAULT_READ_BUFSIZE, DumpMode, Sampler, SamplerConfig};
 use cgmon_rs::testkit::ConnHolder;
 use cgmon_rs::wire::inet_diag::{DumpRequest, RequestKind};
 use cgmon_rs::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR, NlMsgIter};
-use criterion::{Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput};
 use tokio::runtime::Runtime;
 
 const CONNS: usize = 10_000;
@@ -39,6 +41,19 @@ async fn bare(src: &mut NetlinkSource, req: &[u8], buf: &mut Vec<u8>) -> usize {
             return n;
         }
     }
+}
+
+/// Benchmarks `Sampler::dump` with `cfg`, recycling each dump's buffers as the pipeline does.
+fn bench_dumps(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, cfg: SamplerConfig) {
+    let mut s = sampler(cfg);
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let d = rt.block_on(s.dump()).unwrap();
+            let n = black_box(d.batch.len());
+            s.recycle(d.batch);
+            n
+        })
+    });
 }
 
 fn main() {
@@ -75,33 +90,19 @@ fn main() {
             b.iter(|| black_box(rt.block_on(bare(&mut src, &req, &mut buf))))
         });
     }
-    let mut s = sampler(SamplerConfig { mode: DumpMode::SingleWalk, ..base.clone() });
-    g.bench_function("sampler", |b| {
-        b.iter(|| {
-            let d = rt.block_on(s.dump()).unwrap();
-            let n = black_box(d.batch.len());
-            s.recycle(d.batch);
-            n
-        })
-    });
-    let mut s = sampler(SamplerConfig { mode: DumpMode::SingleWalk, ..base.clone() });
-    g.bench_function("single_walk", |b| {
-        b.iter(|| {
-            let d = rt.block_on(s.dump()).unwrap();
-            let n = black_box(d.batch.len());
-            s.recycle(d.batch);
-            n
-        })
-    });
-    let mut s = sampler(SamplerConfig { mode: DumpMode::PerFamily, ..base.clone() });
-    g.bench_function("two_family_dumps", |b| {
-        b.iter(|| {
-            let d = rt.block_on(s.dump()).unwrap();
-            let n = black_box(d.batch.len());
-            s.recycle(d.batch);
-            n
-        })
-    });
+    // The sampler's own default request is the single walk; the second line is the fallback.
+    bench_dumps(
+        &mut g,
+        &rt,
+        "sampler",
+        SamplerConfig { mode: DumpMode::SingleWalk, ..base.clone() },
+    );
+    bench_dumps(
+        &mut g,
+        &rt,
+        "two_family_dumps",
+        SamplerConfig { mode: DumpMode::PerFamily, ..base.clone() },
+    );
     g.finish();
 
     // 1 %: the 200 lowest client ports' sockets on the client side (dport = listener).
@@ -113,18 +114,10 @@ fn main() {
     let none = filter::parse(&format!("dport {port} and sport 1-2")).unwrap();
     let mut g = c.benchmark_group("filter_20k");
     for (name, f) in [("filter_1pct", pass), ("filter_none", none)] {
-        let f: Expr = f;
-        let mut s = sampler(SamplerConfig { filter: Some(f), ..base.clone() });
-        let n = rt.block_on(s.dump()).unwrap().batch.len();
+        let cfg = SamplerConfig { filter: Some(f), ..base.clone() };
+        let n = rt.block_on(sampler(cfg.clone()).dump()).unwrap().batch.len();
         eprintln!("{name}: {n} sockets pass");
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                let d = rt.block_on(s.dump()).unwrap();
-                let n = black_box(d.batch.len());
-                s.recycle(d.batch);
-                n
-            })
-        });
+        bench_dumps(&mut g, &rt, name, cfg);
     }
     g.finish();
     c.final_summary();
