@@ -153,3 +153,23 @@ async fn filter_is_compiled_into_the_request() {
         &[12, 0, 1, 0, 0x0c, 0x08, 0x0c, 0x00, 0x00, 0x00, 0x51, 0x14]
     );
 }
+
+#[tokio::test]
+async fn dump_with_visits_every_socket_and_keeps_nothing() {
+    let a = MsgBuilder::v4(1, 10, 1000, 80).attr(INET_DIAG_INFO, &info(5_000)).build();
+    let b = MsgBuilder::v4(1, 11, 1001, 80).attr(INET_DIAG_INFO, &info(7_000)).build();
+    let c = MsgBuilder::v4(1, 12, 1002, 80).build();
+    let mut s = sampler(
+        vec![dg(100, &[a, b]), dg(200, &[c, control_msg(1, nlmsg::NLMSG_DONE, 0)])],
+        DumpMode::SingleWalk,
+    );
+    let mut seen = Vec::new();
+    let d = s
+        .dump_with(|x| seen.push((x.ts_ns, x.key().cookie, x.tcp_info().and_then(|t| t.rtt()))))
+        .await
+        .unwrap();
+    assert_eq!(seen, [(100, 10, Some(5_000)), (100, 11, Some(7_000)), (200, 12, None)]);
+    assert_eq!(d.sockets, 3);
+    assert!(d.batch.is_empty() && d.batch.datagrams.is_empty());
+    assert!(d.is_complete());
+}
