@@ -2,8 +2,8 @@
 //! bytes and over captured datagrams with bytes flipped, cut and spliced. Each case runs the
 //! full path the sampler runs (frame, index, read every accessor) and the JSON encoder.
 //!
-//! Inputs run per `cargo test`: 20,000 arbitrary + 40,000 mutated = 60,000 datagrams; set
-//! PROPTEST_CASES to run more (see README).
+//! Inputs run per `cargo test`: 20,000 arbitrary + 40,000 mutated = 60,000 datagrams. For a
+//! long run: `PROPTEST_CASES=1000000 cargo test --release --test it robustness`.
 
 use cgmon_rs::wire::attr::{self, AttrIter};
 use cgmon_rs::wire::nlmsg::NlMsgIter;
@@ -110,8 +110,14 @@ fn apply(mut b: Vec<u8>, muts: &[Mutation]) -> Vec<u8> {
     b
 }
 
+/// Cases per property: `default`, or PROPTEST_CASES when set (for long fuzzing runs).
+fn cases(default: u32) -> ProptestConfig {
+    let n = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    ProptestConfig::with_cases(n)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20_000))]
+    #![proptest_config(cases(20_000))]
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
@@ -120,7 +126,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40_000))]
+    #![proptest_config(cases(40_000))]
 
     #[test]
     fn mutated_captures_never_panic(
