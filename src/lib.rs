@@ -16,6 +16,7 @@ pub mod dumpcmd;
 pub mod filter;
 pub mod sampler;
 pub mod states;
+pub mod stats;
 pub mod wire;
 
 #[doc(hidden)]

@@ -1,0 +1,181 @@
+//! Seven-number summaries: the 2nd, 9th, 25th, 50th, 75th, 91st and 98th percentiles.
+//!
+//! The quantile definitions are cgmon's (gonum's `stat.Quantile`, reference/cgmon.md 1.7), so
+//! the numbers match cgmon's for the same data. With the observations sorted by value and
+//! `W` the total weight, let `f = p·W` and walk the cumulative weight `c` until `c ≥ f` at
+//! index `i`:
+//! - `Empirical` returns `x[i]`;
+//! - `LinInterp` returns `x[0]` when `i = 0`, else `t·x[i-1] + (1-t)·x[i]` with
+//!   `t = (c - f) / w[i]`.
+//!
+//! Unlike cgmon, tied values are ordered by weight, so they give the same result in any
+//! input order (its B5). Without weights this is exactly cgmon's result.
+
+/// The percentiles of a seven-number summary, as fractions.
+pub const PERCENTILES: [f64; 7] = [0.02, 0.09, 0.25, 0.5, 0.75, 0.91, 0.98];
+
+/// Which quantile definition to use (cgmon's `-analyzer-cumulant-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuantileKind {
+    /// Linear interpolation between neighbours (cgmon's default, `lininterp`).
+    #[default]
+    LinInterp,
+    /// The first value whose cumulative weight reaches the quantile (`empirical`).
+    Empirical,
+}
+
+impl QuantileKind {
+    /// Parses cgmon's names, `lininterp` and `empirical`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "lininterp" => Some(Self::LinInterp),
+            "empirical" => Some(Self::Empirical),
+            _ => None,
+        }
+    }
+}
+
+/// The seven-number summary of `x`, weighted by `w` when given. `None` for no data.
+///
+/// Non-finite values must not be passed (the analyzer never produces them). A zero total
+/// weight (a single observation with weight 0) falls back to equal weights.
+pub fn seven_number(x: &[f64], w: Option<&[f64]>, kind: QuantileKind) -> Option<[f64; 7]> {
+    if x.is_empty() {
+        return None;
+    }
+    debug_assert!(w.is_none_or(|w| w.len() == x.len()));
+    let weight = |i: usize| w.map_or(1.0, |w| w[i]);
+    let mut order: Vec<u32> = (0..x.len() as u32).collect();
+    // Ties are ordered by weight, so the order of equal values in the input cannot change
+    // the result (cgmon's unstable sort could: its B5). Equal value and weight are
+    // indistinguishable, so any order of those gives the same numbers.
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (a as usize, b as usize);
+        x[a].total_cmp(&x[b]).then(weight(a).total_cmp(&weight(b)))
+    });
+    let total: f64 = order.iter().map(|&i| weight(i as usize)).sum();
+    let (weight, total): (&dyn Fn(usize) -> f64, f64) =
+        if total > 0.0 { (&weight, total) } else { (&|_| 1.0, x.len() as f64) };
+
+    let mut out = [0.0; 7];
+    let mut cum = 0.0;
+    let mut k = 0; // position in `order`
+    let mut prev = x[order[0] as usize];
+    cum += weight(order[0] as usize);
+    for (slot, p) in out.iter_mut().zip(PERCENTILES) {
+        let f = p * total;
+        // Advance to the first position whose cumulative weight reaches f.
+        while cum < f && k + 1 < order.len() {
+            prev = x[order[k] as usize];
+            k += 1;
+            cum += weight(order[k] as usize);
+        }
+        let i = order[k] as usize;
+        *slot = match kind {
+            QuantileKind::Empirical => x[i],
+            QuantileKind::LinInterp if k == 0 => x[i],
+            QuantileKind::LinInterp => {
+                let t = ((cum - f) / weight(i)).clamp(0.0, 1.0);
+                t * prev + (1.0 - t) * x[i]
+            }
+        };
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Reference vectors: tests/reference/stats_vectors.py, an independent Python
+    // implementation of the definition above, and its output pasted here.
+
+    #[test]
+    fn cgmon_documented_examples() {
+        // reference/cgmon.md 1.7: x = 1..5 unweighted.
+        let s = seven_number(&[1.0, 2.0, 3.0, 4.0, 5.0], None, QuantileKind::LinInterp).unwrap();
+        assert_eq!(s, [1.0, 1.0, 1.25, 2.5, 3.75, 4.55, 4.9]);
+        // "the unweighted median of {0.5, 0.6, 0.7} is 0.55"
+        let s = seven_number(&[0.7, 0.5, 0.6], None, QuantileKind::LinInterp).unwrap();
+        assert!((s[3] - 0.55).abs() < 1e-12);
+    }
+
+    #[test]
+    fn reference_vectors() {
+        let x = [12.0, 3.5, 7.25, 3.5, 20.0, 9.0, 15.5, 1.0];
+        let w = [1.0, 2.0, 0.5, 1.5, 3.0, 1.0, 0.25, 2.75];
+        let cases: [(Option<&[f64]>, QuantileKind, [f64; 7]); 4] = [
+            (None, QuantileKind::LinInterp, [1.0, 1.0, 3.5, 7.25, 12.0, 16.76, 19.28]),
+            (None, QuantileKind::Empirical, [1.0, 1.0, 3.5, 7.25, 12.0, 20.0, 20.0]),
+            (
+                Some(&w),
+                QuantileKind::LinInterp,
+                [1.0, 1.0, 1.416666666667, 3.5, 15.5, 18.38, 19.64],
+            ),
+            (Some(&w), QuantileKind::Empirical, [1.0, 1.0, 3.5, 3.5, 15.5, 20.0, 20.0]),
+        ];
+        for (w, kind, want) in cases {
+            let got = seven_number(&x, w, kind).unwrap();
+            for (g, e) in got.iter().zip(want) {
+                assert!(
+                    (g - e).abs() < 1e-9,
+                    "{kind:?} weighted={} got {got:?} want {want:?}",
+                    w.is_some()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn issue_3_ties_give_the_same_result_in_any_order() {
+        // cgmon's seed-7 style case: tied values with irregular weights.
+        let x = [1.0, 2.0, 2.0, 3.0, 1.0, 3.0, 3.0];
+        let w = [0.5, 1.0, 3.0, 0.25, 2.0, 1.0, 0.75];
+        let a = seven_number(&x, Some(&w), QuantileKind::LinInterp).unwrap();
+        let mut idx: Vec<usize> = (0..x.len()).collect();
+        idx.reverse();
+        let xr: Vec<f64> = idx.iter().map(|&i| x[i]).collect();
+        let wr: Vec<f64> = idx.iter().map(|&i| w[i]).collect();
+        let b = seven_number(&xr, Some(&wr), QuantileKind::LinInterp).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, [1.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]); // stats_vectors.py
+        // And for every rotation of the input.
+        for k in 1..x.len() {
+            let xr: Vec<f64> = (0..x.len()).map(|i| x[(i + k) % x.len()]).collect();
+            let wr: Vec<f64> = (0..x.len()).map(|i| w[(i + k) % x.len()]).collect();
+            assert_eq!(seven_number(&xr, Some(&wr), QuantileKind::LinInterp).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn single_value_and_zero_weight() {
+        assert_eq!(seven_number(&[4.0], Some(&[0.0]), QuantileKind::LinInterp), Some([4.0; 7]));
+        assert_eq!(seven_number(&[], None, QuantileKind::LinInterp), None);
+    }
+
+    proptest! {
+        #[test]
+        fn summaries_never_decrease_and_ignore_weight_scale(
+            data in prop::collection::vec((-1e6f64..1e6, 0.001f64..100.0), 1..60),
+            scale in 0.001f64..1000.0,
+            empirical in any::<bool>(),
+        ) {
+            let kind = if empirical { QuantileKind::Empirical } else { QuantileKind::LinInterp };
+            let x: Vec<f64> = data.iter().map(|d| d.0).collect();
+            let w: Vec<f64> = data.iter().map(|d| d.1).collect();
+            let s = seven_number(&x, Some(&w), kind).unwrap();
+            for pair in s.windows(2) {
+                prop_assert!(pair[0] <= pair[1] + 1e-9 * pair[1].abs().max(1.0), "{:?}", s);
+            }
+            let lo = x.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            prop_assert!(s[0] >= lo - 1e-9 && s[6] <= hi + 1e-9);
+            let ws: Vec<f64> = w.iter().map(|v| v * scale).collect();
+            let t = seven_number(&x, Some(&ws), kind).unwrap();
+            for (a, b) in s.iter().zip(t) {
+                prop_assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{:?} vs {:?}", s, t);
+            }
+        }
+    }
+}
