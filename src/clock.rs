@@ -11,6 +11,16 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_REALTIME − CLOCK_MONOTONIC in ns, to turn sample times into wall-clock times. Read
+/// once at startup: later NTP steps then move no record's times relative to one another.
+pub fn realtime_offset_ns() -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: as in monotonic_ns; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let real = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+    real - i128::from(monotonic_ns())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

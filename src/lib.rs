@@ -11,12 +11,14 @@
 //! `&[u8]`) and `filter` (expression → INET_DIAG_REQ_BYTECODE). Both are pure and testable
 //! without a kernel.
 
+pub mod analyzer;
 pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
 pub mod sampler;
 pub mod states;
 pub mod stats;
+pub mod tracker;
 pub mod wire;
 
 #[doc(hidden)]

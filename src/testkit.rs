@@ -214,3 +214,152 @@ pub fn control_msg(seq: u32, kind: u16, errno: i32) -> Vec<u8> {
     nlmsg::emit_header(&mut out, len, kind, nlmsg::NLM_F_MULTI, seq);
     out
 }
+
+/// Builds a socket message with a full 280-byte `tcp_info`, for tracker and analyzer tests.
+/// Starts as an ESTABLISHED IPv4 socket with rtt 10 ms, cwnd 10 × 1448 bytes.
+#[derive(Debug, Clone)]
+pub struct SockBuilder {
+    msg: MsgBuilder,
+    info: [u8; 280],
+    cong: Option<String>,
+}
+
+impl SockBuilder {
+    /// 127.0.0.1:`sport` → 127.0.0.1:`dport`, cookie `cookie`.
+    pub fn new(cookie: u64, sport: u16, dport: u16) -> Self {
+        let mut b =
+            Self { msg: MsgBuilder::v4(0, cookie, sport, dport), info: [0; 280], cong: None };
+        b.info[0] = 1;
+        b.set32(68, 10_000).set32(80, 10).set32(16, 1448).set64(104, u64::MAX).set64(112, u64::MAX);
+        b.set32(148, u32::MAX);
+        b
+    }
+    fn set32(&mut self, off: usize, v: u32) -> &mut Self {
+        self.info[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn set64(&mut self, off: usize, v: u64) -> &mut Self {
+        self.info[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    /// TCP state (both `idiag_state` and `tcpi_state`).
+    pub fn state(mut self, s: u8) -> Self {
+        self.msg.head[1] = s;
+        self.info[0] = s;
+        self
+    }
+    /// tcpi_options.
+    pub fn options(mut self, o: u8) -> Self {
+        self.info[5] = o;
+        self
+    }
+    /// tcpi_rtt, µs.
+    pub fn rtt_us(mut self, v: u32) -> Self {
+        self.set32(68, v);
+        self
+    }
+    /// tcpi_rttvar, µs.
+    pub fn rttvar_us(mut self, v: u32) -> Self {
+        self.set32(72, v);
+        self
+    }
+    /// tcpi_snd_cwnd, segments.
+    pub fn cwnd(mut self, v: u32) -> Self {
+        self.set32(80, v);
+        self
+    }
+    /// tcpi_snd_mss.
+    pub fn mss(mut self, v: u32) -> Self {
+        self.set32(16, v);
+        self
+    }
+    /// tcpi_total_retrans.
+    pub fn total_retrans(mut self, v: u32) -> Self {
+        self.set32(100, v);
+        self
+    }
+    /// tcpi_pacing_rate, bytes/s.
+    pub fn pacing(mut self, v: u64) -> Self {
+        self.set64(104, v);
+        self
+    }
+    /// tcpi_max_pacing_rate, bytes/s.
+    pub fn max_pacing(mut self, v: u64) -> Self {
+        self.set64(112, v);
+        self
+    }
+    /// tcpi_min_rtt, µs.
+    pub fn min_rtt_us(mut self, v: u32) -> Self {
+        self.set32(148, v);
+        self
+    }
+    /// tcpi_delivery_rate, bytes/s.
+    pub fn delivery_rate(mut self, v: u64) -> Self {
+        self.set64(160, v);
+        self
+    }
+    /// tcpi_bytes_acked.
+    pub fn bytes_acked(mut self, v: u64) -> Self {
+        self.set64(120, v);
+        self
+    }
+    /// tcpi_bytes_received.
+    pub fn bytes_received(mut self, v: u64) -> Self {
+        self.set64(128, v);
+        self
+    }
+    /// tcpi_bytes_sent.
+    pub fn bytes_sent(mut self, v: u64) -> Self {
+        self.set64(200, v);
+        self
+    }
+    /// tcpi_delivered and tcpi_delivered_ce.
+    pub fn delivered(mut self, all: u32, ce: u32) -> Self {
+        self.set32(192, all).set32(196, ce);
+        self
+    }
+    /// tcpi_last_data_sent (ms): a time-only field.
+    pub fn last_data_sent(mut self, v: u32) -> Self {
+        self.set32(44, v);
+        self
+    }
+    /// INET_DIAG_CONG.
+    pub fn cong(mut self, name: &str) -> Self {
+        self.cong = Some(name.to_string());
+        self
+    }
+    /// Without tcp_info, as TIME-WAIT minisockets are dumped.
+    pub fn minisock(&self) -> Vec<u8> {
+        let mut m = self.msg.clone();
+        m.attrs.clear();
+        m.head[1] = 6;
+        m.build()
+    }
+    /// The message (nlmsghdr included).
+    pub fn build(&self) -> Vec<u8> {
+        let mut m = self.msg.clone();
+        m.attrs.clear();
+        m = m.attr(attr::INET_DIAG_INFO, &self.info);
+        if let Some(c) = &self.cong {
+            let mut v = c.as_bytes().to_vec();
+            v.push(0);
+            m = m.attr(attr::INET_DIAG_CONG, &v);
+        }
+        m.build()
+    }
+}
+
+/// Turns built messages into a batch of samples (one datagram each, at the given times).
+pub fn batch(msgs: &[(u64, Vec<u8>)]) -> crate::wire::sock::SockBatch {
+    use crate::wire::sock::{Datagram, SockBatch, index};
+    let mut b = SockBatch::default();
+    for (ts, m) in msgs {
+        let payload = &m[nlmsg::NLMSG_HDRLEN..];
+        let mut idx = index(payload).expect("built messages decode");
+        idx.dgram = b.datagrams.len() as u32;
+        idx.payload_off = nlmsg::NLMSG_HDRLEN as u32;
+        b.index.push(idx);
+        b.datagrams.push(Datagram { ts_ns: *ts, bytes: m.clone() });
+    }
+    b
+}

@@ -95,10 +95,25 @@ impl<S: DumpSource> DestroyListener<S> {
         if let Some(r) = first {
             self.take(&mut out, buf, r.len, r.ts_ns);
         }
+        self.drain_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Takes whatever events are queued now, without waiting (possibly none).
+    ///
+    /// # Errors
+    /// A receive error other than ENOBUFS.
+    pub fn drain(&mut self) -> Result<DestroyBatch, SampleError> {
+        let mut out = DestroyBatch::default();
+        self.drain_into(&mut out)?;
+        Ok(out)
+    }
+
+    fn drain_into(&mut self, out: &mut DestroyBatch) -> Result<(), SampleError> {
         while out.batch.datagrams.len() < MAX_DATAGRAMS_PER_BATCH {
             let mut buf = Vec::with_capacity(EVENT_BUFSIZE);
             match self.source.try_recv(&mut buf) {
-                Ok(Some(r)) => self.take(&mut out, buf, r.len, r.ts_ns),
+                Ok(Some(r)) => self.take(out, buf, r.len, r.ts_ns),
                 Ok(None) => break,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => out.overruns += 1,
                 Err(source) => {
@@ -106,7 +121,7 @@ impl<S: DumpSource> DestroyListener<S> {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn take(&self, out: &mut DestroyBatch, buf: Vec<u8>, len: usize, ts_ns: u64) {

@@ -128,7 +128,7 @@ pub fn effective_n(n: usize, w: Option<&[f64]>) -> f64 {
 /// of freedom. `None` when it cannot be computed.
 pub fn p_value(r: f64, n_eff: f64) -> Option<f64> {
     let df = n_eff - 2.0;
-    if !r.is_finite() || !(df > 0.0) {
+    if !r.is_finite() || df.is_nan() || df <= 0.0 {
         return None;
     }
     if r.abs() >= 1.0 {

@@ -105,7 +105,8 @@ mod tests {
     fn reference_vectors() {
         let x = [12.0, 3.5, 7.25, 3.5, 20.0, 9.0, 15.5, 1.0];
         let w = [1.0, 2.0, 0.5, 1.5, 3.0, 1.0, 0.25, 2.75];
-        let cases: [(Option<&[f64]>, QuantileKind, [f64; 7]); 4] = [
+        type Case<'a> = (Option<&'a [f64]>, QuantileKind, [f64; 7]);
+        let cases: [Case; 4] = [
             (None, QuantileKind::LinInterp, [1.0, 1.0, 3.5, 7.25, 12.0, 16.76, 19.28]),
             (None, QuantileKind::Empirical, [1.0, 1.0, 3.5, 7.25, 12.0, 20.0, 20.0]),
             (

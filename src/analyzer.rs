@@ -1,0 +1,434 @@
+//! The analyzer: an ended flow → its record ([`FlowStats`]). Pure apart from its task
+//! wrapper; reads no clock (wall times come from the sample times plus an offset measured at
+//! startup).
+//!
+//! **Time weighting.** Retained sample `i` stands for the time its values held: from its
+//! timestamp to the next retained sample's. Deduped samples in between count toward that
+//! time, since they repeated the same values. The last sample has no successor, so it gets
+//! the median of the other weights (the mean of the middle two for an even count), or 1
+//! when it is the only sample. cgmon credited each interval to the sample that *ended* it
+//! (its B6).
+//!
+//! **Correlations**, all against cwnd in bytes (`snd_cwnd × snd_mss` per sample), on the
+//! time series:
+//! - RTT (ms).
+//! - Retransmit rate: retransmits per second over the interval a sample stands for, paired
+//!   with that sample's cwnd. It is weighted by the interval length and has one pair fewer
+//!   than there are samples (cgmon's B7 inserted a fixed 0 and divided by zero on equal
+//!   times).
+//! - Pacing rate (Mbit/s), over the samples that carry one.
+
+use std::net::IpAddr;
+
+use chrono::{DateTime, Local, SecondsFormat};
+use serde::Serialize;
+use tokio::sync::mpsc::{Receiver, Sender};
+
+use crate::stats::correlation::Correlation;
+use crate::stats::{Adjust, QuantileKind, correlate, seven_number};
+use crate::tracker::{ABSENT_U64, EndReason, EndedFlow, Retained};
+use crate::wire::inet_diag::AF_INET;
+use crate::wire::sock::state_name;
+use crate::wire::tcp_info::{TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, TCPI_OPT_SACK, TCPI_OPT_TIMESTAMPS};
+
+/// Analyzer settings (cgmon's `-analyzer-*` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AnalyzerConfig {
+    /// `-analyzer-cumulant-kind`.
+    pub quantile: QuantileKind,
+    /// `-analyzer-unweighted-quantiles`.
+    pub unweighted_quantiles: bool,
+    /// `-analyzer-unweighted-correlations`.
+    pub unweighted_correlations: bool,
+    /// `-analyzer-adjusted-correlation-1` / `-2`.
+    pub adjust: Adjust,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns ([`crate::clock::realtime_offset_ns`]).
+    pub realtime_offset_ns: i128,
+}
+
+/// `ID`: the flow's 4-tuple and first sample time, as cgmon writes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowId {
+    /// Local address.
+    #[serde(rename = "SrcIP")]
+    pub src_ip: String,
+    /// Local port.
+    #[serde(rename = "SrcPort")]
+    pub src_port: u16,
+    /// Remote address.
+    #[serde(rename = "DstIP")]
+    pub dst_ip: String,
+    /// Remote port.
+    #[serde(rename = "DstPort")]
+    pub dst_port: u16,
+    /// CLOCK_MONOTONIC ns of the first sample.
+    #[serde(rename = "TstampStartNs")]
+    pub tstamp_start_ns: u64,
+}
+
+/// One correlation with its evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CorrDetail {
+    /// Pearson's r (after any adjustment); -2 undefined, -3 fewer than two samples.
+    pub pearson: f64,
+    /// Spearman's ρ; same sentinels.
+    pub spearman: f64,
+    /// Two-sided p-value of r; absent when it cannot be computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pearson_p: Option<f64>,
+    /// Two-sided p-value of ρ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spearman_p: Option<f64>,
+    /// Pairs used.
+    pub n: usize,
+    /// Effective sample size of the weights (Kish).
+    pub effective_n: f64,
+}
+
+impl From<Correlation> for CorrDetail {
+    fn from(c: Correlation) -> Self {
+        Self {
+            pearson: c.pearson,
+            spearman: c.spearman,
+            pearson_p: c.pearson_p,
+            spearman_p: c.spearman_p,
+            n: c.n,
+            effective_n: c.n_eff,
+        }
+    }
+}
+
+/// The three correlations.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Correlations {
+    /// RTT ~ cwnd.
+    #[serde(rename = "RTTCwnd")]
+    pub rtt_cwnd: CorrDetail,
+    /// Retransmit rate ~ cwnd.
+    #[serde(rename = "RetransCwnd")]
+    pub retrans_cwnd: CorrDetail,
+    /// Pacing rate ~ cwnd.
+    #[serde(rename = "PacingCwnd")]
+    pub pacing_cwnd: CorrDetail,
+}
+
+/// One flow's record. cgmon's fields first, under cgmon's names and units, then ours.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowStats {
+    /// Identity.
+    #[serde(rename = "ID")]
+    pub id: FlowId,
+    /// Wall time of the first sample, RFC 3339 with ns, local time zone.
+    #[serde(rename = "StartTime")]
+    pub start_time: String,
+    /// Wall time the end was seen (destroy event, or the dump that missed the flow).
+    #[serde(rename = "EndTime")]
+    pub end_time: String,
+    /// Last sample seen minus first, ns.
+    #[serde(rename = "Duration")]
+    pub duration: i64,
+    /// Retained samples.
+    #[serde(rename = "Samples")]
+    pub samples: usize,
+    /// Deduped samples.
+    #[serde(rename = "SamplesDeduped")]
+    pub samples_deduped: u32,
+    /// Start or end not seen (`PartialStart || PartialEnd`).
+    #[serde(rename = "Partial")]
+    pub partial: bool,
+    /// TCPI_OPT_TIMESTAMPS in any sample.
+    #[serde(rename = "Timestamps")]
+    pub timestamps: bool,
+    /// TCPI_OPT_SACK in any sample.
+    #[serde(rename = "SACK")]
+    pub sack: bool,
+    /// TCPI_OPT_ECN in any sample.
+    #[serde(rename = "ECN")]
+    pub ecn: bool,
+    /// TCPI_OPT_ECN_SEEN in any sample.
+    #[serde(rename = "ECNSeen")]
+    pub ecn_seen: bool,
+    /// tcpi_min_rtt of the last sample, ms; absent when the kernel had no RTT sample.
+    #[serde(rename = "MinRTTKernelms", skip_serializing_if = "Option::is_none")]
+    pub min_rtt_kernel_ms: Option<f64>,
+    /// Smallest tcpi_rtt over retained samples, ms.
+    #[serde(rename = "MinRTTObservedms")]
+    pub min_rtt_observed_ms: f64,
+    /// tcpi_max_pacing_rate (SO_MAX_PACING_RATE), Mbit/s; absent when unlimited.
+    #[serde(rename = "MaxPacingRateKernelMbps", skip_serializing_if = "Option::is_none")]
+    pub max_pacing_rate_kernel_mbps: Option<f64>,
+    /// Largest tcpi_pacing_rate over retained samples, Mbit/s; absent when none had one.
+    #[serde(rename = "MaxPacingRateObservedMbps", skip_serializing_if = "Option::is_none")]
+    pub max_pacing_rate_observed_mbps: Option<f64>,
+    /// Seven-number summary of tcpi_rtt, ms.
+    #[serde(rename = "RTTSummary")]
+    pub rtt_summary: [f64; 7],
+    /// Seven-number summary of tcpi_rttvar, ms.
+    #[serde(rename = "RTTVarSummary")]
+    pub rttvar_summary: [f64; 7],
+    /// Pearson RTT ~ cwnd.
+    #[serde(rename = "CorrRTTCwnd")]
+    pub corr_rtt_cwnd: f64,
+    /// Pearson retransmit rate ~ cwnd.
+    #[serde(rename = "CorrRetransCwnd")]
+    pub corr_retrans_cwnd: f64,
+    /// Pearson pacing rate ~ cwnd.
+    #[serde(rename = "CorrPacingCwnd")]
+    pub corr_pacing_cwnd: f64,
+    /// tcpi_total_retrans of the last sample.
+    #[serde(rename = "TotalRetransmits")]
+    pub total_retransmits: u32,
+    /// tcpi_bytes_acked of the last sample (cumulative; SYN and FIN count 1 each).
+    #[serde(rename = "BytesAcked")]
+    pub bytes_acked: u64,
+    /// Bytes acked during the sampled span over its length, Mbit/s; 0 for a one-sample flow.
+    #[serde(rename = "SendThroughputMbps")]
+    pub send_throughput_mbps: f64,
+    /// tcpi_delivered of the last sample (segments).
+    #[serde(rename = "Delivered")]
+    pub delivered: u32,
+    /// tcpi_delivered_ce of the last sample (segments).
+    #[serde(rename = "DeliveredCE")]
+    pub delivered_ce: u32,
+    /// The start was not seen: open at startup, or a window after the first.
+    #[serde(rename = "PartialStart")]
+    pub partial_start: bool,
+    /// The end was not seen: open at shutdown, or cut at the window cap.
+    #[serde(rename = "PartialEnd")]
+    pub partial_end: bool,
+    /// Window number, from 0; a long flow yields one record per window.
+    #[serde(rename = "Seq")]
+    pub seq: u32,
+    /// destroyed | gone | shutdown | window.
+    #[serde(rename = "EndReason")]
+    pub end_reason: &'static str,
+    /// Seven-number summary of cwnd, bytes.
+    #[serde(rename = "CwndSummary")]
+    pub cwnd_summary: [f64; 7],
+    /// Seven-number summary of tcpi_pacing_rate, Mbit/s; absent when no sample had one.
+    #[serde(rename = "PacingRateSummary", skip_serializing_if = "Option::is_none")]
+    pub pacing_rate_summary: Option<[f64; 7]>,
+    /// Seven-number summary of tcpi_delivery_rate, Mbit/s.
+    #[serde(rename = "DeliveryRateSummary", skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_summary: Option<[f64; 7]>,
+    /// Pearson and Spearman with p-values and effective sample sizes.
+    #[serde(rename = "Correlations")]
+    pub correlations: Correlations,
+    /// Bytes received during the sampled span over its length, Mbit/s.
+    #[serde(rename = "RecvThroughputMbps")]
+    pub recv_throughput_mbps: f64,
+    /// tcpi_bytes_sent (includes retransmissions).
+    #[serde(rename = "BytesSent")]
+    pub bytes_sent: u64,
+    /// tcpi_bytes_retrans.
+    #[serde(rename = "BytesRetrans")]
+    pub bytes_retrans: u64,
+    /// tcpi_bytes_received.
+    #[serde(rename = "BytesReceived")]
+    pub bytes_received: u64,
+    /// Congestion-control algorithm ("" when the kernel never named it).
+    #[serde(rename = "CongestionControl")]
+    pub congestion_control: String,
+    /// inet | inet6.
+    #[serde(rename = "Family")]
+    pub family: &'static str,
+    /// State at the last sample (ss's names).
+    #[serde(rename = "FinalState")]
+    pub final_state: &'static str,
+    /// Socket cookie.
+    #[serde(rename = "Cookie")]
+    pub cookie: u64,
+    /// cgroup2 id (directory inode); absent when the kernel sent none.
+    #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+}
+
+fn ip(family: u8, raw: &[u8; 16]) -> String {
+    if family == AF_INET {
+        IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
+    } else {
+        IpAddr::from(*raw).to_string()
+    }
+}
+
+fn wall(mono_ns: u64, offset: i128) -> String {
+    let ns = i128::from(mono_ns) + offset;
+    let secs = ns.div_euclid(1_000_000_000) as i64;
+    let sub = ns.rem_euclid(1_000_000_000) as u32;
+    match DateTime::from_timestamp(secs, sub) {
+        Some(t) => t.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Nanos, true),
+        None => String::new(),
+    }
+}
+
+/// The weight of each retained sample (see the module docs), in seconds.
+pub fn time_weights(samples: &[Retained]) -> Vec<f64> {
+    let n = samples.len();
+    if n <= 1 {
+        return vec![1.0; n];
+    }
+    let mut w: Vec<f64> =
+        samples.windows(2).map(|p| p[1].ts_ns.saturating_sub(p[0].ts_ns) as f64 / 1e9).collect();
+    let mut sorted = w.clone();
+    sorted.sort_by(f64::total_cmp);
+    let m = sorted.len();
+    let median = if m % 2 == 1 { sorted[m / 2] } else { (sorted[m / 2 - 1] + sorted[m / 2]) / 2.0 };
+    w.push(median);
+    w
+}
+
+fn mbps(bytes_per_s: u64) -> f64 {
+    bytes_per_s as f64 * 8.0 / 1e6
+}
+
+fn throughput_mbps(bytes: u64, span_ns: u64) -> f64 {
+    if span_ns == 0 { 0.0 } else { bytes as f64 * 8.0 / (span_ns as f64 / 1e9) / 1e6 }
+}
+
+/// Computes a flow's record.
+pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
+    let f = &e.flow;
+    let s = &f.samples;
+    let w = time_weights(s);
+    let wq = (!cfg.unweighted_quantiles).then_some(&w[..]);
+    let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
+    let kind = cfg.quantile;
+    let summary = |x: &[f64], w: Option<&[f64]>| seven_number(x, w, kind).unwrap_or([0.0; 7]);
+
+    let rtt: Vec<f64> = s.iter().map(|r| f64::from(r.rtt_us) / 1000.0).collect();
+    let rttvar: Vec<f64> = s.iter().map(|r| f64::from(r.rttvar_us) / 1000.0).collect();
+    let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
+
+    // Rates the kernel did not give are left out, with their weights.
+    let present = |get: fn(&Retained) -> u64| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+        let mut x = Vec::new();
+        let (mut ww, mut c) = (Vec::new(), Vec::new());
+        for (i, r) in s.iter().enumerate() {
+            let v = get(r);
+            if v != ABSENT_U64 {
+                x.push(mbps(v));
+                ww.push(w[i]);
+                c.push(cwnd[i]);
+            }
+        }
+        (x, ww, c)
+    };
+    let (pacing, pacing_w, pacing_cwnd) = present(|r| r.pacing_rate);
+    let (delivery, delivery_w, _) = present(|r| r.delivery_rate);
+    let pick = |flag: bool, v: &[f64]| -> Option<Vec<f64>> { (!flag).then(|| v.to_vec()) };
+
+    // Retransmit rate over each interval, with that interval's cwnd and length.
+    let (mut rr, mut rr_cwnd, mut rr_w) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in s.windows(2).enumerate() {
+        let dt = p[1].ts_ns.saturating_sub(p[0].ts_ns) as f64 / 1e9;
+        if dt > 0.0 {
+            rr.push(f64::from(p[1].total_retrans.wrapping_sub(p[0].total_retrans)) / dt);
+            rr_cwnd.push(cwnd[i]);
+            rr_w.push(dt);
+        }
+    }
+
+    let adjust = cfg.adjust;
+    let c_rtt = correlate(&rtt, &cwnd, wc, adjust);
+    let pw = pick(cfg.unweighted_correlations, &pacing_w);
+    let c_pacing = correlate(&pacing, &pacing_cwnd, pw.as_deref(), adjust);
+    let rw = pick(cfg.unweighted_correlations, &rr_w);
+    let c_retrans = correlate(&rr, &rr_cwnd, rw.as_deref(), adjust);
+
+    let pq = pick(cfg.unweighted_quantiles, &pacing_w);
+    let dq = pick(cfg.unweighted_quantiles, &delivery_w);
+    let span = f.last_ts_ns.saturating_sub(f.first_ts_ns);
+    let last = &f.last;
+    let has = |bit: u8| f.options & bit != 0;
+    let partial_end = e.partial_end();
+    FlowStats {
+        id: FlowId {
+            src_ip: ip(f.key.family, &f.key.src),
+            src_port: f.key.sport,
+            dst_ip: ip(f.key.family, &f.key.dst),
+            dst_port: f.key.dport,
+            tstamp_start_ns: f.first_ts_ns,
+        },
+        start_time: wall(f.first_ts_ns, cfg.realtime_offset_ns),
+        end_time: wall(e.end_ts_ns, cfg.realtime_offset_ns),
+        duration: i64::try_from(span).unwrap_or(i64::MAX),
+        samples: s.len(),
+        samples_deduped: f.deduped,
+        partial: f.partial_start || partial_end,
+        timestamps: has(TCPI_OPT_TIMESTAMPS),
+        sack: has(TCPI_OPT_SACK),
+        ecn: has(TCPI_OPT_ECN),
+        ecn_seen: has(TCPI_OPT_ECN_SEEN),
+        min_rtt_kernel_ms: (last.min_rtt_us != u32::MAX)
+            .then(|| f64::from(last.min_rtt_us) / 1000.0),
+        min_rtt_observed_ms: rtt.iter().copied().fold(f64::INFINITY, f64::min).min(f64::MAX),
+        max_pacing_rate_kernel_mbps: (last.max_pacing_rate != ABSENT_U64)
+            .then(|| mbps(last.max_pacing_rate)),
+        max_pacing_rate_observed_mbps: pacing.iter().copied().reduce(f64::max),
+        rtt_summary: summary(&rtt, wq),
+        rttvar_summary: summary(&rttvar, wq),
+        corr_rtt_cwnd: c_rtt.pearson,
+        corr_retrans_cwnd: c_retrans.pearson,
+        corr_pacing_cwnd: c_pacing.pearson,
+        total_retransmits: last.total_retrans,
+        bytes_acked: last.bytes_acked,
+        send_throughput_mbps: throughput_mbps(
+            last.bytes_acked.saturating_sub(f.first_bytes_acked),
+            span,
+        ),
+        delivered: last.delivered,
+        delivered_ce: last.delivered_ce,
+        partial_start: f.partial_start,
+        partial_end,
+        seq: f.seq,
+        end_reason: match e.reason {
+            EndReason::Destroyed => "destroyed",
+            EndReason::Gone => "gone",
+            EndReason::Shutdown => "shutdown",
+            EndReason::Window => "window",
+        },
+        cwnd_summary: summary(&cwnd, wq),
+        pacing_rate_summary: seven_number(&pacing, pq.as_deref(), kind),
+        delivery_rate_summary: seven_number(&delivery, dq.as_deref(), kind),
+        correlations: Correlations {
+            rtt_cwnd: c_rtt.into(),
+            retrans_cwnd: c_retrans.into(),
+            pacing_cwnd: c_pacing.into(),
+        },
+        recv_throughput_mbps: throughput_mbps(
+            last.bytes_received.saturating_sub(f.first_bytes_received),
+            span,
+        ),
+        bytes_sent: last.bytes_sent,
+        bytes_retrans: last.bytes_retrans,
+        bytes_received: last.bytes_received,
+        congestion_control: f.cc.as_str().to_string(),
+        family: if f.key.family == AF_INET { "inet" } else { "inet6" },
+        final_state: state_name(last.state),
+        cookie: f.key.cookie,
+        cgroup_id: (f.cgroup_id != 0).then_some(f.cgroup_id),
+    }
+}
+
+/// The analyzer stage: ended flows in, records out, until its input closes.
+///
+/// # Errors
+/// The downstream channel closed.
+pub async fn run(
+    cfg: AnalyzerConfig,
+    mut ended_rx: Receiver<Vec<EndedFlow>>,
+    records_tx: Sender<Vec<FlowStats>>,
+) -> Result<(), crate::tracker::task::StageError> {
+    while let Some(batch) = ended_rx.recv().await {
+        let records: Vec<FlowStats> = batch.iter().map(|e| analyze(e, &cfg)).collect();
+        records_tx
+            .send(records)
+            .await
+            .map_err(|_| crate::tracker::task::StageError::DownstreamGone)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,202 @@
+//! Analyzer tests: flows built through the tracker from synthetic samples.
+
+use super::*;
+use crate::testkit::{SockBuilder, batch};
+use crate::tracker::{Tracker, TrackerConfig};
+
+const S: u64 = 1_000_000_000;
+
+/// Feeds one socket's samples (time, builder) through a tracker and ends the flow with a
+/// destroy event built from the last one.
+fn flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    t.begin_dump();
+    t.end_dump(true, 0, &mut out); // an empty first dump: the flow is not partial
+    let (last_ts, last) = samples.last().unwrap().clone();
+    for (ts, s) in &samples[..samples.len() - 1] {
+        let b = batch(&[(*ts, s.build())]);
+        t.begin_dump();
+        t.observe(&b.get(0).unwrap(), &mut out);
+        t.end_dump(true, *ts, &mut out);
+    }
+    let b = batch(&[(last_ts, last.state(7).build())]);
+    t.destroyed(&b.get(0).unwrap(), &mut out);
+    assert_eq!(out.len(), 1);
+    out.pop().unwrap()
+}
+
+fn cfg() -> AnalyzerConfig {
+    AnalyzerConfig::default()
+}
+
+#[test]
+fn issue_3_throughput_past_18_4_gb_does_not_overflow() {
+    // cgmon: 19e9 bytes in 10 s gave 442.604736 (u64 overflow, B2).
+    let a = SockBuilder::new(1, 5000, 80);
+    let e = flow(&[(0, a.clone().bytes_acked(0)), (10 * S, a.clone().bytes_acked(19_000_000_000))]);
+    let r = analyze(&e, &cfg());
+    assert!((r.send_throughput_mbps - 15_200.0).abs() < 1e-9, "{}", r.send_throughput_mbps);
+    // Not truncated to whole bytes per second: 1001 bytes in 2 s = 4.004 kbit/s.
+    let e = flow(&[(0, a.clone().bytes_acked(1)), (2 * S, a.clone().bytes_acked(1002))]);
+    assert!((analyze(&e, &cfg()).send_throughput_mbps - 0.004004).abs() < 1e-15);
+}
+
+#[test]
+fn issue_3_rtt_falling_while_cwnd_rises_gives_minus_one() {
+    let a = SockBuilder::new(1, 5000, 80);
+    let samples: Vec<_> = (0..20u32)
+        .map(|i| (u64::from(i) * S, a.clone().rtt_us(50_000 - 1000 * i).cwnd(10 + i)))
+        .collect();
+    let r = analyze(&flow(&samples), &cfg());
+    assert!((r.corr_rtt_cwnd + 1.0).abs() < 1e-12, "{}", r.corr_rtt_cwnd);
+    assert!((r.correlations.rtt_cwnd.spearman + 1.0).abs() < 1e-12);
+    assert!(r.correlations.rtt_cwnd.pearson_p.unwrap() < 1e-10);
+}
+
+#[test]
+fn weights_credit_the_interval_after_each_sample_and_the_median_to_the_last() {
+    let t = |ts: u64| Retained { ts_ns: ts, ..Retained::default() };
+    let w = time_weights(&[t(0), t(S), t(3 * S), t(4 * S)]);
+    assert_eq!(w, [1.0, 2.0, 1.0, 1.0]); // median of [1, 2, 1] is 1
+    let w = time_weights(&[t(0), t(S), t(4 * S)]);
+    assert_eq!(w, [1.0, 3.0, 2.0]); // median of [1, 3] is their mean
+    assert_eq!(time_weights(&[t(5)]), [1.0]);
+}
+
+#[test]
+fn time_weighting_changes_the_summary() {
+    // RTT 10 ms for 9 s, then 100 ms for 1 s, then back to 10 ms: weighted, the 98th
+    // percentile stays low; unweighted, a third of the samples are high.
+    let a = SockBuilder::new(1, 5000, 80);
+    let e = flow(&[
+        (0, a.clone().rtt_us(10_000)),
+        (9 * S, a.clone().rtt_us(100_000)),
+        (10 * S, a.clone().rtt_us(10_000).bytes_acked(5)),
+    ]);
+    let w = analyze(&e, &cfg());
+    let u = analyze(&e, &AnalyzerConfig { unweighted_quantiles: true, ..cfg() });
+    assert_eq!(w.rtt_summary[3], 10.0);
+    assert!(u.rtt_summary[6] > 90.0, "{:?}", u.rtt_summary);
+    assert!(w.rtt_summary[5] < u.rtt_summary[5], "{:?} vs {:?}", w.rtt_summary, u.rtt_summary);
+}
+
+#[test]
+fn retransmit_rate_is_per_interval() {
+    let a = SockBuilder::new(1, 5000, 80);
+    // Retransmits come when cwnd is large: r ≈ +1.
+    let samples: Vec<_> = (0..10u32)
+        .map(|i| (u64::from(i) * S, a.clone().cwnd(10 + i).total_retrans(i * i)))
+        .collect();
+    let r = analyze(&flow(&samples), &cfg());
+    assert_eq!(r.correlations.retrans_cwnd.n, 9, "one pair per interval");
+    assert!(r.corr_retrans_cwnd > 0.95, "{}", r.corr_retrans_cwnd);
+}
+
+#[test]
+fn sentinels_and_absent_values_never_reach_json_as_nan() {
+    let a = SockBuilder::new(1, 5000, 80); // pacing/max pacing unlimited, min_rtt unset
+    let one = analyze(&flow(&[(0, a.clone())]), &cfg());
+    assert_eq!(one.corr_rtt_cwnd, -3.0);
+    assert_eq!(one.send_throughput_mbps, 0.0);
+    assert_eq!(one.min_rtt_kernel_ms, None);
+    assert_eq!(one.max_pacing_rate_kernel_mbps, None);
+    assert_eq!(one.pacing_rate_summary, None);
+    let flat = analyze(&flow(&[(0, a.clone()), (S, a.clone().bytes_acked(9))]), &cfg());
+    assert_eq!(flat.corr_rtt_cwnd, -2.0, "constant series: undefined");
+    for r in [&one, &flat] {
+        let v = serde_json::to_value(r).unwrap();
+        assert!(v.get("MinRTTKernelms").is_none());
+        assert!(v.get("MaxPacingRateKernelMbps").is_none());
+        let text = serde_json::to_string(r).unwrap();
+        assert!(!text.contains("null") && !text.contains("NaN"), "{text}");
+    }
+    // With adjustment 2 cgmon let NaN through (B4); here it stays finite.
+    let c = AnalyzerConfig { adjust: Adjust::Adjusted, ..cfg() };
+    let samples: Vec<_> = (0..5u32)
+        .map(|i| (u64::from(i) * S, a.clone().rtt_us(10_000 + (i % 2) * 100).cwnd(10 + i)))
+        .collect();
+    let r = analyze(&flow(&samples), &c);
+    assert!(r.corr_rtt_cwnd.is_finite());
+    serde_json::to_string(&r).unwrap();
+}
+
+#[test]
+fn record_carries_cgmon_and_new_fields() {
+    let a = SockBuilder::new(42, 5000, 80)
+        .cong("cubic")
+        .min_rtt_us(1500)
+        .max_pacing(125_000_000)
+        .pacing(1_250_000)
+        .options(1 | 2);
+    let e = flow(&[
+        (0, a.clone().bytes_acked(1).bytes_received(0)),
+        (
+            S,
+            a.clone()
+                .bytes_acked(125_001)
+                .bytes_received(250_000)
+                .bytes_sent(130_000)
+                .delivered(90, 3),
+        ),
+    ]);
+    let r = analyze(&e, &cfg());
+    assert_eq!(r.id.src_ip, "127.0.0.1");
+    assert_eq!((r.id.src_port, r.id.dst_port), (5000, 80));
+    assert_eq!(r.samples, 2);
+    assert!(r.timestamps && r.sack && !r.ecn);
+    assert_eq!(r.min_rtt_kernel_ms, Some(1.5));
+    assert_eq!(r.max_pacing_rate_kernel_mbps, Some(1000.0));
+    assert_eq!(r.max_pacing_rate_observed_mbps, Some(10.0));
+    assert!((r.send_throughput_mbps - 1.0).abs() < 1e-12);
+    assert!((r.recv_throughput_mbps - 2.0).abs() < 1e-12);
+    assert_eq!((r.delivered, r.delivered_ce), (90, 3));
+    assert_eq!(r.congestion_control, "cubic");
+    assert_eq!((r.family, r.final_state, r.end_reason), ("inet", "CLOSE", "destroyed"));
+    assert_eq!(r.cookie, 42);
+    assert!(!r.partial);
+    assert_eq!(r.cwnd_summary, [14_480.0; 7]);
+    let text = serde_json::to_string(&r).unwrap();
+    let order = [
+        "\"ID\"",
+        "\"StartTime\"",
+        "\"EndTime\"",
+        "\"Duration\"",
+        "\"Samples\"",
+        "\"SamplesDeduped\"",
+        "\"Partial\"",
+        "\"Timestamps\"",
+        "\"SACK\"",
+        "\"ECN\"",
+        "\"ECNSeen\"",
+        "\"MinRTTKernelms\"",
+        "\"MinRTTObservedms\"",
+        "\"MaxPacingRateKernelMbps\"",
+        "\"MaxPacingRateObservedMbps\"",
+        "\"RTTSummary\"",
+        "\"RTTVarSummary\"",
+        "\"CorrRTTCwnd\"",
+        "\"CorrRetransCwnd\"",
+        "\"CorrPacingCwnd\"",
+        "\"TotalRetransmits\"",
+        "\"BytesAcked\"",
+        "\"SendThroughputMbps\"",
+    ];
+    let pos: Vec<usize> =
+        order.iter().map(|k| text.find(k).unwrap_or_else(|| panic!("{k} missing"))).collect();
+    assert!(pos.windows(2).all(|p| p[0] < p[1]), "cgmon's field order: {text}");
+}
+
+#[test]
+fn partial_flags_follow_the_edges() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    let b = batch(&[(0, SockBuilder::new(1, 1, 80).build())]);
+    t.begin_dump();
+    t.observe(&b.get(0).unwrap(), &mut out);
+    t.end_dump(true, 0, &mut out);
+    t.finish(&mut out);
+    let r = analyze(&out[0], &cfg());
+    assert!(r.partial && r.partial_start && r.partial_end);
+    assert_eq!(r.end_reason, "shutdown");
+}

@@ -1,0 +1,199 @@
+//! Tracker tests on built samples: no kernel.
+
+use super::*;
+use crate::testkit::{SockBuilder, batch};
+use crate::wire::tcp_info::{TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, TCPI_OPT_SACK};
+
+const S: u64 = 1_000_000_000;
+
+/// Runs one dump of the given sockets at time `ts`; returns the flows it ended.
+fn dump(t: &mut Tracker, ts: u64, socks: &[&SockBuilder], complete: bool) -> Vec<EndedFlow> {
+    let b = batch(&socks.iter().map(|s| (ts, s.build())).collect::<Vec<_>>());
+    let mut out = Vec::new();
+    t.begin_dump();
+    for s in b.iter() {
+        t.observe(&s, &mut out);
+    }
+    t.end_dump(complete, ts, &mut out);
+    out
+}
+
+fn destroy(t: &mut Tracker, ts: u64, s: &SockBuilder) -> Vec<EndedFlow> {
+    let b = batch(&[(ts, s.clone().state(7).build())]);
+    let mut out = Vec::new();
+    t.destroyed(&b.get(0).unwrap(), &mut out);
+    out
+}
+
+#[test]
+fn dedup_keeps_changes_and_counts_the_rest() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80);
+    dump(&mut t, 0, &[&a], true); // the first dump: partial start
+    let a2 = a.clone().last_data_sent(999); // time-only change: still a duplicate
+    dump(&mut t, S, &[&a2], true);
+    dump(&mut t, 2 * S, &[&a.clone().rtt_us(12_000)], true);
+    dump(&mut t, 3 * S, &[&a.clone().rtt_us(12_000)], true);
+    let f = t.flows().next().unwrap();
+    assert_eq!(f.samples.len(), 2);
+    assert_eq!(f.deduped, 2);
+    assert_eq!(f.last_ts_ns, 3 * S, "deduped samples still extend the flow");
+    assert_eq!(t.stats().samples_deduped, 2);
+}
+
+#[test]
+fn issue_3_option_bits_seen_only_in_deduped_samples_are_kept() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80).options(TCPI_OPT_SACK | TCPI_OPT_ECN);
+    dump(&mut t, 0, &[&a], true);
+    // Same values, but ECN_SEEN now set: deduped, yet its bit must survive.
+    dump(&mut t, S, &[&a.clone().options(TCPI_OPT_SACK | TCPI_OPT_ECN | TCPI_OPT_ECN_SEEN)], true);
+    let ended = dump(&mut t, 2 * S, &[], true);
+    assert_eq!(ended[0].flow.samples.len(), 1);
+    assert_eq!(ended[0].flow.deduped, 1);
+    assert_ne!(ended[0].flow.options & TCPI_OPT_ECN_SEEN, 0);
+}
+
+#[test]
+fn issue_3_four_tuple_reuse_gives_two_flows() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    dump(&mut t, 0, &[], true);
+    let first = SockBuilder::new(1, 5000, 80).bytes_acked(100);
+    let second = SockBuilder::new(2, 5000, 80).bytes_acked(7); // same 4-tuple, new cookie
+    dump(&mut t, S, &[&first], true);
+    let ended = dump(&mut t, 2 * S, &[&second], true);
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].flow.key.cookie, 1);
+    assert_eq!(ended[0].reason, EndReason::Gone);
+    assert_eq!(ended[0].end_ts_ns, 2 * S);
+    assert_eq!(t.active(), 1);
+    assert_eq!(t.flows().next().unwrap().key.cookie, 2);
+}
+
+#[test]
+fn only_a_complete_dump_ends_flows() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80);
+    dump(&mut t, 0, &[&a], true);
+    assert!(dump(&mut t, S, &[], false).is_empty(), "an interrupted dump ends nothing");
+    assert_eq!(t.stats().incomplete_dumps, 1);
+    assert_eq!(dump(&mut t, 2 * S, &[], true).len(), 1);
+}
+
+#[test]
+fn destroy_event_gives_final_counters_and_the_socket_is_not_reopened() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    dump(&mut t, 0, &[], true);
+    let a = SockBuilder::new(1, 5000, 80).bytes_acked(1);
+    dump(&mut t, S, &[&a], true);
+    let ended = destroy(&mut t, S + S / 2, &a.clone().bytes_acked(1_000_002));
+    assert_eq!(ended.len(), 1);
+    let e = &ended[0];
+    assert_eq!(e.reason, EndReason::Destroyed);
+    assert_eq!(e.flow.last.bytes_acked, 1_000_002);
+    assert_eq!(e.flow.last.state, 7);
+    assert!(!e.flow.partial_start && !e.partial_end());
+    // A dump that was walking while it closed still holds it: no second flow.
+    assert!(dump(&mut t, 2 * S, &[&a], true).is_empty());
+    assert_eq!(t.active(), 0);
+}
+
+#[test]
+fn a_flow_that_lived_between_two_polls_is_recorded_from_its_destroy_event() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    dump(&mut t, 0, &[], true);
+    let ended = destroy(&mut t, S / 2, &SockBuilder::new(9, 6000, 443).bytes_acked(5_002));
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].flow.samples.len(), 1);
+    assert_eq!(ended[0].flow.last.bytes_acked, 5_002);
+    assert!(!ended[0].flow.partial_start);
+}
+
+#[test]
+fn time_wait_minisocket_keeps_a_flow_alive_but_never_starts_one() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80);
+    dump(&mut t, 0, &[&a], true);
+    let tw = a.minisock();
+    let b = batch(&[(S, tw.clone())]);
+    let mut out = Vec::new();
+    t.begin_dump();
+    t.observe(&b.get(0).unwrap(), &mut out);
+    t.end_dump(true, S, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(t.flows().next().unwrap().last.state, 6);
+    let b2 = batch(&[(2 * S, SockBuilder::new(2, 7000, 80).minisock())]);
+    t.begin_dump();
+    t.observe(&b2.get(0).unwrap(), &mut out);
+    assert_eq!(t.active(), 1, "no flow from a TIME-WAIT minisocket alone");
+}
+
+#[test]
+fn max_flows_counts_recorded_flows_and_refuses_for_life() {
+    let cfg = TrackerConfig { max_flows: 2, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    let (a, b, c) =
+        (SockBuilder::new(1, 1, 80), SockBuilder::new(2, 2, 80), SockBuilder::new(3, 3, 80));
+    dump(&mut t, 0, &[&a, &b, &c], true);
+    assert_eq!(t.active(), 2);
+    assert_eq!(t.stats().flows_refused, 1);
+    // a ends; room for one, but c was refused at birth and stays refused.
+    dump(&mut t, S, &[&b, &c], true);
+    assert_eq!(t.active(), 1);
+    let d = SockBuilder::new(4, 4, 80);
+    dump(&mut t, 2 * S, &[&b, &c, &d], true);
+    assert_eq!(t.active(), 2, "a new flow is admitted: the limit counts recorded flows only");
+    assert_eq!(t.stats().flows_refused, 1);
+    assert!(t.flows().all(|f| f.key.cookie != 3));
+}
+
+#[test]
+fn min_samples_drops_short_flows_and_counts_them() {
+    let cfg = TrackerConfig { min_samples: 2, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[&SockBuilder::new(1, 1, 80)], true);
+    assert!(dump(&mut t, S, &[], true).is_empty());
+    assert_eq!(t.stats().flows_too_short, 1);
+}
+
+#[test]
+fn partial_edges_are_recorded() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let old = SockBuilder::new(1, 1, 80);
+    dump(&mut t, 0, &[&old], true);
+    let new = SockBuilder::new(2, 2, 80);
+    dump(&mut t, S, &[&old, &new], true);
+    let mut out = Vec::new();
+    t.finish(&mut out);
+    out.sort_by_key(|e| e.flow.key.cookie);
+    assert!(out[0].flow.partial_start && out[0].partial_end());
+    assert!(!out[1].flow.partial_start && out[1].partial_end());
+    assert!(out.iter().all(|e| e.reason == EndReason::Shutdown));
+    assert_eq!(t.active(), 0);
+}
+
+#[test]
+fn window_cap_emits_interim_records_with_sequence_numbers() {
+    let cfg = TrackerConfig { window_samples: 3, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    let a = SockBuilder::new(1, 1, 80);
+    let mut interim = Vec::new();
+    for i in 0..7u32 {
+        let s = a.clone().rtt_us(10_000 + i).bytes_acked(u64::from(i) * 1000);
+        interim.extend(dump(&mut t, u64::from(i) * S, &[&s], true));
+    }
+    // Windows hold 3 samples; each next window starts with the sample that closed the last.
+    assert_eq!(interim.len(), 3);
+    for (k, e) in interim.iter().enumerate() {
+        assert_eq!(e.reason, EndReason::Window);
+        assert_eq!(e.flow.seq, k as u32);
+        assert_eq!(e.flow.samples.len(), 3);
+        assert!(e.partial_end());
+        // Window 0 began in the first dump (open at startup); later windows' starts are cuts.
+        assert!(e.flow.partial_start);
+    }
+    assert_eq!(interim[1].flow.first_ts_ns, interim[0].end_ts_ns);
+    assert_eq!(interim[1].flow.first_bytes_acked, 2000);
+    let f = t.flows().next().unwrap();
+    assert_eq!((f.seq, f.samples.len()), (3, 1));
+}
