@@ -73,15 +73,12 @@ pub struct Retained {
 /// Marks a rate the kernel did not give.
 pub const ABSENT_U64: u64 = u64::MAX;
 
-/// Values of the newest sample (retained or not): the flow's final counters.
+/// The newest sample's flow-level values: the flow's final counters. Together with
+/// [`Retained`] they are what dedup compares (option flags aside, which are OR'd).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Last {
     /// State.
     pub state: u8,
-    /// tcpi_options.
-    pub options: u8,
-    /// `tcp_info` length the kernel sent (0 = none yet).
-    pub info_len: u16,
     /// tcpi_min_rtt, µs; u32::MAX when absent.
     pub min_rtt_us: u32,
     /// tcpi_total_retrans.
@@ -168,9 +165,6 @@ pub struct Flow {
     pub last: Last,
     /// Retained samples, oldest first.
     pub samples: Vec<Retained>,
-    /// Counters of the last retained sample that are compared but not retained.
-    last_kept: (u64, u64, u64),
-    seen_gen: u32,
 }
 
 /// A flow handed on for analysis.
@@ -213,11 +207,28 @@ pub struct TrackerStats {
     pub incomplete_dumps: u64,
 }
 
+/// The per-flow fields every sample touches, kept in the index beside the cookie (32 bytes
+/// an entry, so 20,000 flows' index fits in L2). A sample whose fingerprint equals the
+/// flow's is deduped without reading the flow itself, which would cost a cache miss per
+/// socket per dump.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    /// Hash of everything dedup compares (and the 4-tuple) in the last retained sample.
+    fp: u64,
+    last_ts_ns: u64,
+    slot: u32,
+    seen_gen: u32,
+    deduped: u32,
+    options: u8,
+}
+
 /// The flow table.
 #[derive(Debug)]
 pub struct Tracker {
     cfg: TrackerConfig,
-    flows: FxHashMap<u64, Flow>,
+    /// cookie → hot fields and the flow's slot in `slab`.
+    index: FxHashMap<u64, Hot>,
+    slab: Vec<Flow>,
     /// Cookies refused for `max_flows`, with the generation they were last seen in.
     refused: FxHashMap<u64, u32>,
     /// Cookies of flows ended by their destroy event, with that generation. A dump that was
@@ -228,12 +239,12 @@ pub struct Tracker {
     stats: TrackerStats,
 }
 
-/// Everything read from one sample, once.
+/// What dedup compares, read from one sample once.
+#[derive(Debug, Clone, Copy)]
 struct Snap {
     retained: Retained,
     last: Last,
-    cc: Option<CcName>,
-    cgroup_id: Option<u64>,
+    options: u8,
 }
 
 fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
@@ -250,8 +261,6 @@ fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
     };
     let last = Last {
         state,
-        options: t.options().unwrap_or(0),
-        info_len: t.len().min(usize::from(u16::MAX)) as u16,
         min_rtt_us: t.min_rtt().unwrap_or(u32::MAX),
         total_retrans: retained.total_retrans,
         delivered: t.delivered().unwrap_or(0),
@@ -263,7 +272,118 @@ fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
         bytes_sent: t.bytes_sent().unwrap_or(0),
         bytes_retrans: t.bytes_retrans().unwrap_or(0),
     };
-    Snap { retained, last, cc: s.cong().map(CcName::new), cgroup_id: s.cgroup_id() }
+    Snap { retained, last, options: t.options().unwrap_or(0) }
+}
+
+/// 64-bit fingerprint of what dedup compares in a sample, plus its family and 4-tuple.
+/// Two different samples collide with probability about 2^-64, so a collision that would
+/// wrongly dedup one sample is not a practical concern.
+///
+/// It hashes the raw `tcp_info` words that hold the compared fields (masking out neighbours
+/// such as time-only fields), so the dedup path builds no [`Snap`]. The words are mixed in
+/// independent pairs (a 64×64→128-bit multiply each, folded), not in one serial chain: this
+/// runs once per socket per dump.
+fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
+    const K: [u64; 20] = [
+        0xa076_1d64_78bd_642f,
+        0xe703_7ed1_a0b4_28db,
+        0x8ebc_6af0_9c88_c6e3,
+        0x5899_65cc_7537_4cc3,
+        0x1d8e_4e27_c47d_124f,
+        0x72be_5d74_f27b_896f,
+        0xd5a5_c0a8_1e3b_c0ef,
+        0x9e37_79b9_7f4a_7c15,
+        0xc2b2_ae3d_27d4_eb4f,
+        0x1656_67b1_9e37_79f9,
+        0x27d4_eb2f_1656_67c5,
+        0x94d0_49bb_1331_11eb,
+        0xbf58_476d_1ce4_e5b9,
+        0x2545_f491_4f6c_dd1d,
+        0x9fb2_1c65_1e98_df25,
+        0xd6e8_feb8_6659_fd93,
+        0x6a09_e667_f3bc_c908,
+        0xbb67_ae85_84ca_a73b,
+        0x3c6e_f372_fe94_f82b,
+        0xa54f_f53a_5f1d_36f1,
+    ];
+    fn mum(a: u64, b: u64) -> u64 {
+        let p = u128::from(a) * u128::from(b);
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+    let info = t.as_bytes();
+    let m = s.msg();
+    let p = s.payload();
+    let word =
+        |b: &[u8], off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().expect("8 bytes"));
+    // inet_diag_msg bytes 4..40: ports and both addresses; family and state beside.
+    let tuple = [word(p, 4), word(p, 12), word(p, 20), word(p, 28), word(p, 32)];
+    let head = u64::from(m.family()) << 8 | u64::from(m.state());
+    let w: [u64; 14] = if cfg!(target_endian = "little") && info.len() >= 216 {
+        const LO: u64 = 0xffff_ffff; // the low u32 of a word (host order: little-endian)
+        [
+            word(info, 16) & LO,                                                  // snd_mss
+            word(info, 68),                                                       // rtt, rttvar
+            word(info, 80) & LO,                                                  // snd_cwnd
+            u64::from(u32::from_ne_bytes(info[100..104].try_into().expect("4"))), // total_retrans
+            word(info, 104),                                                      // pacing_rate
+            word(info, 112),                                                      // max_pacing_rate
+            word(info, 120),                                                      // bytes_acked
+            word(info, 128),                                                      // bytes_received
+            u64::from(u32::from_ne_bytes(info[148..152].try_into().expect("4"))), // min_rtt
+            word(info, 160),                                                      // delivery_rate
+            word(info, 192), // delivered, delivered_ce
+            word(info, 200), // bytes_sent
+            word(info, 208), // bytes_retrans
+            head,
+        ]
+    } else {
+        // A kernel older than the fields above: hash the decoded values instead.
+        let sn = snap(s, t);
+        let (r, l) = (sn.retained, sn.last);
+        [
+            u64::from(l.snd_mss),
+            u64::from(r.rtt_us) << 32 | u64::from(r.rttvar_us),
+            r.cwnd_bytes,
+            u64::from(r.total_retrans),
+            r.pacing_rate,
+            l.max_pacing_rate,
+            l.bytes_acked,
+            l.bytes_received,
+            u64::from(l.min_rtt_us),
+            r.delivery_rate,
+            u64::from(l.delivered) << 32 | u64::from(l.delivered_ce),
+            l.bytes_sent,
+            l.bytes_retrans,
+            head | (info.len() as u64) << 16,
+        ]
+    };
+    let mut h = 0u64;
+    for i in (0..14).step_by(2) {
+        h ^= mum(w[i] ^ K[i], w[i + 1] ^ K[i + 1]);
+    }
+    h ^= mum(tuple[0] ^ K[14], tuple[1] ^ K[15]);
+    h ^= mum(tuple[2] ^ K[16], tuple[3] ^ K[17]);
+    mum(h ^ K[18], tuple[4] ^ K[19])
+}
+
+/// The socket's 4-tuple and family equal the flow's (the cookie already matched).
+fn same_socket(k: &SockKey, s: &Sample<'_>) -> bool {
+    let m = s.msg();
+    k.sport == m.sport()
+        && k.dport == m.dport()
+        && k.family == m.family()
+        && k.src == *m.src_raw()
+        && k.dst == *m.dst_raw()
+}
+
+/// Attributes read only when a sample is retained: they rarely change.
+fn refresh_attrs(f: &mut Flow, s: &Sample<'_>) {
+    if let Some(cc) = s.cong() {
+        f.cc = CcName::new(cc);
+    }
+    if let Some(id) = s.cgroup_id() {
+        f.cgroup_id = id;
+    }
 }
 
 impl Tracker {
@@ -272,7 +392,8 @@ impl Tracker {
         let cfg = TrackerConfig { window_samples: cfg.window_samples.max(2), ..cfg };
         Self {
             cfg,
-            flows: FxHashMap::default(),
+            index: FxHashMap::default(),
+            slab: Vec::new(),
             refused: FxHashMap::default(),
             destroyed: FxHashMap::default(),
             generation: 0,
@@ -283,7 +404,7 @@ impl Tracker {
 
     /// Flows being recorded now.
     pub fn active(&self) -> usize {
-        self.flows.len()
+        self.slab.len()
     }
 
     /// Counters.
@@ -291,9 +412,12 @@ impl Tracker {
         self.stats
     }
 
-    /// The active flows.
-    pub fn flows(&self) -> impl Iterator<Item = &Flow> {
-        self.flows.values()
+    /// The active flows, brought up to date with their latest samples.
+    pub fn flows(&mut self) -> impl Iterator<Item = &Flow> {
+        for h in self.index.values() {
+            sync(&mut self.slab[h.slot as usize], h);
+        }
+        self.slab.iter()
     }
 
     /// Starts a dump: sockets observed until [`end_dump`](Self::end_dump) belong to it.
@@ -303,98 +427,103 @@ impl Tracker {
 
     /// One socket of the current dump. Interim records (window cuts) go to `out`.
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
-        let key = s.key();
+        let cookie = s.msg().cookie();
         let generation = self.generation;
         let Some(t) = s.tcp_info() else {
             // TIME-WAIT and SYN-RECV minisockets carry no tcp_info: they keep a known
             // flow alive but never start one.
-            if let Some(f) = self.flows.get_mut(&key.cookie).filter(|f| f.key == key) {
-                f.seen_gen = generation;
-                f.last_ts_ns = s.ts_ns;
-                f.last.state = s.msg().state();
+            if let Some(h) = self.index.get_mut(&cookie) {
+                let f = &mut self.slab[h.slot as usize];
+                if same_socket(&f.key, s) {
+                    h.seen_gen = generation;
+                    h.last_ts_ns = s.ts_ns;
+                    f.last.state = s.msg().state();
+                }
             }
             return;
         };
-        match self.flows.get_mut(&key.cookie) {
-            Some(f) if f.key == key => {
-                f.seen_gen = generation;
-                let sn = snap(s, &t);
-                if Self::apply(f, &sn, &mut self.stats)
-                    && f.samples.len() >= self.cfg.window_samples
-                {
-                    out.push(Self::cut_window(f, sn.retained));
-                    self.stats.flows_ended += 1;
-                }
+        let fp = fingerprint(s, &t);
+        if let Some(h) = self.index.get_mut(&cookie) {
+            h.seen_gen = generation;
+            h.last_ts_ns = s.ts_ns;
+            h.options |= t.options().unwrap_or(0);
+            if fp == h.fp {
+                h.deduped += 1;
+                self.stats.samples_deduped += 1;
+                return;
             }
-            Some(_) => {
-                // Same cookie, other tuple: cookies are unique per network namespace, so
-                // this is another namespace's socket. Keep the first; count the other.
+            let f = &mut self.slab[h.slot as usize];
+            if !same_socket(&f.key, s) {
+                // Same cookie, other tuple: a socket reconnected after a failed connect.
+                // Keep the flow as it was; the new destination is not this flow.
                 self.stats.flows_refused += 1;
+                return;
             }
-            None => {
-                if let Some(g) = self.refused.get_mut(&key.cookie) {
-                    *g = generation;
-                    return;
-                }
-                if self.destroyed.contains_key(&key.cookie) {
-                    return;
-                }
-                if self.cfg.max_flows > 0 && self.flows.len() >= self.cfg.max_flows {
-                    self.refused.insert(key.cookie, generation);
-                    self.stats.flows_refused += 1;
-                    return;
-                }
-                let f = self.open(key, &snap(s, &t), self.dumps_done == 0);
-                self.flows.insert(key.cookie, f);
+            h.fp = fp;
+            let sn = snap(s, &t);
+            Self::retain(f, &sn, &mut self.stats);
+            refresh_attrs(f, s);
+            if f.samples.len() >= self.cfg.window_samples {
+                sync(f, h);
+                out.push(Self::cut_window(f, sn.retained));
+                h.deduped = 0;
+                h.options = sn.options;
+                self.stats.flows_ended += 1;
             }
+            return;
         }
+        if let Some(g) = self.refused.get_mut(&cookie) {
+            *g = generation;
+            return;
+        }
+        if self.destroyed.contains_key(&cookie) {
+            return;
+        }
+        if self.cfg.max_flows > 0 && self.slab.len() >= self.cfg.max_flows {
+            self.refused.insert(cookie, generation);
+            self.stats.flows_refused += 1;
+            return;
+        }
+        let sn = snap(s, &t);
+        let f = self.open(s, &sn, self.dumps_done == 0);
+        let hot = Hot {
+            fp,
+            last_ts_ns: s.ts_ns,
+            slot: self.slab.len() as u32,
+            seen_gen: generation,
+            deduped: 0,
+            options: sn.options,
+        };
+        self.index.insert(cookie, hot);
+        self.slab.push(f);
     }
 
-    fn open(&mut self, key: SockKey, sn: &Snap, partial_start: bool) -> Flow {
+    fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool) -> Flow {
         self.stats.flows_opened += 1;
         self.stats.samples_retained += 1;
-        Flow {
-            key,
-            cc: sn.cc.unwrap_or_default(),
-            cgroup_id: sn.cgroup_id.unwrap_or(0),
+        let mut f = Flow {
+            key: s.key(),
+            cc: CcName::default(),
+            cgroup_id: 0,
             seq: 0,
             partial_start,
             first_ts_ns: sn.retained.ts_ns,
             last_ts_ns: sn.retained.ts_ns,
             first_bytes_acked: sn.last.bytes_acked,
             first_bytes_received: sn.last.bytes_received,
-            options: sn.last.options,
+            options: sn.options,
             deduped: 0,
             last: sn.last,
             samples: vec![sn.retained],
-            last_kept: (sn.last.bytes_acked, sn.last.bytes_received, sn.last.bytes_sent),
-            seen_gen: self.generation,
-        }
+        };
+        refresh_attrs(&mut f, s);
+        f
     }
 
-    /// Applies a sample to a flow; returns true when it was retained.
-    fn apply(f: &mut Flow, sn: &Snap, stats: &mut TrackerStats) -> bool {
-        f.last_ts_ns = sn.retained.ts_ns;
-        f.options |= sn.last.options;
+    fn retain(f: &mut Flow, sn: &Snap, stats: &mut TrackerStats) {
         f.last = sn.last;
-        if let Some(cc) = sn.cc {
-            f.cc = cc;
-        }
-        if let Some(id) = sn.cgroup_id {
-            f.cgroup_id = id;
-        }
-        let kept = (sn.last.bytes_acked, sn.last.bytes_received, sn.last.bytes_sent);
-        let prev = f.samples.last().copied().unwrap_or_default();
-        let same = Retained { ts_ns: prev.ts_ns, ..sn.retained } == prev && kept == f.last_kept;
-        if same {
-            f.deduped += 1;
-            stats.samples_deduped += 1;
-            return false;
-        }
         f.samples.push(sn.retained);
-        f.last_kept = kept;
         stats.samples_retained += 1;
-        true
     }
 
     /// Hands on the current window and starts the next with the sample that filled it, so
@@ -406,13 +535,25 @@ impl Tracker {
             first_ts_ns: edge.ts_ns,
             first_bytes_acked: f.last.bytes_acked,
             first_bytes_received: f.last.bytes_received,
-            options: f.last.options,
             deduped: 0,
             samples: vec![edge],
             ..f.clone_header()
         };
         let done = std::mem::replace(f, next);
         EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window }
+    }
+
+    /// Takes a flow out of the table, brought up to date.
+    fn remove(&mut self, cookie: u64) -> Option<Flow> {
+        let h = self.index.remove(&cookie)?;
+        let slot = h.slot as usize;
+        let mut f = self.slab.swap_remove(slot);
+        if let Some(moved) = self.slab.get(slot) {
+            let c = moved.key.cookie;
+            self.index.get_mut(&c).expect("every slab entry is indexed").slot = slot as u32;
+        }
+        sync(&mut f, &h);
+        Some(f)
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
@@ -425,9 +566,9 @@ impl Tracker {
             return;
         }
         let gone: Vec<u64> =
-            self.flows.iter().filter(|(_, f)| f.seen_gen != generation).map(|(&c, _)| c).collect();
+            self.index.iter().filter(|(_, h)| h.seen_gen != generation).map(|(&c, _)| c).collect();
         for cookie in gone {
-            if let Some(f) = self.flows.remove(&cookie) {
+            if let Some(f) = self.remove(cookie) {
                 self.hand_on(f, EndReason::Gone, dump_ts_ns, out);
             }
         }
@@ -444,36 +585,46 @@ impl Tracker {
         if self.refused.remove(&key.cookie).is_some() {
             return;
         }
-        self.destroyed.insert(key.cookie, self.generation);
         let Some(t) = s.tcp_info() else { return };
         let sn = snap(s, &t);
-        let f = match self.flows.remove(&key.cookie) {
-            Some(mut f) if f.key == key => {
-                Self::apply(&mut f, &sn, &mut self.stats);
+        let f = match self.index.get(&key.cookie) {
+            Some(h) if same_socket(&self.slab[h.slot as usize].key, s) => {
+                let same = fingerprint(s, &t) == h.fp;
+                let mut f = self.remove(key.cookie).expect("indexed just above");
+                f.last_ts_ns = s.ts_ns;
+                f.options |= sn.options;
+                if same {
+                    f.deduped += 1;
+                    self.stats.samples_deduped += 1;
+                } else {
+                    Self::retain(&mut f, &sn, &mut self.stats);
+                    refresh_attrs(&mut f, s);
+                }
                 f
             }
-            other => {
-                if let Some(f) = other {
-                    self.flows.insert(f.key.cookie, f); // another namespace's; keep it
-                }
-                if self.cfg.max_flows > 0 && self.flows.len() >= self.cfg.max_flows {
+            Some(_) => return, // another socket owns the cookie's flow; not ours to end
+            None => {
+                if self.cfg.max_flows > 0 && self.slab.len() >= self.cfg.max_flows {
                     self.stats.flows_refused += 1;
                     return;
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                self.open(key, &sn, self.dumps_done == 0)
+                self.open(s, &sn, self.dumps_done == 0)
             }
         };
+        self.destroyed.insert(key.cookie, self.generation);
         self.hand_on(f, EndReason::Destroyed, s.ts_ns, out);
     }
 
     /// Shutdown: every active flow is handed on as partial (end not seen).
     pub fn finish(&mut self, out: &mut Vec<EndedFlow>) {
-        let flows: Vec<Flow> = self.flows.drain().map(|(_, f)| f).collect();
-        for f in flows {
-            let ts = f.last_ts_ns;
-            self.hand_on(f, EndReason::Shutdown, ts, out);
+        let cookies: Vec<u64> = self.index.keys().copied().collect();
+        for c in cookies {
+            if let Some(f) = self.remove(c) {
+                let ts = f.last_ts_ns;
+                self.hand_on(f, EndReason::Shutdown, ts, out);
+            }
         }
     }
 
@@ -485,6 +636,13 @@ impl Tracker {
         self.stats.flows_ended += 1;
         out.push(EndedFlow { flow: f, reason, end_ts_ns });
     }
+}
+
+/// Copies the hot fields into the flow.
+fn sync(f: &mut Flow, h: &Hot) {
+    f.last_ts_ns = h.last_ts_ns;
+    f.deduped = h.deduped;
+    f.options = h.options;
 }
 
 impl Flow {

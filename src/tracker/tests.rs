@@ -197,3 +197,41 @@ fn window_cap_emits_interim_records_with_sequence_numbers() {
     let f = t.flows().next().unwrap();
     assert_eq!((f.seq, f.samples.len()), (3, 1));
 }
+
+#[test]
+fn every_compared_value_defeats_dedup_and_time_only_fields_do_not() {
+    let base = SockBuilder::new(1, 5000, 80);
+    let changes: Vec<(&str, SockBuilder)> = vec![
+        ("rtt", base.clone().rtt_us(10_001)),
+        ("rttvar", base.clone().rttvar_us(1)),
+        ("cwnd", base.clone().cwnd(11)),
+        ("mss", base.clone().mss(1400)),
+        ("total_retrans", base.clone().total_retrans(1)),
+        ("pacing", base.clone().pacing(5)),
+        ("max_pacing", base.clone().max_pacing(5)),
+        ("min_rtt", base.clone().min_rtt_us(900)),
+        ("delivery_rate", base.clone().delivery_rate(5)),
+        ("bytes_acked", base.clone().bytes_acked(5)),
+        ("bytes_received", base.clone().bytes_received(5)),
+        ("bytes_sent", base.clone().bytes_sent(5)),
+        ("delivered_ce", base.clone().delivered(0, 1)),
+        ("state", base.clone().state(4)),
+    ];
+    for (name, changed) in changes {
+        let mut t = Tracker::new(TrackerConfig::default());
+        dump(&mut t, 0, &[&base], true);
+        dump(&mut t, S, &[&changed], true);
+        let f = t.flows().next().unwrap();
+        assert_eq!((f.samples.len(), f.deduped), (2, 0), "changing {name} must retain the sample");
+    }
+    let mut t = Tracker::new(TrackerConfig::default());
+    dump(&mut t, 0, &[&base], true);
+    dump(&mut t, S, &[&base.clone().last_data_sent(77).options(TCPI_OPT_SACK)], true);
+    let f = t.flows().next().unwrap();
+    assert_eq!(
+        (f.samples.len(), f.deduped),
+        (1, 1),
+        "time-only fields and options never defeat dedup"
+    );
+    assert_eq!(f.options, TCPI_OPT_SACK);
+}

@@ -5,6 +5,7 @@
 mod differential;
 mod fixtures;
 mod kernel;
+mod pipeline;
 mod robustness;
 
 use std::io::Read;

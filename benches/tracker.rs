@@ -1,0 +1,264 @@
+//! Tracker and analyzer costs (issue 3), side by side in one run:
+//! - `tracker/replay_only`: the captured 20,000-socket dump replayed through
+//!   `Sampler::dump_with` with an empty visitor (the sampler's share);
+//! - `tracker/replay+steady_20k`: the same with the tracker as visitor, 20,000 flows whose
+//!   values did not change (every sample deduped), the common case on a host of idle
+//!   connections;
+//! - `tracker/replay+changing_20k`: every sample changed (every sample retained; 64-sample
+//!   windows keep memory bounded, so cuts are included);
+//! - the tracker's cost per socket is (replay+X − replay_only) / 20,000;
+//! - `analyze/10k_samples`: one flow record from 10,000 retained samples.
+//!
+//! After criterion it prints memory figures: the size of a flow and a retained sample, heap
+//! bytes per tracked flow (counted by this bench's allocator, samples excluded), and the
+//! process RSS while tracking 20,000 live loopback flows.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::io::Read;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use cgmon_rs::analyzer::{AnalyzerConfig, analyze};
+use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions, parse_datagrams};
+use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig, scan_datagram};
+use cgmon_rs::testkit::{ConnHolder, SockBuilder, batch};
+use cgmon_rs::tracker::{Flow, Retained, Tracker, TrackerConfig};
+use cgmon_rs::wire::sock::Datagram;
+use criterion::{BatchSize, Criterion, Throughput};
+
+/// Counts live heap bytes, so memory per flow is measured rather than estimated.
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn load_dump() -> Dump {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dump20k.bin.gz");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
+    let mut d = Dump::default();
+    for (i, dg) in parse_datagrams(&raw).unwrap().into_iter().enumerate() {
+        scan_datagram(&dg.bytes, 1, i as u32, "bench", &mut d).unwrap();
+        d.batch.datagrams.push(dg);
+    }
+    d
+}
+
+/// The same dump with every socket's RTT one µs higher.
+fn bumped(d: &Dump) -> Dump {
+    let mut e = d.clone();
+    for idx in &e.batch.index.clone() {
+        let s = d.batch.iter().next().map(|_| ()).and(Some(()));
+        let _ = s;
+        let dg: &mut Datagram = &mut e.batch.datagrams[idx.dgram as usize];
+        let start = idx.payload_off as usize;
+        let payload = &dg.bytes[start..start + usize::from(idx.payload_len)];
+        let view = cgmon_rs::wire::sock::Sample::new(0, payload, idx);
+        let info = view.tcp_info().unwrap();
+        let off = info.as_bytes().as_ptr() as usize - dg.bytes.as_ptr() as usize + 68; // tcpi_rtt
+        let rtt = u32::from_ne_bytes(dg.bytes[off..off + 4].try_into().unwrap());
+        dg.bytes[off..off + 4].copy_from_slice(&(rtt + 1).to_ne_bytes());
+    }
+    e
+}
+
+fn run_dump(t: &mut Tracker, d: &Dump, out: &mut Vec<cgmon_rs::tracker::EndedFlow>) {
+    t.begin_dump();
+    for s in d.batch.iter() {
+        t.observe(&s, out);
+    }
+    t.end_dump(true, 1, out);
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn main() {
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    if bench_mode {
+        // First, in a fresh process: RSS while tracking 20,000 live flows. The holder forks
+        // before any thread starts.
+        let holder = ConnHolder::start("127.0.0.1:0".parse().unwrap(), 10_000).unwrap();
+        live_rss();
+        drop(holder);
+    }
+
+    let mut c = Criterion::default().configure_from_args().sample_size(30);
+    let a = load_dump();
+    let b = bumped(&a);
+    let n = a.batch.len() as u64;
+
+    // Replayed through `Sampler::dump_with` as in the pipeline: each datagram is copied into
+    // the receive buffer (as recv(2) does), scanned, and its sockets visited while hot. The
+    // tracker's cost is the difference from the same replay with an empty visitor.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let replay = |d: &Dump| -> Sampler<ReplaySource> {
+        let mut dgs = d.batch.datagrams.clone();
+        dgs.push(Datagram { ts_ns: 0, bytes: cgmon_rs::testkit::control_msg(1, 3, 0) });
+        let cfg = SamplerConfig { mode: DumpMode::SingleWalk, ..SamplerConfig::default() };
+        Sampler::new(ReplaySource::new(dgs), cfg).unwrap()
+    };
+    let mut g = c.benchmark_group("tracker");
+    g.throughput(Throughput::Elements(n));
+    {
+        // The tracker alone on the kept dump: a cold walk over 10 MB, for profiling.
+        let mut t = Tracker::new(TrackerConfig::default());
+        let mut out = Vec::new();
+        run_dump(&mut t, &a, &mut out);
+        g.bench_function("kept_steady_20k", |bch| {
+            bch.iter(|| {
+                run_dump(&mut t, &a, &mut out);
+                black_box(out.len())
+            })
+        });
+    }
+    g.bench_function("replay_only", |bch| {
+        bch.iter_batched(
+            || replay(&a),
+            |mut s| {
+                black_box(
+                    rt.block_on(s.dump_with(|x| {
+                        black_box(&x);
+                    }))
+                    .unwrap()
+                    .sockets,
+                )
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    run_dump(&mut t, &a, &mut out);
+    g.bench_function("replay+steady_20k", |bch| {
+        bch.iter_batched(
+            || replay(&a),
+            |mut s| {
+                t.begin_dump();
+                let d = rt.block_on(s.dump_with(|x| t.observe(&x, &mut out))).unwrap();
+                t.end_dump(d.is_complete(), 1, &mut out);
+                black_box(out.len())
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    let mut t = Tracker::new(TrackerConfig { window_samples: 64, ..TrackerConfig::default() });
+    let mut flip = false;
+    g.bench_function("replay+changing_20k", |bch| {
+        bch.iter_batched(
+            || {
+                flip = !flip;
+                replay(if flip { &b } else { &a })
+            },
+            |mut s| {
+                out.clear();
+                t.begin_dump();
+                let d = rt.block_on(s.dump_with(|x| t.observe(&x, &mut out))).unwrap();
+                t.end_dump(d.is_complete(), 1, &mut out);
+                black_box(out.len())
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+
+    // One flow with 10,000 changing samples, built through the tracker.
+    let mut t = Tracker::new(TrackerConfig { window_samples: 20_000, ..TrackerConfig::default() });
+    let mut ended = Vec::new();
+    let s0 = SockBuilder::new(7, 5000, 80);
+    for i in 0..10_000u64 {
+        let s = s0
+            .clone()
+            .rtt_us(10_000 + (i * 7919 % 5000) as u32)
+            .cwnd(10 + (i % 97) as u32)
+            .pacing(1_000_000 + i * 10)
+            .delivery_rate(900_000 + i)
+            .total_retrans((i / 50) as u32)
+            .bytes_acked(i * 1448);
+        let bt = batch(&[(i * 10_000_000 + (i % 3) * 1_000_000, s.build())]);
+        t.begin_dump();
+        t.observe(&bt.get(0).unwrap(), &mut ended);
+        t.end_dump(true, 0, &mut ended);
+    }
+    t.finish(&mut ended);
+    let flow = ended.pop().unwrap();
+    assert_eq!(flow.flow.samples.len(), 10_000);
+    let cfg = AnalyzerConfig::default();
+    let mut g = c.benchmark_group("analyze");
+    g.bench_function("10k_samples", |bch| bch.iter(|| black_box(analyze(&flow, &cfg))));
+    g.finish();
+    c.final_summary();
+
+    if !bench_mode {
+        return;
+    }
+    // Memory: heap bytes per tracked flow from the 20k fixture (one sample each).
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    run_dump(&mut t, &a, &mut out);
+    let heap = LIVE.load(Ordering::Relaxed) - before;
+    let samples: usize = t.flows().map(|f| f.samples.capacity() * size_of::<Retained>()).sum();
+    let flows = t.active();
+    eprintln!(
+        "memory: size_of Flow {} B, Retained {} B; tracker heap {} B for {flows} flows = {:.0} B/flow, \
+         of which retained samples {:.0} B/flow, the rest {:.0} B/flow",
+        size_of::<Flow>(),
+        size_of::<Retained>(),
+        heap,
+        heap as f64 / flows as f64,
+        samples as f64 / flows as f64,
+        (heap as f64 - samples as f64) / flows as f64,
+    );
+    drop(t);
+}
+
+/// Tracks the live loopback flows over 20 dumps and reports the process RSS.
+fn live_rss() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rss_before = rss_kib();
+    let count = rt.block_on(async {
+        let cfg = SamplerConfig {
+            states: cgmon_rs::states::StateSet::parse("established").unwrap(),
+            ..SamplerConfig::default()
+        };
+        let mut s =
+            Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap();
+        let mut t = Tracker::new(TrackerConfig::default());
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            t.begin_dump();
+            let d = s.dump_with(|x| t.observe(&x, &mut out)).await.unwrap();
+            t.end_dump(d.is_complete(), d.span_ns.0, &mut out);
+        }
+        let n = t.active();
+        eprintln!(
+            "rss: {rss_before} KiB before sampling (the bench process holding 10,000 sockets), \
+             {} KiB after 20 dumps tracking {n} live flows",
+            rss_kib()
+        );
+        n
+    });
+    assert!(count >= 20_000);
+}

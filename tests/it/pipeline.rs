@@ -1,0 +1,106 @@
+//! The tracker and analyzer stages end to end: on replayed fixtures (no kernel) and on a
+//! live loopback connection.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use cgmon_rs::analyzer::{self, AnalyzerConfig, FlowStats};
+use cgmon_rs::filter;
+use cgmon_rs::sampler::destroy::DestroyListener;
+use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
+use cgmon_rs::sampler::{Sampler, SamplerConfig};
+use cgmon_rs::testkit::Pair;
+use cgmon_rs::tracker::task::{self, ENDED_CHANNEL_CAPACITY};
+use cgmon_rs::tracker::{EndReason, Tracker, TrackerConfig};
+use tokio::sync::{mpsc, watch};
+
+use crate::{fixture, replay};
+
+#[tokio::test]
+async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    // An empty first dump, so the flows below are not "open at startup".
+    t.begin_dump();
+    t.end_dump(true, 1, &mut out);
+    let d = replay(&["single_walk.bin"], cgmon_rs::sampler::DumpMode::SingleWalk).await;
+    t.begin_dump();
+    for s in d.batch.iter() {
+        t.observe(&s, &mut out);
+    }
+    t.end_dump(true, d.span_ns.0, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(t.active(), 8, "8 connected sockets; the TIME-WAIT minisocket starts no flow");
+    let mut l = DestroyListener::new(ReplaySource::new(fixture("destroy.bin")), None);
+    let b = l.next_batch().await.unwrap();
+    for s in b.batch.iter() {
+        t.destroyed(&s, &mut out);
+    }
+    assert_eq!(out.len(), 8);
+    assert_eq!(t.active(), 0);
+    let cfg = AnalyzerConfig::default();
+    let records: Vec<FlowStats> = out.iter().map(|e| analyzer::analyze(e, &cfg)).collect();
+    assert!(out.iter().all(|e| e.reason == EndReason::Destroyed));
+    // The four senders moved 256 KiB each: SYN + data + FIN, exactly, from the destroy event.
+    let mut acked: Vec<u64> = records.iter().map(|r| r.bytes_acked).filter(|&b| b > 2).collect();
+    acked.sort_unstable();
+    assert_eq!(acked, vec![256 * 1024 + 2; 4]);
+    assert!(records.iter().all(|r| r.samples == 2 && !r.partial && r.final_state == "CLOSE"));
+    assert!(records.iter().any(|r| r.congestion_control == "bbr"));
+    assert!(records.iter().any(|r| r.family == "inet6" && r.id.src_ip.starts_with("::ffff:")));
+}
+
+#[tokio::test]
+async fn live_connection_record_counts_syn_and_fin() {
+    const SENT: usize = 3_000_000;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let f = filter::parse(&format!("sport {0} or dport {0}", addr.port())).unwrap();
+    let cfg = SamplerConfig { filter: Some(f.clone()), ..SamplerConfig::default() };
+    let sampler =
+        Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap();
+    let destroy = DestroyListener::open(Some(f)).unwrap();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ended_tx, ended_rx) = mpsc::channel(ENDED_CHANNEL_CAPACITY);
+    let (rec_tx, mut rec_rx) = mpsc::channel(16);
+    let tracker = Tracker::new(TrackerConfig::default());
+    let interval = Duration::from_millis(20);
+    let tracker_task =
+        tokio::spawn(task::run(tracker, sampler, Some(destroy), interval, stop_rx, ended_tx));
+    let analyzer_task = tokio::spawn(analyzer::run(AnalyzerConfig::default(), ended_rx, rec_tx));
+
+    tokio::time::sleep(Duration::from_millis(60)).await; // let the first (empty) dump pass
+    let conn = tokio::task::spawn_blocking(move || {
+        let mut p = Pair::connect(&l, addr).unwrap();
+        for _ in 0..10 {
+            p.exchange(SENT / 10).unwrap();
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(p);
+    });
+    conn.await.unwrap();
+    let mut records = Vec::new();
+    while records.len() < 2 {
+        let batch =
+            tokio::time::timeout(Duration::from_secs(5), rec_rx.recv()).await.unwrap().unwrap();
+        records.extend(batch);
+    }
+    stop_tx.send(true).unwrap();
+    let stats = tracker_task.await.unwrap().unwrap();
+    analyzer_task.await.unwrap().unwrap();
+    let client = records.iter().find(|r| r.id.dst_port == addr.port()).expect("client record");
+    let server = records.iter().find(|r| r.id.src_port == addr.port()).expect("server record");
+    // tcpi_bytes_acked counts the SYN and the FIN as one byte each.
+    assert_eq!(client.bytes_acked, SENT as u64 + 2, "{client:#?}");
+    assert_eq!(client.bytes_sent, SENT as u64);
+    // tcpi_bytes_received counts the peer's FIN as one byte too (not its SYN).
+    assert_eq!(server.bytes_received, SENT as u64 + 1);
+    assert_eq!(client.end_reason, "destroyed");
+    assert!(!client.partial, "opened after startup, closed before shutdown");
+    assert!(client.samples >= 2, "{client:#?}");
+    assert!(client.send_throughput_mbps > 0.0);
+    assert!(client.rtt_summary.iter().all(|&v| v > 0.0));
+    assert!(stats.destroy_events >= 2);
+}
