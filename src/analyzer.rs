@@ -24,8 +24,9 @@ use chrono::{DateTime, Local, SecondsFormat};
 use serde::Serialize;
 use tokio::sync::mpsc::{Receiver, Sender};
 
-use crate::stats::correlation::Correlation;
-use crate::stats::{Adjust, QuantileKind, correlate, seven_number};
+use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
+use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by};
+use crate::stats::{Adjust, QuantileKind, seven_number};
 use crate::tracker::{ABSENT_U64, EndReason, EndedFlow, Retained};
 use crate::wire::inet_diag::AF_INET;
 use crate::wire::sock::state_name;
@@ -270,10 +271,16 @@ pub fn time_weights(samples: &[Retained]) -> Vec<f64> {
     }
     let mut w: Vec<f64> =
         samples.windows(2).map(|p| p[1].ts_ns.saturating_sub(p[0].ts_ns) as f64 / 1e9).collect();
-    let mut sorted = w.clone();
-    sorted.sort_by(f64::total_cmp);
-    let m = sorted.len();
-    let median = if m % 2 == 1 { sorted[m / 2] } else { (sorted[m / 2 - 1] + sorted[m / 2]) / 2.0 };
+    let mut tmp = w.clone();
+    let m = tmp.len();
+    let (lower, mid, _) = tmp.select_nth_unstable_by(m / 2, f64::total_cmp);
+    let mid = *mid;
+    let median = if m % 2 == 1 {
+        mid
+    } else {
+        // The other middle value is the largest of the lower half.
+        (lower.iter().copied().fold(f64::NEG_INFINITY, f64::max) + mid) / 2.0
+    };
     w.push(median);
     w
 }
@@ -294,50 +301,100 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     let wq = (!cfg.unweighted_quantiles).then_some(&w[..]);
     let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
     let kind = cfg.quantile;
-    let summary = |x: &[f64], w: Option<&[f64]>| seven_number(x, w, kind).unwrap_or([0.0; 7]);
+    let adjust = cfg.adjust;
+    let n = s.len();
 
+    // Each series is sorted once; its order serves both the summary and Spearman's ranks
+    // (of the whole series or of a subset). Sorting dominates the analysis.
     let rtt: Vec<f64> = s.iter().map(|r| f64::from(r.rtt_us) / 1000.0).collect();
     let rttvar: Vec<f64> = s.iter().map(|r| f64::from(r.rttvar_us) / 1000.0).collect();
     let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
+    // Sorted by the integer counters the floats came from: same order, fewer radix passes.
+    let ints = |get: fn(&Retained) -> u64| -> Vec<u64> { s.iter().map(get).collect() };
+    let o_rtt = sort_order_by(&ints(|r| u64::from(r.rtt_us)), wq);
+    let o_var = sort_order_by(&ints(|r| u64::from(r.rttvar_us)), wq);
+    let o_cwnd = sort_order_by(&ints(|r| r.cwnd_bytes), wq);
+    let summary = |x: &[f64], o: &[u32]| seven_number_sorted(x, wq, o, kind).unwrap_or([0.0; 7]);
+    let all: Vec<u32> = (0..n as u32).collect();
+    let c_rtt = correlate_ranked(
+        &rtt,
+        &cwnd,
+        &ranks_of_subset(&rtt, &o_rtt, &all, n, wc),
+        &ranks_of_subset(&cwnd, &o_cwnd, &all, n, wc),
+        wc,
+        adjust,
+    );
 
-    // Rates the kernel did not give are left out, with their weights.
-    let present = |get: fn(&Retained) -> u64| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-        let mut x = Vec::new();
-        let (mut ww, mut c) = (Vec::new(), Vec::new());
-        for (i, r) in s.iter().enumerate() {
-            let v = get(r);
-            if v != ABSENT_U64 {
-                x.push(mbps(v));
-                ww.push(w[i]);
-                c.push(cwnd[i]);
+    // A subset of samples with a value for each: (values, weights, cwnd, slot of each sample
+    // in the subset or u32::MAX).
+    struct Subset {
+        x: Vec<f64>,
+        w: Vec<f64>,
+        cwnd: Vec<f64>,
+        slot: Vec<u32>,
+    }
+    let subset = |value: &dyn Fn(usize) -> Option<(f64, f64)>| -> Subset {
+        let mut out =
+            Subset { x: Vec::new(), w: Vec::new(), cwnd: Vec::new(), slot: vec![u32::MAX; n] };
+        for (i, &c) in cwnd.iter().enumerate() {
+            if let Some((v, weight)) = value(i) {
+                out.slot[i] = out.x.len() as u32;
+                out.x.push(v);
+                out.w.push(weight);
+                out.cwnd.push(c);
             }
         }
-        (x, ww, c)
+        out
     };
-    let (pacing, pacing_w, pacing_cwnd) = present(|r| r.pacing_rate);
-    let (delivery, delivery_w, _) = present(|r| r.delivery_rate);
-    let pick = |flag: bool, v: &[f64]| -> Option<Vec<f64>> { (!flag).then(|| v.to_vec()) };
+    let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
+    let pacing = subset(&|i| rate(s[i].pacing_rate).map(|v| (v, w[i])));
+    let delivery = subset(&|i| rate(s[i].delivery_rate).map(|v| (v, w[i])));
+    // Retransmits per second over each interval a sample stands for, with its cwnd.
+    let retrans = subset(&|i| {
+        let next = s.get(i + 1)?;
+        let dt = next.ts_ns.saturating_sub(s[i].ts_ns) as f64 / 1e9;
+        (dt > 0.0)
+            .then(|| (f64::from(next.total_retrans.wrapping_sub(s[i].total_retrans)) / dt, dt))
+    });
+    let weights = |flag: bool, sub: &Subset| (!flag).then(|| sub.w.clone());
+    let (pq, pc) =
+        (weights(cfg.unweighted_quantiles, &pacing), weights(cfg.unweighted_correlations, &pacing));
+    let rc = weights(cfg.unweighted_correlations, &retrans);
+    let dq = weights(cfg.unweighted_quantiles, &delivery);
+    let pacing_raw: Vec<u64> =
+        s.iter().map(|r| r.pacing_rate).filter(|&v| v != ABSENT_U64).collect();
+    let o_pacing = sort_order_by(&pacing_raw, pq.as_deref());
+    let ident = |len: usize| -> Vec<u32> { (0..len as u32).collect() };
+    let c_pacing = correlate_ranked(
+        &pacing.x,
+        &pacing.cwnd,
+        &ranks_of_subset(
+            &pacing.x,
+            &o_pacing,
+            &ident(pacing.x.len()),
+            pacing.x.len(),
+            pc.as_deref(),
+        ),
+        &ranks_of_subset(&cwnd, &o_cwnd, &pacing.slot, pacing.x.len(), pc.as_deref()),
+        pc.as_deref(),
+        adjust,
+    );
+    let o_retrans = sort_order(&retrans.x, None);
+    let c_retrans = correlate_ranked(
+        &retrans.x,
+        &retrans.cwnd,
+        &ranks_of_subset(
+            &retrans.x,
+            &o_retrans,
+            &ident(retrans.x.len()),
+            retrans.x.len(),
+            rc.as_deref(),
+        ),
+        &ranks_of_subset(&cwnd, &o_cwnd, &retrans.slot, retrans.x.len(), rc.as_deref()),
+        rc.as_deref(),
+        adjust,
+    );
 
-    // Retransmit rate over each interval, with that interval's cwnd and length.
-    let (mut rr, mut rr_cwnd, mut rr_w) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, p) in s.windows(2).enumerate() {
-        let dt = p[1].ts_ns.saturating_sub(p[0].ts_ns) as f64 / 1e9;
-        if dt > 0.0 {
-            rr.push(f64::from(p[1].total_retrans.wrapping_sub(p[0].total_retrans)) / dt);
-            rr_cwnd.push(cwnd[i]);
-            rr_w.push(dt);
-        }
-    }
-
-    let adjust = cfg.adjust;
-    let c_rtt = correlate(&rtt, &cwnd, wc, adjust);
-    let pw = pick(cfg.unweighted_correlations, &pacing_w);
-    let c_pacing = correlate(&pacing, &pacing_cwnd, pw.as_deref(), adjust);
-    let rw = pick(cfg.unweighted_correlations, &rr_w);
-    let c_retrans = correlate(&rr, &rr_cwnd, rw.as_deref(), adjust);
-
-    let pq = pick(cfg.unweighted_quantiles, &pacing_w);
-    let dq = pick(cfg.unweighted_quantiles, &delivery_w);
     let span = f.last_ts_ns.saturating_sub(f.first_ts_ns);
     let last = &f.last;
     let has = |bit: u8| f.options & bit != 0;
@@ -365,9 +422,9 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         min_rtt_observed_ms: rtt.iter().copied().fold(f64::INFINITY, f64::min).min(f64::MAX),
         max_pacing_rate_kernel_mbps: (last.max_pacing_rate != ABSENT_U64)
             .then(|| mbps(last.max_pacing_rate)),
-        max_pacing_rate_observed_mbps: pacing.iter().copied().reduce(f64::max),
-        rtt_summary: summary(&rtt, wq),
-        rttvar_summary: summary(&rttvar, wq),
+        max_pacing_rate_observed_mbps: pacing.x.iter().copied().reduce(f64::max),
+        rtt_summary: summary(&rtt, &o_rtt),
+        rttvar_summary: summary(&rttvar, &o_var),
         corr_rtt_cwnd: c_rtt.pearson,
         corr_retrans_cwnd: c_retrans.pearson,
         corr_pacing_cwnd: c_pacing.pearson,
@@ -388,9 +445,9 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             EndReason::Shutdown => "shutdown",
             EndReason::Window => "window",
         },
-        cwnd_summary: summary(&cwnd, wq),
-        pacing_rate_summary: seven_number(&pacing, pq.as_deref(), kind),
-        delivery_rate_summary: seven_number(&delivery, dq.as_deref(), kind),
+        cwnd_summary: summary(&cwnd, &o_cwnd),
+        pacing_rate_summary: seven_number_sorted(&pacing.x, pq.as_deref(), &o_pacing, kind),
+        delivery_rate_summary: seven_number(&delivery.x, dq.as_deref(), kind),
         correlations: Correlations {
             rtt_cwnd: c_rtt.into(),
             retrans_cwnd: c_retrans.into(),

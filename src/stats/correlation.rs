@@ -90,22 +90,39 @@ pub fn pearson(x: &[f64], y: &[f64], w: Option<&[f64]>) -> f64 {
 
 /// Weighted mid-ranks of `x` (see the module docs).
 pub fn weighted_ranks(x: &[f64], w: Option<&[f64]>) -> Vec<f64> {
-    let wt = |i: usize| w.map_or(1.0, |w| w[i]);
-    let mut order: Vec<u32> = (0..x.len() as u32).collect();
-    order.sort_by(|&a, &b| x[a as usize].total_cmp(&x[b as usize]));
-    let mut ranks = vec![0.0; x.len()];
+    let order = super::summary::sort_order(x, w);
+    let keep: Vec<u32> = (0..x.len() as u32).collect();
+    ranks_of_subset(x, &order, &keep, x.len(), w)
+}
+
+/// Weighted mid-ranks of a subset of `x`, from the order of all of `x` ([`sort_order`]):
+/// `slot[i]` is the subset position of element `i`, or `u32::MAX` to leave it out; `w`
+/// holds the subset's weights. Lets one sort serve several subsets.
+///
+/// [`sort_order`]: super::summary::sort_order
+pub fn ranks_of_subset(
+    x: &[f64],
+    order: &[u32],
+    slot: &[u32],
+    subset_len: usize,
+    w: Option<&[f64]>,
+) -> Vec<f64> {
+    let wt = |j: usize| w.map_or(1.0, |w| w[j]);
+    let members: Vec<u32> =
+        order.iter().copied().filter(|&i| slot[i as usize] != u32::MAX).collect();
+    let mut ranks = vec![0.0; subset_len];
     let mut below = 0.0;
     let mut k = 0;
-    while k < order.len() {
-        let v = x[order[k] as usize];
+    while k < members.len() {
+        let v = x[members[k] as usize];
         let mut end = k;
         let mut tie_w = 0.0;
-        while end < order.len() && x[order[end] as usize] == v {
-            tie_w += wt(order[end] as usize);
+        while end < members.len() && x[members[end] as usize] == v {
+            tie_w += wt(slot[members[end] as usize] as usize);
             end += 1;
         }
-        for &i in &order[k..end] {
-            ranks[i as usize] = below + tie_w / 2.0;
+        for &i in &members[k..end] {
+            ranks[slot[i as usize] as usize] = below + tie_w / 2.0;
         }
         below += tie_w;
         k = end;
@@ -143,6 +160,21 @@ pub fn p_value(r: f64, n_eff: f64) -> Option<f64> {
 /// Correlates `x` with `y` (same length), weighted by `w` when given, and applies `adjust` to
 /// both coefficients. Never returns NaN or infinity.
 pub fn correlate(x: &[f64], y: &[f64], w: Option<&[f64]>, adjust: Adjust) -> Correlation {
+    if x.len() < 2 {
+        return correlate_ranked(x, y, &[], &[], w, adjust);
+    }
+    correlate_ranked(x, y, &weighted_ranks(x, w), &weighted_ranks(y, w), w, adjust)
+}
+
+/// [`correlate`] with the weighted ranks of `x` and `y` already computed.
+pub fn correlate_ranked(
+    x: &[f64],
+    y: &[f64],
+    rx: &[f64],
+    ry: &[f64],
+    w: Option<&[f64]>,
+    adjust: Adjust,
+) -> Correlation {
     let n = x.len();
     debug_assert_eq!(n, y.len());
     let n_eff = effective_n(n, w);
@@ -157,7 +189,7 @@ pub fn correlate(x: &[f64], y: &[f64], w: Option<&[f64]>, adjust: Adjust) -> Cor
         };
     }
     let r = pearson(x, y, w);
-    let rho = pearson(&weighted_ranks(x, w), &weighted_ranks(y, w), w);
+    let rho = pearson(rx, ry, w);
     let finish = |v: f64| if v.is_finite() { adjust.apply(v, n) } else { CORR_UNDEFINED };
     Correlation {
         pearson: finish(r),
