@@ -108,8 +108,13 @@ pub fn ranks_of_subset(
     w: Option<&[f64]>,
 ) -> Vec<f64> {
     let wt = |j: usize| w.map_or(1.0, |w| w[j]);
-    let members: Vec<u32> =
-        order.iter().copied().filter(|&i| slot[i as usize] != u32::MAX).collect();
+    let filtered: Vec<u32>;
+    let members: &[u32] = if subset_len == order.len() {
+        order // every element is in the subset
+    } else {
+        filtered = order.iter().copied().filter(|&i| slot[i as usize] != u32::MAX).collect();
+        &filtered
+    };
     let mut ranks = vec![0.0; subset_len];
     let mut below = 0.0;
     let mut k = 0;

@@ -48,25 +48,23 @@ pub fn sort_order(x: &[f64], w: Option<&[f64]>) -> Vec<u32> {
 /// [`sort_order`] by keys that order like the values (e.g. the integer counters a series
 /// of floats was computed from by a strictly increasing map): narrower keys need fewer
 /// radix passes.
-pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(
-    keys: &[K],
-    w: Option<&[f64]>,
-) -> Vec<u32> {
-    let mut keyed: Vec<(K, u32)> = (0..keys.len()).map(|i| (keys[i], i as u32)).collect();
-    radsort::sort_by_key(&mut keyed, |k| k.0);
-    let mut order: Vec<u32> = keyed.iter().map(|k| k.1).collect();
+pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(keys: &[K], w: Option<&[f64]>) -> Vec<u32> {
+    // Sorting the 4-byte indices (keys fetched through them) keeps the buffers radsort
+    // needs small: a 10,000-sample flow's stay below the allocator's mmap threshold.
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    radsort::sort_by_key(&mut order, |&i| keys[i as usize]);
     if let Some(w) = w {
         // Then each run of equal values by weight (runs are short; a radix pass over the
         // weights' eight bytes for every element would cost more than these small sorts).
         let mut start = 0;
-        while start < keyed.len() {
+        while start < order.len() {
+            let v = keys[order[start] as usize];
             let mut end = start + 1;
-            while end < keyed.len() && keyed[end].0 == keyed[start].0 {
+            while end < order.len() && keys[order[end] as usize] == v {
                 end += 1;
             }
             if end - start > 1 {
-                order[start..end]
-                    .sort_unstable_by(|&a, &b| w[a as usize].total_cmp(&w[b as usize]));
+                order[start..end].sort_unstable_by(|&a, &b| w[a as usize].total_cmp(&w[b as usize]));
             }
             start = end;
         }
