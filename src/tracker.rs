@@ -207,16 +207,15 @@ pub struct TrackerStats {
     pub incomplete_dumps: u64,
 }
 
-/// The per-flow fields every sample touches, kept in the index beside the cookie (32 bytes
-/// an entry, so 20,000 flows' index fits in L2). A sample whose fingerprint equals the
-/// flow's is deduped without reading the flow itself, which would cost a cache miss per
-/// socket per dump.
+/// The per-flow fields every sample touches, in an array parallel to the flows (32 bytes a
+/// flow). A sample whose fingerprint equals the flow's is deduped without reading the flow
+/// itself, which would cost a cache miss per socket per dump.
 #[derive(Debug, Clone, Copy)]
 struct Hot {
+    cookie: u64,
     /// Hash of everything dedup compares (and the 4-tuple) in the last retained sample.
     fp: u64,
     last_ts_ns: u64,
-    slot: u32,
     seen_gen: u32,
     deduped: u32,
     options: u8,
@@ -226,9 +225,14 @@ struct Hot {
 #[derive(Debug)]
 pub struct Tracker {
     cfg: TrackerConfig,
-    /// cookie → hot fields and the flow's slot in `slab`.
-    index: FxHashMap<u64, Hot>,
+    /// cookie → slot in `slab` and `hot`.
+    index: FxHashMap<u64, u32>,
     slab: Vec<Flow>,
+    hot: Vec<Hot>,
+    /// Where the next socket of the dump is expected. The kernel walks its hash tables in
+    /// the same order every dump, so flows are kept in walk order: a socket is usually the
+    /// one at the cursor, found without hashing, and the hot array is read sequentially.
+    cursor: usize,
     /// Cookies refused for `max_flows`, with the generation they were last seen in.
     refused: FxHashMap<u64, u32>,
     /// Cookies of flows ended by their destroy event, with that generation. A dump that was
@@ -394,6 +398,8 @@ impl Tracker {
             cfg,
             index: FxHashMap::default(),
             slab: Vec::new(),
+            hot: Vec::new(),
+            cursor: 0,
             refused: FxHashMap::default(),
             destroyed: FxHashMap::default(),
             generation: 0,
@@ -414,8 +420,8 @@ impl Tracker {
 
     /// The active flows, brought up to date with their latest samples.
     pub fn flows(&mut self) -> impl Iterator<Item = &Flow> {
-        for h in self.index.values() {
-            sync(&mut self.slab[h.slot as usize], h);
+        for (f, h) in self.slab.iter_mut().zip(&self.hot) {
+            sync(f, h);
         }
         self.slab.iter()
     }
@@ -423,6 +429,32 @@ impl Tracker {
     /// Starts a dump: sockets observed until [`end_dump`](Self::end_dump) belong to it.
     pub fn begin_dump(&mut self) {
         self.generation = self.generation.wrapping_add(1);
+        self.cursor = 0;
+    }
+
+    /// The slot of `cookie`'s flow, moving it to the cursor when it is found elsewhere ahead,
+    /// so that the next dump, walking in the same order, finds it there.
+    fn find(&mut self, cookie: u64) -> Option<usize> {
+        let c = self.cursor;
+        if self.hot.get(c).is_some_and(|h| h.cookie == cookie) {
+            self.cursor = c + 1;
+            return Some(c);
+        }
+        let j = *self.index.get(&cookie)? as usize;
+        if j > c {
+            self.swap_slots(j, c);
+            self.cursor = c + 1;
+            return Some(c);
+        }
+        Some(j)
+    }
+
+    fn swap_slots(&mut self, a: usize, b: usize) {
+        self.slab.swap(a, b);
+        self.hot.swap(a, b);
+        for i in [a, b] {
+            *self.index.get_mut(&self.hot[i].cookie).expect("every slot is indexed") = i as u32;
+        }
     }
 
     /// One socket of the current dump. Interim records (window cuts) go to `out`.
@@ -432,9 +464,10 @@ impl Tracker {
         let Some(t) = s.tcp_info() else {
             // TIME-WAIT and SYN-RECV minisockets carry no tcp_info: they keep a known
             // flow alive but never start one.
-            if let Some(h) = self.index.get_mut(&cookie) {
-                let f = &mut self.slab[h.slot as usize];
+            if let Some(slot) = self.find(cookie) {
+                let f = &mut self.slab[slot];
                 if same_socket(&f.key, s) {
+                    let h = &mut self.hot[slot];
                     h.seen_gen = generation;
                     h.last_ts_ns = s.ts_ns;
                     f.last.state = s.msg().state();
@@ -443,7 +476,8 @@ impl Tracker {
             return;
         };
         let fp = fingerprint(s, &t);
-        if let Some(h) = self.index.get_mut(&cookie) {
+        if let Some(slot) = self.find(cookie) {
+            let h = &mut self.hot[slot];
             h.seen_gen = generation;
             h.last_ts_ns = s.ts_ns;
             h.options |= t.options().unwrap_or(0);
@@ -452,7 +486,7 @@ impl Tracker {
                 self.stats.samples_deduped += 1;
                 return;
             }
-            let f = &mut self.slab[h.slot as usize];
+            let f = &mut self.slab[slot];
             if !same_socket(&f.key, s) {
                 // Same cookie, other tuple: a socket reconnected after a failed connect.
                 // Keep the flow as it was; the new destination is not this flow.
@@ -487,15 +521,16 @@ impl Tracker {
         let sn = snap(s, &t);
         let f = self.open(s, &sn, self.dumps_done == 0);
         let hot = Hot {
+            cookie,
             fp,
             last_ts_ns: s.ts_ns,
-            slot: self.slab.len() as u32,
             seen_gen: generation,
             deduped: 0,
             options: sn.options,
         };
-        self.index.insert(cookie, hot);
+        self.index.insert(cookie, self.slab.len() as u32);
         self.slab.push(f);
+        self.hot.push(hot);
     }
 
     fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool) -> Flow {
@@ -545,12 +580,11 @@ impl Tracker {
 
     /// Takes a flow out of the table, brought up to date.
     fn remove(&mut self, cookie: u64) -> Option<Flow> {
-        let h = self.index.remove(&cookie)?;
-        let slot = h.slot as usize;
+        let slot = self.index.remove(&cookie)? as usize;
         let mut f = self.slab.swap_remove(slot);
-        if let Some(moved) = self.slab.get(slot) {
-            let c = moved.key.cookie;
-            self.index.get_mut(&c).expect("every slab entry is indexed").slot = slot as u32;
+        let h = self.hot.swap_remove(slot);
+        if let Some(moved) = self.hot.get(slot) {
+            *self.index.get_mut(&moved.cookie).expect("every slot is indexed") = slot as u32;
         }
         sync(&mut f, &h);
         Some(f)
@@ -566,7 +600,7 @@ impl Tracker {
             return;
         }
         let gone: Vec<u64> =
-            self.index.iter().filter(|(_, h)| h.seen_gen != generation).map(|(&c, _)| c).collect();
+            self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect();
         for cookie in gone {
             if let Some(f) = self.remove(cookie) {
                 self.hand_on(f, EndReason::Gone, dump_ts_ns, out);
@@ -587,9 +621,9 @@ impl Tracker {
         }
         let Some(t) = s.tcp_info() else { return };
         let sn = snap(s, &t);
-        let f = match self.index.get(&key.cookie) {
-            Some(h) if same_socket(&self.slab[h.slot as usize].key, s) => {
-                let same = fingerprint(s, &t) == h.fp;
+        let f = match self.index.get(&key.cookie).map(|&i| i as usize) {
+            Some(slot) if same_socket(&self.slab[slot].key, s) => {
+                let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let mut f = self.remove(key.cookie).expect("indexed just above");
                 f.last_ts_ns = s.ts_ns;
                 f.options |= sn.options;
@@ -619,7 +653,7 @@ impl Tracker {
 
     /// Shutdown: every active flow is handed on as partial (end not seen).
     pub fn finish(&mut self, out: &mut Vec<EndedFlow>) {
-        let cookies: Vec<u64> = self.index.keys().copied().collect();
+        let cookies: Vec<u64> = self.hot.iter().map(|h| h.cookie).collect();
         for c in cookies {
             if let Some(f) = self.remove(c) {
                 let ts = f.last_ts_ns;

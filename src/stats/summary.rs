@@ -48,7 +48,10 @@ pub fn sort_order(x: &[f64], w: Option<&[f64]>) -> Vec<u32> {
 /// [`sort_order`] by keys that order like the values (e.g. the integer counters a series
 /// of floats was computed from by a strictly increasing map): narrower keys need fewer
 /// radix passes.
-pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(keys: &[K], w: Option<&[f64]>) -> Vec<u32> {
+pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(
+    keys: &[K],
+    w: Option<&[f64]>,
+) -> Vec<u32> {
     // Sorting the 4-byte indices (keys fetched through them) keeps the buffers radsort
     // needs small: a 10,000-sample flow's stay below the allocator's mmap threshold.
     let mut order: Vec<u32> = (0..keys.len() as u32).collect();
@@ -64,7 +67,8 @@ pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(keys: &[K], w: Option<&
                 end += 1;
             }
             if end - start > 1 {
-                order[start..end].sort_unstable_by(|&a, &b| w[a as usize].total_cmp(&w[b as usize]));
+                order[start..end]
+                    .sort_unstable_by(|&a, &b| w[a as usize].total_cmp(&w[b as usize]));
             }
             start = end;
         }

@@ -235,3 +235,37 @@ fn every_compared_value_defeats_dedup_and_time_only_fields_do_not() {
     );
     assert_eq!(f.options, TCPI_OPT_SACK);
 }
+
+#[test]
+fn walk_order_changes_never_confuse_flows() {
+    // Flows are kept in the kernel's walk order to find them without hashing; any change
+    // of order, arrival or departure must still map every socket to its own flow.
+    let socks: Vec<SockBuilder> = (1..=6u64).map(|c| SockBuilder::new(c, c as u16, 80)).collect();
+    let orders: [&[usize]; 6] = [
+        &[0, 1, 2, 3, 4, 5],
+        &[5, 4, 3, 2, 1, 0],
+        &[2, 0, 5, 1, 4, 3],
+        &[0, 1, 2, 3, 4, 5],
+        &[3, 1, 5],
+        &[4, 3, 1, 0, 5],
+    ];
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut ended = Vec::new();
+    for (k, order) in orders.iter().enumerate() {
+        let refs: Vec<&SockBuilder> = order.iter().map(|&i| &socks[i]).collect();
+        ended.extend(dump(&mut t, k as u64 * S, &refs, true));
+    }
+    // Dump 4 missed sockets 0, 2 and 4: they ended. Dump 5 brought 0 and 4 back: new flows
+    // (same cookies, a new life: in practice cookies never return, but the table must
+    // cope).
+    let mut gone: Vec<u64> = ended.iter().map(|e| e.flow.key.cookie).collect();
+    gone.sort_unstable();
+    assert_eq!(gone, [1, 3, 5]);
+    let mut live: Vec<(u64, u32)> = t.flows().map(|f| (f.key.cookie, f.deduped)).collect();
+    live.sort_unstable();
+    assert_eq!(live, [(1, 0), (2, 5), (4, 5), (5, 0), (6, 5)]);
+    assert!(
+        t.flows().all(|f| f.key.sport as u64 == f.key.cookie),
+        "each flow holds its own socket"
+    );
+}
