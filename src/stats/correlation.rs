@@ -91,29 +91,31 @@ pub fn pearson(x: &[f64], y: &[f64], w: Option<&[f64]>) -> f64 {
 /// Weighted mid-ranks of `x` (see the module docs).
 pub fn weighted_ranks(x: &[f64], w: Option<&[f64]>) -> Vec<f64> {
     let order = super::summary::sort_order(x, w);
-    let keep: Vec<u32> = (0..x.len() as u32).collect();
-    ranks_of_subset(x, &order, &keep, x.len(), w)
+    ranks_of_subset(x, &order, None, x.len(), w)
 }
 
-/// Weighted mid-ranks of a subset of `x`, from the order of all of `x` ([`sort_order`]):
-/// `slot[i]` is the subset position of element `i`, or `u32::MAX` to leave it out; `w`
-/// holds the subset's weights. Lets one sort serve several subsets.
+/// Weighted mid-ranks of `x`, or of a subset of it, from the order of all of `x`
+/// ([`sort_order`]). With `slot`, `slot[i]` is the subset position of element `i` or
+/// `u32::MAX` to leave it out, and `w` holds the subset's weights; without it the subset is
+/// all of `x`. Lets one sort serve several subsets.
 ///
 /// [`sort_order`]: super::summary::sort_order
 pub fn ranks_of_subset(
     x: &[f64],
     order: &[u32],
-    slot: &[u32],
+    slot: Option<&[u32]>,
     subset_len: usize,
     w: Option<&[f64]>,
 ) -> Vec<f64> {
     let wt = |j: usize| w.map_or(1.0, |w| w[j]);
+    let pos = |i: u32| slot.map_or(i, |s| s[i as usize]) as usize;
     let filtered: Vec<u32>;
-    let members: &[u32] = if subset_len == order.len() {
-        order // every element is in the subset
-    } else {
-        filtered = order.iter().copied().filter(|&i| slot[i as usize] != u32::MAX).collect();
-        &filtered
+    let members: &[u32] = match slot {
+        None => order,
+        Some(slot) => {
+            filtered = order.iter().copied().filter(|&i| slot[i as usize] != u32::MAX).collect();
+            &filtered
+        }
     };
     let mut ranks = vec![0.0; subset_len];
     let mut below = 0.0;
@@ -123,11 +125,11 @@ pub fn ranks_of_subset(
         let mut end = k;
         let mut tie_w = 0.0;
         while end < members.len() && x[members[end] as usize] == v {
-            tie_w += wt(slot[members[end] as usize] as usize);
+            tie_w += wt(pos(members[end]));
             end += 1;
         }
         for &i in &members[k..end] {
-            ranks[slot[i as usize] as usize] = below + tie_w / 2.0;
+            ranks[pos(i)] = below + tie_w / 2.0;
         }
         below += tie_w;
         k = end;

@@ -8,8 +8,9 @@
 //! - `LinInterp` returns `x[0]` when `i = 0`, else `t·x[i-1] + (1-t)·x[i]` with
 //!   `t = (c - f) / w[i]`.
 //!
-//! Unlike cgmon, tied values are ordered by weight, so they give the same result in any
-//! input order (its B5). Without weights this is exactly cgmon's result.
+//! Unlike cgmon, the result does not depend on the input order of tied values (its B5):
+//! the lightest of a run of ties goes first, the one position where a weight can matter.
+//! Without weights this is exactly cgmon's result.
 
 /// The percentiles of a seven-number summary, as fractions.
 pub const PERCENTILES: [f64; 7] = [0.02, 0.09, 0.25, 0.5, 0.75, 0.91, 0.98];
@@ -35,9 +36,9 @@ impl QuantileKind {
     }
 }
 
-/// Indices of `x` sorted by value, ties by weight. Ordering ties by weight makes the order
-/// of equal values in the input irrelevant to any result (cgmon's unstable sort was not:
-/// its B5); equal value and weight are indistinguishable.
+/// Indices of `x` sorted by value; within each run of equal values the lightest comes
+/// first. That makes the order of equal values in the input irrelevant to any result
+/// (cgmon's unstable sort was not: its B5).
 ///
 /// Sorting is most of an analysis's cost, so this uses radsort's radix sort: linear time,
 /// several times faster than a comparison sort at thousands of samples.
@@ -57,23 +58,37 @@ pub fn sort_order_by<K: radsort::Key + PartialEq + Copy>(
     let mut order: Vec<u32> = (0..keys.len() as u32).collect();
     radsort::sort_by_key(&mut order, |&i| keys[i as usize]);
     if let Some(w) = w {
-        // Then each run of equal values by weight (runs are short; a radix pass over the
-        // weights' eight bytes for every element would cost more than these small sorts).
+        // Within a run of equal values only the first element's weight can change a
+        // result (LinInterp interpolates from the previous distinct value using it; later
+        // ties interpolate between equal values). So the lightest goes first: the same
+        // result for any input order, without sorting the run.
         let mut start = 0;
         while start < order.len() {
             let v = keys[order[start] as usize];
             let mut end = start + 1;
+            let mut lightest = start;
             while end < order.len() && keys[order[end] as usize] == v {
+                if w[order[end] as usize] < w[order[lightest] as usize] {
+                    lightest = end;
+                }
                 end += 1;
             }
-            if end - start > 1 {
-                order[start..end]
-                    .sort_unstable_by(|&a, &b| w[a as usize].total_cmp(&w[b as usize]));
-            }
+            order.swap(start, lightest);
             start = end;
         }
     }
     order
+}
+
+/// [`sort_order_by`] for u64 counters, with 4-byte keys when the values allow (half the
+/// radix passes).
+pub fn sort_order_u64(keys: &[u64], w: Option<&[f64]>) -> Vec<u32> {
+    if keys.iter().all(|&k| k <= u64::from(u32::MAX)) {
+        let narrow: Vec<u32> = keys.iter().map(|&k| k as u32).collect();
+        sort_order_by(&narrow, w)
+    } else {
+        sort_order_by(keys, w)
+    }
 }
 
 /// The seven-number summary of `x`, weighted by `w` when given. `None` for no data.
@@ -96,16 +111,26 @@ pub fn seven_number_sorted(
         return None;
     }
     debug_assert!(w.is_none_or(|w| w.len() == x.len()) && order.len() == x.len());
-    let weight = |i: usize| w.map_or(1.0, |w| w[i]);
-    let total: f64 = order.iter().map(|&i| weight(i as usize)).sum();
-    let (weight, total): (&dyn Fn(usize) -> f64, f64) =
-        if total > 0.0 { (&weight, total) } else { (&|_| 1.0, x.len() as f64) };
+    let total: f64 = w.map_or(0.0, |w| order.iter().map(|&i| w[i as usize]).sum());
+    match w {
+        Some(w) if total > 0.0 => Some(walk(x, order, |i| w[i], total, kind)),
+        _ => Some(walk(x, order, |_| 1.0, x.len() as f64, kind)),
+    }
+}
 
+/// The cumulative-weight walk of [`seven_number_sorted`], monomorphised per weighting.
+#[inline]
+fn walk(
+    x: &[f64],
+    order: &[u32],
+    weight: impl Fn(usize) -> f64,
+    total: f64,
+    kind: QuantileKind,
+) -> [f64; 7] {
     let mut out = [0.0; 7];
-    let mut cum = 0.0;
     let mut k = 0; // position in `order`
     let mut prev = x[order[0] as usize];
-    cum += weight(order[0] as usize);
+    let mut cum = weight(order[0] as usize);
     for (slot, p) in out.iter_mut().zip(PERCENTILES) {
         let f = p * total;
         // Advance to the first position whose cumulative weight reaches f.
@@ -124,7 +149,7 @@ pub fn seven_number_sorted(
             }
         };
     }
-    Some(out)
+    out
 }
 
 #[cfg(test)]
