@@ -132,6 +132,16 @@ fn main() {
                 black_box(out.len())
             })
         });
+        let mut t = Tracker::new(TrackerConfig { window_samples: 64, ..TrackerConfig::default() });
+        let mut flip = false;
+        g.bench_function("kept_changing_20k", |bch| {
+            bch.iter(|| {
+                flip = !flip;
+                out.clear();
+                run_dump(&mut t, if flip { &b } else { &a }, &mut out);
+                black_box(out.len())
+            })
+        });
     }
     g.bench_function("replay_only", |bch| {
         bch.iter_batched(

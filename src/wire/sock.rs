@@ -186,9 +186,14 @@ impl<'a> Sample<'a> {
 
     /// `INET_DIAG_CONG`: the congestion-control algorithm's name.
     pub fn cong(&self) -> Option<&'a str> {
+        std::str::from_utf8(self.cong_bytes()?).ok()
+    }
+
+    /// The algorithm name's bytes, without the NUL: cheap to compare against a stored name.
+    pub fn cong_bytes(&self) -> Option<&'a [u8]> {
         let raw = self.idx.spans[S_CONG].get(self.payload)?;
         let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-        std::str::from_utf8(&raw[..end]).ok()
+        Some(&raw[..end])
     }
 
     /// BBRINFO, DCTCPINFO or VEGASINFO, whichever the kernel sent.
