@@ -193,6 +193,52 @@ fn main() {
     });
     g.finish();
 
+    if bench_mode {
+        // The same differences as interleaved pairs (replay alone, then replay + tracker),
+        // median over 60 pairs: sequential criterion runs drift with the shared machine.
+        let mut steady = Tracker::new(TrackerConfig::default());
+        let mut changing =
+            Tracker::new(TrackerConfig { window_samples: 64, ..TrackerConfig::default() });
+        let mut out = Vec::new();
+        run_dump(&mut steady, &a, &mut out);
+        let timed = |t: Option<&mut Tracker>, d: &Dump, out: &mut Vec<_>| {
+            let mut s = replay(d);
+            let start = std::time::Instant::now();
+            match t {
+                Some(t) => {
+                    t.begin_dump();
+                    let r = rt.block_on(s.dump_with(|x| t.observe(&x, out))).unwrap();
+                    t.end_dump(r.is_complete(), 1, out);
+                }
+                None => {
+                    rt.block_on(s.dump_with(|x| {
+                        black_box(&x);
+                    }))
+                    .unwrap();
+                }
+            }
+            start.elapsed().as_secs_f64() * 1e9
+        };
+        let (mut ds, mut dc) = (Vec::new(), Vec::new());
+        for k in 0..60 {
+            out.clear();
+            let base = timed(None, &a, &mut out);
+            ds.push((timed(Some(&mut steady), &a, &mut out) - base) / n as f64);
+            let d = if k % 2 == 0 { &b } else { &a };
+            let base = timed(None, d, &mut out);
+            dc.push((timed(Some(&mut changing), d, &mut out) - base) / n as f64);
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        eprintln!(
+            "tracker per socket (paired x60, median): steady {:.1} ns, every sample changed {:.1} ns",
+            med(ds),
+            med(dc)
+        );
+    }
+
     // One flow with 10,000 changing samples, built through the tracker.
     let mut t = Tracker::new(TrackerConfig { window_samples: 20_000, ..TrackerConfig::default() });
     let mut ended = Vec::new();
