@@ -37,6 +37,17 @@ fn sampler(cfg: SamplerConfig) -> Sampler<NetlinkSource> {
     Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap()
 }
 
+/// The sampler's own single-walk request for `cfg`, unfiltered, for the bare loop.
+fn bare_request(cfg: &SamplerConfig) -> Vec<u8> {
+    DumpRequest {
+        kind: RequestKind::SingleWalk,
+        states: cfg.states.0,
+        ext: cfg.ext,
+        bytecode: None,
+    }
+    .emit(1)
+}
+
 /// Receives a whole dump and throws it away; returns the datagram count.
 async fn bare(src: &mut NetlinkSource, req: &[u8], buf: &mut Vec<u8>) -> usize {
     src.send(req).await.unwrap();
@@ -96,13 +107,7 @@ fn main() {
     g.throughput(Throughput::Elements(count as u64));
     {
         let mut src = NetlinkSource::open(SocketOptions::default()).unwrap();
-        let req = DumpRequest {
-            kind: RequestKind::SingleWalk,
-            states: base.states.0,
-            ext: base.ext,
-            bytecode: None,
-        }
-        .emit(1);
+        let req = bare_request(&base);
         let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
         g.bench_function("bare_recv_discard", |b| {
             b.iter(|| black_box(rt.block_on(bare(&mut src, &req, &mut buf))))
@@ -158,13 +163,7 @@ fn main() {
     // the shared machine's noise in a way two sequential criterion runs are not.
     let mut bare_src = NetlinkSource::open(SocketOptions::default()).unwrap();
     let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
-    let bare_req = DumpRequest {
-        kind: RequestKind::SingleWalk,
-        states: base.states.0,
-        ext: base.ext,
-        bytecode: None,
-    }
-    .emit(1);
+    let bare_req = bare_request(&base);
     let mut single = sampler(SamplerConfig { mode: DumpMode::SingleWalk, ..base.clone() });
     let mut two = sampler(SamplerConfig { mode: DumpMode::PerFamily, ..base.clone() });
     let mut pass_s = sampler(SamplerConfig { filter: Some(pass_f), ..base.clone() });
