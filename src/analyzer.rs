@@ -315,11 +315,12 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     let o_var = sort_order_by(&u32s(|r| r.rttvar_us), wq);
     let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
     let summary = |x: &[f64], o: &[u32]| seven_number_sorted(x, wq, o, kind).unwrap_or([0.0; 7]);
+    let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, n, wc);
     let c_rtt = correlate_ranked(
         &rtt,
         &cwnd,
         &ranks_of_subset(&rtt, &o_rtt, None, n, wc),
-        &ranks_of_subset(&cwnd, &o_cwnd, None, n, wc),
+        &cwnd_ranks,
         wc,
         adjust,
     );
@@ -371,7 +372,11 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         &pacing.x,
         &pacing.cwnd,
         &ranks_of_subset(&pacing.x, &o_pacing, None, pacing.x.len(), pc),
-        &ranks_of_subset(&cwnd, &o_cwnd, Some(&pacing.slot), pacing.x.len(), pc),
+        &if pacing.x.len() == n && pc.is_some() == wc.is_some() {
+            cwnd_ranks.clone() // every sample has a pacing rate: same subset, same weights
+        } else {
+            ranks_of_subset(&cwnd, &o_cwnd, Some(&pacing.slot), pacing.x.len(), pc)
+        },
         pc,
         adjust,
     );
