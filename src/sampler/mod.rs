@@ -27,7 +27,7 @@ use crate::wire::inet_diag::{
     default_extensions,
 };
 use crate::wire::nlmsg::{self, NlMsgIter};
-use crate::wire::sock::{Datagram, Sample, SockBatch, SockIndex, index_into};
+use crate::wire::sock::{Datagram, LayoutCache, Sample, SockBatch, SockIndex};
 use source::DumpSource;
 
 /// cgmon's `-netlink-read-bufsize` default. The kernel sizes dump datagrams to the reader's
@@ -369,6 +369,7 @@ pub fn scan_datagram(
     request: &'static str,
     dump: &mut Dump,
 ) -> Result<bool, SampleError> {
+    let mut layout = LayoutCache::default();
     for m in NlMsgIter::new(buf) {
         let Ok(m) = m else {
             dump.malformed += 1;
@@ -402,7 +403,7 @@ pub fn scan_datagram(
                 let slot = list.last_mut().expect("just pushed");
                 slot.dgram = dgram;
                 slot.payload_off = m.payload_offset as u32;
-                if let Err(e) = index_into(m.payload, slot) {
+                if let Err(e) = layout.index_into(m.payload, slot) {
                     list.pop();
                     dump.malformed += 1;
                     tracing::debug!(error = %e, "skipping undecodable inet_diag message");

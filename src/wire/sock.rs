@@ -104,6 +104,73 @@ pub fn index(payload: &[u8]) -> Result<SockIndex, DecodeError> {
 /// As for [`index`]; the slot's contents are then unspecified.
 #[inline]
 pub fn index_into(payload: &[u8], idx: &mut SockIndex) -> Result<(), DecodeError> {
+    walk(payload, idx, None)
+}
+
+/// Most attributes a layout records; messages with more are always walked.
+const LAYOUT_MAX: usize = 24;
+
+/// Remembers the attribute layout of the last message indexed, so the next can be indexed
+/// by checking instead of walking.
+///
+/// Walking attributes is a dependent chain: each header's position waits on the previous
+/// header's length. But the sockets of a dump mostly share one layout (the same attributes
+/// with the same lengths). If a message has the same length and every recorded header
+/// (length and type) is found again at its recorded offset, a walk would visit exactly
+/// those offsets and yield exactly those spans. Those checks are independent loads, which
+/// the CPU overlaps. A mismatch falls back to the walk, which records the new layout.
+#[derive(Debug, Clone)]
+pub struct LayoutCache {
+    payload_len: usize,
+    count: usize,
+    headers: [(u16, u32); LAYOUT_MAX],
+    spans: [Span; SLOTS],
+}
+
+impl Default for LayoutCache {
+    fn default() -> Self {
+        Self {
+            payload_len: 0,
+            count: 0,
+            headers: [(0, 0); LAYOUT_MAX],
+            spans: [Span::default(); SLOTS],
+        }
+    }
+}
+
+impl LayoutCache {
+    /// [`index_into`], using and updating the remembered layout.
+    ///
+    /// # Errors
+    /// As for [`index`].
+    #[inline]
+    pub fn index_into(&mut self, payload: &[u8], idx: &mut SockIndex) -> Result<(), DecodeError> {
+        if self.payload_len != 0 && payload.len() == self.payload_len {
+            let same = self.headers[..self.count].iter().all(|&(off, h)| {
+                let off = usize::from(off);
+                payload
+                    .get(off..off + 4)
+                    .is_some_and(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) == h)
+            });
+            if same {
+                idx.payload_len = self.payload_len as u16;
+                idx.spans = self.spans;
+                return Ok(());
+            }
+        }
+        self.payload_len = 0; // invalid until a walk succeeds
+        walk(payload, idx, Some(self))?;
+        Ok(())
+    }
+}
+
+/// The attribute walk; records the layout into `rec` when given and it fits.
+#[inline]
+fn walk(
+    payload: &[u8],
+    idx: &mut SockIndex,
+    mut rec: Option<&mut LayoutCache>,
+) -> Result<(), DecodeError> {
     InetDiagMsg::new_checked(payload)?;
     let n = payload.len();
     let payload_len = u16::try_from(n).map_err(|_| DecodeError::BadLength {
@@ -112,6 +179,7 @@ pub fn index_into(payload: &[u8], idx: &mut SockIndex) -> Result<(), DecodeError
         avail: usize::from(u16::MAX),
     })?;
     idx.payload_len = payload_len;
+    let mut count = 0;
     // This is AttrIter's walk written out flat: it is the hot loop of every dump (ten-odd
     // attributes per socket), and the flat form is about twice as fast. The property tests in
     // tests/it/robustness.rs run both over the same mutated inputs.
@@ -121,11 +189,18 @@ pub fn index_into(payload: &[u8], idx: &mut SockIndex) -> Result<(), DecodeError
         if rest < RTA_HDRLEN {
             return Err(DecodeError::TooShort { what: "rtattr", need: RTA_HDRLEN, got: rest });
         }
-        let len = usize::from(u16::from_ne_bytes([payload[pos], payload[pos + 1]]));
-        let kind = u16::from_ne_bytes([payload[pos + 2], payload[pos + 3]]) & NLA_TYPE_MASK;
+        let head = [payload[pos], payload[pos + 1], payload[pos + 2], payload[pos + 3]];
+        let len = usize::from(u16::from_ne_bytes([head[0], head[1]]));
+        let kind = u16::from_ne_bytes([head[2], head[3]]) & NLA_TYPE_MASK;
         if len < RTA_HDRLEN || len > rest {
             return Err(DecodeError::BadLength { what: "rtattr", len, avail: rest });
         }
+        if let Some(r) = rec.as_deref_mut()
+            && count < LAYOUT_MAX
+        {
+            r.headers[count] = (pos as u16, u32::from_ne_bytes(head));
+        }
+        count += 1;
         // Both fit in u16: the payload does (checked above) and the value lies inside it.
         let span = Span { off: (pos + RTA_HDRLEN) as u16, len: (len - RTA_HDRLEN) as u16 };
         let slot = if kind < 32 { SLOT_OF[usize::from(kind)] } else { 0 };
@@ -134,6 +209,13 @@ pub fn index_into(payload: &[u8], idx: &mut SockIndex) -> Result<(), DecodeError
     }
     // Slot 0 is scratch; clear it so equal sockets give equal indexes.
     idx.spans[0] = Span::default();
+    if let Some(r) = rec
+        && count <= LAYOUT_MAX
+    {
+        r.payload_len = n;
+        r.count = count;
+        r.spans = idx.spans;
+    }
     Ok(())
 }
 
@@ -471,5 +553,44 @@ impl Serialize for FieldMap<'_> {
             }
         }
         map.end()
+    }
+}
+
+#[cfg(all(test, target_endian = "little"))]
+mod tests {
+    use super::*;
+    use crate::testkit::MsgBuilder;
+
+    fn payload(m: &[u8]) -> &[u8] {
+        &m[16..]
+    }
+
+    #[test]
+    fn layout_cache_reuses_a_layout_and_notices_a_change() {
+        let info = vec![7u8; 280];
+        let a = MsgBuilder::v4(1, 1, 1, 2)
+            .attr(attr::INET_DIAG_INFO, &info)
+            .attr(attr::INET_DIAG_CONG, b"bbr\0")
+            .build();
+        let b = MsgBuilder::v4(1, 2, 3, 4)
+            .attr(attr::INET_DIAG_INFO, &info)
+            .attr(attr::INET_DIAG_CONG, b"bbr\0")
+            .build();
+        // Same total length, other attributes: CONG first, then a shorter INFO.
+        let c = MsgBuilder::v4(1, 3, 5, 6)
+            .attr(attr::INET_DIAG_CONG, b"bbr\0")
+            .attr(attr::INET_DIAG_INFO, &info)
+            .build();
+        assert_eq!(a.len(), c.len());
+        let mut cache = LayoutCache::default();
+        for m in [&a, &b, &c, &a] {
+            let mut got = SockIndex::default();
+            cache.index_into(payload(m), &mut got).unwrap();
+            assert_eq!(got, index(payload(m)).unwrap());
+        }
+        let mut bad = b.clone();
+        bad[16 + 72] = 3; // INFO's length below its header: a walk must reject it
+        let mut got = SockIndex::default();
+        assert!(cache.index_into(payload(&bad), &mut got).is_err());
     }
 }

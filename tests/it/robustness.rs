@@ -7,7 +7,7 @@
 
 use cgmon_rs::wire::attr::{self, AttrIter};
 use cgmon_rs::wire::nlmsg::NlMsgIter;
-use cgmon_rs::wire::sock::{Sample, index};
+use cgmon_rs::wire::sock::{LayoutCache, Sample, SockIndex, index};
 use proptest::prelude::*;
 
 use crate::fixture;
@@ -15,9 +15,14 @@ use crate::fixture;
 /// Decodes everything reachable from a datagram, touching every accessor.
 fn exercise(dg: &[u8]) -> usize {
     let mut touched = 0;
+    // The sampler's layout cache must index every message exactly as a fresh walk does.
+    let mut layout = LayoutCache::default();
     for m in NlMsgIter::new(dg) {
         let Ok(m) = m else { break };
         let _ = m.error_code();
+        let mut cached = SockIndex::default();
+        let via_cache = layout.index_into(m.payload, &mut cached).map(|()| cached);
+        assert_eq!(via_cache.ok(), index(m.payload).ok(), "layout cache and walk disagree");
         // index() is AttrIter's walk written flat for speed: both must judge alike.
         if m.payload.len() >= 72 && m.payload.len() <= usize::from(u16::MAX) {
             let walk: Result<Vec<_>, _> = AttrIter::new(m.payload, 72).collect();
