@@ -1,15 +1,18 @@
 //! cgmon-rs: a Linux TCP congestion monitor built on sock_diag.
 //!
-//! Pipeline (this crate grows it stage by stage):
+//! Pipeline:
 //!
 //! ```text
-//! DumpSource ─datagrams→ sampler ─SockBatch→ tracker ─flows→ analyzer ─records→ writer
-//!                 destroy events ─SockBatch→ ┘
+//! tracker task: DumpSource → Sampler::dump_with → Tracker::observe     (tracker::task)
+//!               DestroyListener → Tracker::destroyed
+//!   ─ Vec<EndedFlow> (bounded channel) → analyzer task: analyze → Vec<FlowStats> → writer
 //! ```
 //!
-//! Layers: `sampler` (the only code that touches sockets) sits on `wire` (kernel formats over
-//! `&[u8]`) and `filter` (expression → INET_DIAG_REQ_BYTECODE). Both are pure and testable
-//! without a kernel.
+//! Layers:
+//! - The stages: `tracker::task`, `analyzer`.
+//! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
+//!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE).
+//! - `sampler`: the only code that touches sockets (`sampler::source`).
 
 pub mod analyzer;
 pub mod clock;
