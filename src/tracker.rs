@@ -200,6 +200,9 @@ pub struct TrackerStats {
     pub flows_ended: u64,
     /// Flows refused for `max_flows`.
     pub flows_refused: u64,
+    /// Samples whose cookie belongs to a flow with another 4-tuple (a socket that
+    /// connected again elsewhere); not applied to that flow.
+    pub tuple_conflicts: u64,
     /// Flows dropped for `min_samples`.
     pub flows_too_short: u64,
     /// Samples retained.
@@ -500,7 +503,7 @@ impl Tracker {
             if !same_socket(&f.key, s) {
                 // Same cookie, other tuple: a socket reconnected after a failed connect.
                 // Keep the flow as it was; the new destination is not this flow.
-                self.stats.flows_refused += 1;
+                self.stats.tuple_conflicts += 1;
                 return;
             }
             h.fp = fp;

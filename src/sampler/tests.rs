@@ -20,15 +20,21 @@ fn sampler(datagrams: Vec<Datagram>, mode: DumpMode) -> Sampler<ReplaySource> {
     Sampler::new(ReplaySource::new(datagrams), cfg).unwrap()
 }
 
-#[tokio::test]
-async fn reads_a_multipart_dump_with_per_datagram_timestamps() {
+/// Cookies 10 and 11 (rtt 5 and 7 ms) arrive at t=100, cookie 12 (no tcp_info) and
+/// NLMSG_DONE at t=200.
+fn three_sockets_in_two_datagrams() -> Sampler<ReplaySource> {
     let a = MsgBuilder::v4(1, 10, 1000, 80).attr(INET_DIAG_INFO, &info(5_000)).build();
     let b = MsgBuilder::v4(1, 11, 1001, 80).attr(INET_DIAG_INFO, &info(7_000)).build();
     let c = MsgBuilder::v4(1, 12, 1002, 80).build();
-    let mut s = sampler(
+    sampler(
         vec![dg(100, &[a, b]), dg(200, &[c, control_msg(1, nlmsg::NLMSG_DONE, 0)])],
         DumpMode::SingleWalk,
-    );
+    )
+}
+
+#[tokio::test]
+async fn reads_a_multipart_dump_with_per_datagram_timestamps() {
+    let mut s = three_sockets_in_two_datagrams();
     let d = s.dump().await.unwrap();
     assert!(d.is_complete());
     assert_eq!((d.requests, d.datagrams), (1, 2));
@@ -156,13 +162,7 @@ async fn filter_is_compiled_into_the_request() {
 
 #[tokio::test]
 async fn dump_with_visits_every_socket_and_keeps_nothing() {
-    let a = MsgBuilder::v4(1, 10, 1000, 80).attr(INET_DIAG_INFO, &info(5_000)).build();
-    let b = MsgBuilder::v4(1, 11, 1001, 80).attr(INET_DIAG_INFO, &info(7_000)).build();
-    let c = MsgBuilder::v4(1, 12, 1002, 80).build();
-    let mut s = sampler(
-        vec![dg(100, &[a, b]), dg(200, &[c, control_msg(1, nlmsg::NLMSG_DONE, 0)])],
-        DumpMode::SingleWalk,
-    );
+    let mut s = three_sockets_in_two_datagrams();
     let mut seen = Vec::new();
     let d = s
         .dump_with(|x| seen.push((x.ts_ns, x.key().cookie, x.tcp_info().and_then(|t| t.rtt()))))

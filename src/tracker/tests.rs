@@ -269,3 +269,15 @@ fn walk_order_changes_never_confuse_flows() {
         "each flow holds its own socket"
     );
 }
+
+#[test]
+fn a_cookie_seen_with_another_tuple_does_not_change_its_flow() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80).rtt_us(10_000);
+    dump(&mut t, 0, &[&a], true);
+    let moved = SockBuilder::new(1, 5000, 443).rtt_us(99_000); // same cookie, other peer port
+    dump(&mut t, S, &[&moved], true);
+    let f = t.flows().next().unwrap();
+    assert_eq!((f.key.dport, f.samples.len(), f.samples[0].rtt_us), (80, 1, 10_000));
+    assert_eq!((t.stats().tuple_conflicts, t.stats().flows_refused), (1, 0));
+}
