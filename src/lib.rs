@@ -15,6 +15,7 @@
 //! - `sampler`: the only code that touches sockets (`sampler::source`).
 
 pub mod analyzer;
+pub mod cli;
 pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
@@ -22,6 +23,7 @@ pub mod sampler;
 pub mod states;
 pub mod stats;
 pub mod tracker;
+pub mod units;
 pub mod wire;
 
 #[doc(hidden)]

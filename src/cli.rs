@@ -1,0 +1,534 @@
+//! The command line: cgmon's flags under cgmon's names and defaults, plus ours.
+//!
+//! cgmon used Go's `flag` package, where `-run-interval 1s` and `--run-interval 1s` mean the
+//! same and a boolean takes a value only as `-flag=false`. clap parses GNU-style options, so
+//! [`normalize`] rewrites a single-dash long flag into its double-dash form first; then
+//! cgmon's documented commands parse unchanged. Every option can also come from a
+//! `CGMON_*` environment variable (for the systemd unit), named after the flag.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+use crate::analyzer::AnalyzerConfig;
+use crate::filter::{self, Expr};
+use crate::states::StateSet;
+use crate::stats::correlation::Adjust;
+use crate::stats::summary::QuantileKind;
+use crate::units::{ValueError, format_duration, parse_duration, parse_size};
+
+const EXAMPLES: &str = "\
+EXAMPLES:
+  cgmon-rs                                         every TCP flow, one JSON record per line as it ends
+  cgmon-rs -netlink-sport 80,443 -tracker-max-flows 100 -writer-dir output \\
+           -writer-rotate-size 10M -run-interval 100ms
+                                                   cgmon's README example, unchanged
+  cgmon-rs --pretty dport 443 or sport 22          a filter expression (ss syntax), tab-indented JSON
+  cgmon-rs --filter 'dst 2001:db8::/32' -writer-partial | jq .SendThroughputMbps
+  cgmon-rs -writer-dir /var/log/cgmon-rs -writer-file flows.json.gz -writer-rotate-interval 1h
+
+UNITS:
+  Durations are Go's: 100ms, 1s, 1m30s, 1.5h (ns, us, ms, s, m, h).
+  Sizes are bytes with an optional K, M, G or T suffix (x1024^n): 200K, 10M.
+
+SIGNALS:
+  SIGINT, SIGTERM  stop: finish every active flow (written with -writer-partial), close files, exit 0;
+                   a second signal exits at once
+  SIGHUP           close and rotate the output file, then reopen it (logrotate)
+  SIGUSR1          log the monitor's internal metrics
+
+ENVIRONMENT:
+  Every option can be set as CGMON_<NAME>, the flag's name in upper case with '-' as '_',
+  e.g. CGMON_RUN_INTERVAL=100ms, CGMON_WRITER_PARTIAL=true. The command line wins.
+  RUST_LOG overrides the log level (tracing's EnvFilter syntax).
+
+EXIT STATUS:
+  0  stopped by a signal or -run-duration, every record written
+  1  a run-time failure: -run-max-errors consecutive netlink errors, an output that could not be
+     opened, records lost, or shutdown not finished within -run-shutdown-timeout
+  2  a usage error: an unknown flag or a bad value; nothing was sampled or written";
+
+/// `-analyzer-cumulant-kind` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CumulantKind {
+    /// Linear interpolation between neighbouring values (cgmon's default).
+    Lininterp,
+    /// The first value whose cumulative weight reaches the quantile.
+    Empirical,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines on stderr.
+    Text,
+    /// One JSON object per line on stderr.
+    Json,
+}
+
+fn positive_duration(s: &str) -> Result<Duration, ValueError> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(ValueError(format!("invalid duration {s:?}: must be greater than 0")));
+    }
+    Ok(d)
+}
+
+fn size(s: &str) -> Result<u64, ValueError> {
+    parse_size(s)
+}
+
+fn port_list(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    filter::parse_port_list(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
+fn states(s: &str) -> Result<StateSet, String> {
+    StateSet::parse(s).map_err(|e| e.to_string())
+}
+
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?} (use true or false)")),
+    }
+}
+
+/// cgmon-rs's options. Field docs are the `--help` text.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "cgmon-rs",
+    version,
+    about = "Linux TCP congestion monitor: samples tcp_info for every TCP flow through sock_diag \
+             (as `ss -ti` does) and writes one JSON record per flow when it ends.",
+    after_help = EXAMPLES,
+    color = clap::ColorChoice::Never,
+    max_term_width = 100
+)]
+pub struct Cli {
+    // ---- Analyzer ----
+    /// Adjust each correlation by Olkin-Pratt, r*(1+(1-r^2)/(2n)), clamped to [-1,1]
+    #[arg(long = "analyzer-adjusted-correlation-1", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_1",
+          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
+          help_heading = "Analyzer")]
+    pub adjusted_correlation_1: bool,
+    /// Adjust each correlation to sign(r)*sqrt(max(0,1-(1-r^2)(n-1)/(n-2)))
+    #[arg(long = "analyzer-adjusted-correlation-2", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_2",
+          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
+          help_heading = "Analyzer")]
+    pub adjusted_correlation_2: bool,
+    /// Quantile method of the seven-number summaries
+    #[arg(long = "analyzer-cumulant-kind", env = "CGMON_ANALYZER_CUMULANT_KIND",
+          value_enum, default_value = "lininterp", help_heading = "Analyzer")]
+    pub cumulant_kind: CumulantKind,
+    /// Weigh every sample equally in the correlations (default: by the time it held)
+    #[arg(long = "analyzer-unweighted-correlations", env = "CGMON_ANALYZER_UNWEIGHTED_CORRELATIONS",
+          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
+          help_heading = "Analyzer")]
+    pub unweighted_correlations: bool,
+    /// Weigh every sample equally in the summaries (default: by the time it held)
+    #[arg(long = "analyzer-unweighted-quantiles", env = "CGMON_ANALYZER_UNWEIGHTED_QUANTILES",
+          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
+          help_heading = "Analyzer")]
+    pub unweighted_quantiles: bool,
+
+    // ---- Logging ----
+    /// Turn on every -log-<stage> switch
+    #[arg(long = "log-all", env = "CGMON_LOG_ALL", value_parser = go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", default_value = "false",
+          action = ArgAction::Set, help_heading = "Logging")]
+    pub log_all: bool,
+    /// Log each analyzed batch (debug level of target cgmon_rs::analyzer)
+    #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    pub log_analyzer: bool,
+    /// Log each dump: time, sockets, datagrams, bytes (target cgmon_rs::sampler)
+    #[arg(long = "log-netlink", env = "CGMON_LOG_NETLINK", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    pub log_netlink: bool,
+    /// Log to syslog through /dev/log as well (a warning, not an error, when it is missing)
+    #[arg(long = "log-syslog", env = "CGMON_LOG_SYSLOG", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    pub log_syslog: bool,
+    /// Log each dump's flow table changes (target cgmon_rs::tracker)
+    #[arg(long = "log-tracker", env = "CGMON_LOG_TRACKER", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    pub log_tracker: bool,
+    /// Log each written batch, file opens and rotations (target cgmon_rs::writer)
+    #[arg(long = "log-writer", env = "CGMON_LOG_WRITER", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    pub log_writer: bool,
+    /// Log line format on stderr (under systemd, logs go to the journal natively)
+    #[arg(long = "log-format", env = "CGMON_LOG_FORMAT", value_enum, default_value = "text",
+          help_heading = "Logging")]
+    pub log_format: LogFormat,
+    /// Base log level: error, warn, info, debug or trace
+    #[arg(long = "log-level", env = "CGMON_LOG_LEVEL", default_value = "info",
+          value_parser = ["error", "warn", "info", "debug", "trace"], help_heading = "Logging")]
+    pub log_level: String,
+
+    // ---- Netlink ----
+    /// Only flows whose remote port is in LIST, e.g. 80,443,8000-8080 (in the kernel)
+    #[arg(long = "netlink-dport", env = "CGMON_NETLINK_DPORT", value_name = "LIST",
+          value_parser = port_list, default_value = "", hide_default_value = true,
+          help_heading = "Netlink")]
+    pub dport: String,
+    /// Only flows whose local port is in LIST (in the kernel)
+    #[arg(long = "netlink-sport", env = "CGMON_NETLINK_SPORT", value_name = "LIST",
+          value_parser = port_list, default_value = "", hide_default_value = true,
+          help_heading = "Netlink")]
+    pub sport: String,
+    /// Initial receive buffer per datagram in bytes; it grows when a datagram is larger
+    #[arg(long = "netlink-read-bufsize", env = "CGMON_NETLINK_READ_BUFSIZE", value_name = "SIZE",
+          value_parser = size, default_value = "32768", help_heading = "Netlink")]
+    pub read_bufsize: u64,
+    /// SO_RCVBUF of the netlink sockets in bytes; 0 keeps the system default
+    #[arg(long = "netlink-receive-bufsize", env = "CGMON_NETLINK_RECEIVE_BUFSIZE",
+          value_name = "SIZE", value_parser = size, default_value = "0", help_heading = "Netlink")]
+    pub receive_bufsize: u64,
+    /// SO_RCVBUFFORCE in bytes (needs CAP_NET_ADMIN); 0 = unset
+    #[arg(long = "netlink-receive-bufsize-force", env = "CGMON_NETLINK_RECEIVE_BUFSIZE_FORCE",
+          value_name = "SIZE", value_parser = size, default_value = "0", help_heading = "Netlink")]
+    pub receive_bufsize_force: u64,
+    /// How long to wait for each datagram of a dump before failing it
+    #[arg(long = "netlink-receive-timeout", env = "CGMON_NETLINK_RECEIVE_TIMEOUT",
+          value_name = "DURATION", value_parser = positive_duration, default_value = "1s",
+          help_heading = "Netlink")]
+    pub receive_timeout: Duration,
+
+    // ---- Run ----
+    /// Stop after this long; 0 runs until a signal
+    #[arg(long = "run-duration", env = "CGMON_RUN_DURATION", value_name = "DURATION",
+          value_parser = parse_duration, default_value = "0", help_heading = "Run")]
+    pub run_duration: Duration,
+    /// First back-off after a failed dump; doubles on each consecutive failure
+    #[arg(long = "run-error-delay", env = "CGMON_RUN_ERROR_DELAY", value_name = "DURATION",
+          value_parser = parse_duration, default_value = "1s", help_heading = "Run")]
+    pub error_delay: Duration,
+    /// Sampling interval; the first sample is taken at once
+    #[arg(long = "run-interval", env = "CGMON_RUN_INTERVAL", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "1s", help_heading = "Run")]
+    pub interval: Duration,
+    /// Consecutive failed dumps before giving up (exit 1); 0 never gives up
+    #[arg(long = "run-max-errors", env = "CGMON_RUN_MAX_ERRORS", value_name = "N",
+          default_value = "5", help_heading = "Run")]
+    pub max_errors: u32,
+    /// Run every stage on one thread
+    #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Run")]
+    pub serial: bool,
+    /// Listen address of the HTTP status and metrics server, e.g. 127.0.0.1:9090 (off by default)
+    #[arg(long = "run-http-server", env = "CGMON_RUN_HTTP_SERVER", value_name = "ADDR",
+          help_heading = "Run")]
+    pub http_server: Option<String>,
+    /// How long a stop signal waits for the pipeline to drain before exiting 1
+    #[arg(long = "run-shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
+          value_name = "DURATION", value_parser = positive_duration, default_value = "15s",
+          help_heading = "Run")]
+    pub shutdown_timeout: Duration,
+
+    // ---- Tracker ----
+    /// Most flows recorded at once; flows beyond are counted and not recorded. 0 = no limit
+    #[arg(long = "tracker-max-flows", env = "CGMON_TRACKER_MAX_FLOWS", value_name = "N",
+          default_value = "0", help_heading = "Tracker")]
+    pub max_flows: usize,
+    /// Fewest retained samples for a flow to be written; 0 = no minimum
+    #[arg(long = "tracker-min-samples", env = "CGMON_TRACKER_MIN_SAMPLES", value_name = "N",
+          default_value = "0", help_heading = "Tracker")]
+    pub min_samples: usize,
+    /// Retained samples per record before a long flow writes an interim record (Seq counts
+    /// them); default about an hour at -run-interval
+    #[arg(long = "tracker-window-samples", env = "CGMON_TRACKER_WINDOW_SAMPLES",
+          value_name = "N", help_heading = "Tracker")]
+    pub window_samples: Option<usize>,
+
+    // ---- Writer ----
+    /// gzip level, 1 (fast) to 9 (small)
+    #[arg(long = "writer-compression-level", env = "CGMON_WRITER_COMPRESSION_LEVEL",
+          value_name = "N", default_value = "9",
+          value_parser = clap::value_parser!(u32).range(1..=9), help_heading = "Writer")]
+    pub compression_level: u32,
+    /// Write files in DIR (which must exist) instead of stdout
+    #[arg(long = "writer-dir", env = "CGMON_WRITER_DIR", value_name = "DIR",
+          help_heading = "Writer")]
+    pub dir: Option<PathBuf>,
+    /// Output file name in -writer-dir; gzip-compressed when it ends in .gz
+    /// [default: cgmon-<hostname>.json.gz]
+    #[arg(long = "writer-file", env = "CGMON_WRITER_FILE", value_name = "NAME",
+          help_heading = "Writer")]
+    pub file: Option<String>,
+    /// Accepted for cgmon; records are always flushed (stdout per record, files every second)
+    #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
+    pub flush: bool,
+    /// Rotate the file this often, kept by a timer (files only); 0 = never
+    #[arg(long = "writer-rotate-interval", env = "CGMON_WRITER_ROTATE_INTERVAL",
+          value_name = "DURATION", value_parser = parse_duration, default_value = "15m",
+          help_heading = "Writer")]
+    pub rotate_interval: Duration,
+    /// Rotate the file when it reaches SIZE bytes on disk (after compression), e.g. 10M
+    #[arg(long = "writer-rotate-size", env = "CGMON_WRITER_ROTATE_SIZE", value_name = "SIZE",
+          value_parser = size, help_heading = "Writer")]
+    pub rotate_size: Option<u64>,
+    /// Also write partial records: flows open at startup or shutdown, and interim windows
+    #[arg(long = "writer-partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
+    pub partial: bool,
+    /// Indent records with tabs, one object after another (cgmon's output style)
+    #[arg(long = "pretty", env = "CGMON_PRETTY", value_parser = go_bool, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", default_value = "false",
+          action = ArgAction::Set, help_heading = "Writer")]
+    pub pretty: bool,
+    /// Also write every retained sample of every written flow to FILE as JSON lines
+    /// (gzip when it ends in .gz)
+    #[arg(long = "samples-out", env = "CGMON_SAMPLES_OUT", value_name = "FILE",
+          help_heading = "Writer")]
+    pub samples_out: Option<PathBuf>,
+    /// Records held in memory while the output cannot be written, in bytes of JSON; beyond
+    /// it the oldest are counted as lost
+    #[arg(long = "writer-backlog", env = "CGMON_WRITER_BACKLOG", value_name = "SIZE",
+          value_parser = size, default_value = "64M", help_heading = "Writer")]
+    pub backlog: u64,
+
+    // ---- Selection ----
+    /// TCP states to sample, comma-separated ss names (established, syn-sent, fin-wait-1,
+    /// ..., time-wait, closing, all); default all but listen
+    #[arg(long = "states", env = "CGMON_STATES", value_name = "LIST", value_parser = states,
+          help_heading = "Selection")]
+    pub states: Option<StateSet>,
+    /// Filter expression in ss syntax, e.g. 'dport 443 or (sport 22 and dst 10.0.0.0/8)'
+    #[arg(long = "filter", env = "CGMON_FILTER", value_name = "EXPR", help_heading = "Selection")]
+    pub filter: Option<String>,
+    /// The filter expression may also be given as trailing words: cgmon-rs dport 443 or sport 22
+    #[arg(value_name = "FILTER", trailing_var_arg = true, help_heading = "Selection")]
+    pub filter_words: Vec<String>,
+}
+
+/// Rewrites `-long-flag[=v]` into `--long-flag[=v]` for every long flag the command knows,
+/// so Go-style command lines parse, and joins a value-taking flag with its value
+/// (`--flag=value`) so that a value starting with '-' (the `-5s` of a rejected negative
+/// duration) is read as the value. Short flags (`-h`, `-V`) and everything after `--` pass
+/// through.
+pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let cmd = Cli::command();
+    let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+    let takes_value = |name: &str| {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(name))
+            .is_some_and(|a| a.get_action().takes_values() && !a.is_require_equals_set())
+    };
+    let mut out = Vec::new();
+    let mut rest = false;
+    let mut value_next = false;
+    for a in args {
+        if value_next {
+            // Joined as `--flag=value`, so a value that starts with '-' stays a value.
+            value_next = false;
+            let flag = out.pop().unwrap_or_default();
+            out.push(format!("{flag}={a}"));
+            continue;
+        }
+        if rest {
+            out.push(a);
+            continue;
+        }
+        if a == "--" {
+            rest = true;
+            out.push(a);
+            continue;
+        }
+        let name = a.trim_start_matches('-');
+        let name_only = name.split_once('=').map_or(name, |(n, _)| n);
+        let dashes = a.len() - name.len();
+        if (dashes == 1 || dashes == 2) && longs.contains(&name_only) {
+            value_next = !name.contains('=') && takes_value(name_only);
+            out.push(format!("--{name}"));
+        } else if dashes == 1 && name.len() > 1 {
+            // Go has no clusters of short flags, so an unknown `-word` is an unknown long
+            // flag (`-version` becomes `--version`); clap then names it whole.
+            out.push(format!("--{name}"));
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Everything the program needs, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The parsed options.
+    pub cli: Cli,
+    /// Port lists and the filter expression combined (AND).
+    pub filter: Option<Expr>,
+    /// The analyzer's settings (the clock offset is filled in at start).
+    pub analyzer: AnalyzerConfig,
+    /// The output file name.
+    pub file_name: String,
+}
+
+/// A usage error: one line naming the flag and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// What parsing asks the program to do.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Run with this configuration.
+    Run(Box<Config>),
+    /// Print this (help or version) to stdout and exit 0.
+    Print(String),
+}
+
+/// Parses the arguments (without the program name), with `CGMON_*` variables from the
+/// environment.
+///
+/// # Errors
+/// The first bad flag or value, as one line.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageError> {
+    let argv = std::iter::once("cgmon-rs".to_string()).chain(normalize(args));
+    let m = match Cli::command().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    Ok(Parsed::Print(e.to_string()))
+                }
+                _ => Err(UsageError(one_line(&e.to_string()))),
+            };
+        }
+    };
+    let cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
+    Ok(Parsed::Run(Box::new(validate(cli)?)))
+}
+
+/// clap's first line without its `error: ` prefix; the rest is usage advice.
+fn one_line(s: &str) -> String {
+    let first = s.lines().next().unwrap_or(s);
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
+}
+
+fn validate(cli: Cli) -> Result<Config, UsageError> {
+    let adjust = match (cli.adjusted_correlation_1, cli.adjusted_correlation_2) {
+        (true, true) => {
+            return Err(UsageError(
+                "-analyzer-adjusted-correlation-1 and -analyzer-adjusted-correlation-2 exclude \
+                 each other"
+                    .into(),
+            ));
+        }
+        (true, false) => Adjust::OlkinPratt,
+        (false, true) => Adjust::Adjusted,
+        (false, false) => Adjust::None,
+    };
+    let ports = Expr::from_port_lists(&cli.sport, &cli.dport)
+        .map_err(|e| UsageError(format!("-netlink-sport/-netlink-dport: {e}")))?;
+    let text = match (&cli.filter, cli.filter_words.is_empty()) {
+        (Some(_), false) => {
+            return Err(UsageError(format!(
+                "give the filter either as --filter or as trailing words, not both (words: {:?})",
+                cli.filter_words.join(" ")
+            )));
+        }
+        (Some(f), true) => Some(f.clone()),
+        (None, false) => Some(cli.filter_words.join(" ")),
+        (None, true) => None,
+    };
+    let expr = match text {
+        Some(t) => Some(
+            filter::parse(&t).map_err(|e| UsageError(format!("filter {t:?}: {e}")))?,
+        ),
+        None => None,
+    };
+    let filter = Expr::all_of(ports.into_iter().chain(expr));
+    if let Some(f) = &filter {
+        filter::compile(f).map_err(|e| UsageError(format!("filter: {e}")))?;
+    }
+    if cli.window_samples.is_some_and(|n| n < 2) {
+        return Err(UsageError(format!(
+            "invalid value '{}' for '--tracker-window-samples': must be at least 2",
+            cli.window_samples.unwrap_or(0)
+        )));
+    }
+    if cli.read_bufsize < 4096 || cli.read_bufsize > 1 << 30 {
+        return Err(UsageError(format!(
+            "invalid value '{}' for '--netlink-read-bufsize': must be 4096 to 1G bytes",
+            cli.read_bufsize
+        )));
+    }
+    if cli.dir.is_none() && cli.rotate_size.is_some() {
+        tracing::debug!("-writer-rotate-size has no effect on stdout");
+    }
+    let file_name = match &cli.file {
+        Some(f) if f.is_empty() || f.contains('/') => {
+            return Err(UsageError(format!(
+                "invalid value {f:?} for '--writer-file': a file name without '/'"
+            )));
+        }
+        Some(f) => f.clone(),
+        None => format!("cgmon-{}.json.gz", hostname()),
+    };
+    let analyzer = AnalyzerConfig {
+        quantile: match cli.cumulant_kind {
+            CumulantKind::Lininterp => QuantileKind::LinInterp,
+            CumulantKind::Empirical => QuantileKind::Empirical,
+        },
+        unweighted_quantiles: cli.unweighted_quantiles,
+        unweighted_correlations: cli.unweighted_correlations,
+        adjust,
+        realtime_offset_ns: 0,
+    };
+    Ok(Config { cli, filter, analyzer, file_name })
+}
+
+/// The host name (cgmon's default file name uses it).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it
+    // when the name fits, and we cut at the first NUL either way.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl Config {
+    /// One line per setting that matters, for the start-up log.
+    pub fn summary(&self) -> String {
+        let c = &self.cli;
+        format!(
+            "interval={} filter={} states={} output={} partial={} max_flows={} min_samples={}",
+            format_duration(c.interval),
+            self.filter.as_ref().map_or("none".into(), |f| format!("{f:?}")),
+            c.states.unwrap_or_default(),
+            c.dir.as_ref().map_or("stdout".into(), |d| d.join(&self.file_name).display().to_string()),
+            c.partial,
+            c.max_flows,
+            c.min_samples,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

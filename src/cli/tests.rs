@@ -1,0 +1,131 @@
+use super::*;
+
+fn run(args: &[&str]) -> Result<Config, UsageError> {
+    match parse(args.iter().map(|s| s.to_string()))? {
+        Parsed::Run(c) => Ok(*c),
+        Parsed::Print(p) => panic!("expected a run, got print: {p}"),
+    }
+}
+
+fn err(args: &[&str]) -> String {
+    run(args).expect_err("should be refused").0
+}
+
+#[test]
+fn cgmon_readme_command_parses_unchanged() {
+    let c = run(&[
+        "-netlink-sport",
+        "80,443",
+        "-tracker-max-flows",
+        "100",
+        "-writer-dir",
+        "output",
+        "-writer-rotate-size",
+        "10M",
+        "-run-interval",
+        "100ms",
+    ])
+    .unwrap();
+    assert_eq!(c.cli.sport, "80,443");
+    assert_eq!(c.cli.max_flows, 100);
+    assert_eq!(c.cli.dir.as_deref(), Some(std::path::Path::new("output")));
+    assert_eq!(c.cli.rotate_size, Some(10 << 20));
+    assert_eq!(c.cli.interval, Duration::from_millis(100));
+    assert!(c.filter.is_some());
+}
+
+#[test]
+fn defaults_are_cgmons() {
+    let c = run(&[]).unwrap();
+    let l = &c.cli;
+    assert_eq!(l.interval, Duration::from_secs(1));
+    assert_eq!(l.error_delay, Duration::from_secs(1));
+    assert_eq!(l.max_errors, 5);
+    assert_eq!(l.shutdown_timeout, Duration::from_secs(15));
+    assert_eq!(l.run_duration, Duration::ZERO);
+    assert_eq!(l.compression_level, 9);
+    assert_eq!(l.rotate_interval, Duration::from_secs(15 * 60));
+    assert_eq!(l.rotate_size, None);
+    assert_eq!(l.read_bufsize, 32768);
+    assert_eq!(l.receive_timeout, Duration::from_secs(1));
+    assert!(!l.partial && !l.flush && !l.serial && !l.pretty);
+    assert_eq!(l.cumulant_kind, CumulantKind::Lininterp);
+    assert!(c.filter.is_none());
+    assert_eq!(c.file_name, format!("cgmon-{}.json.gz", hostname()));
+}
+
+#[test]
+fn single_and_double_dash_and_equals_are_the_same() {
+    for args in [
+        &["-run-interval", "250ms"][..],
+        &["--run-interval", "250ms"],
+        &["-run-interval=250ms"],
+        &["--run-interval=250ms"],
+    ] {
+        assert_eq!(run(args).unwrap().cli.interval, Duration::from_millis(250), "{args:?}");
+    }
+}
+
+#[test]
+fn go_style_booleans() {
+    assert!(run(&["-writer-partial"]).unwrap().cli.partial);
+    assert!(run(&["-writer-partial=true"]).unwrap().cli.partial);
+    assert!(!run(&["-writer-partial=false"]).unwrap().cli.partial);
+    assert!(run(&["--writer-partial=1"]).unwrap().cli.partial);
+    // As in Go, a bare word after a boolean is not its value: here it is a filter word.
+    assert!(err(&["-writer-partial", "false"]).contains("false"));
+}
+
+#[test]
+fn filter_words_and_flag_combine_with_port_lists() {
+    let c = run(&["-netlink-dport", "443", "src", "127.0.0.0/8"]).unwrap();
+    let f = format!("{:?}", c.filter.unwrap());
+    assert!(f.contains("And"), "{f}");
+    let c = run(&["--filter", "dport 443 or sport 22"]).unwrap();
+    assert!(format!("{:?}", c.filter.unwrap()).contains("Or"));
+    assert!(err(&["--filter", "dport 1", "sport", "2"]).contains("not both"));
+}
+
+#[test]
+fn bad_values_are_one_line_naming_flag_and_value() {
+    for (args, flag, value) in [
+        (&["-run-interval", "0"][..], "run-interval", "0"),
+        (&["-run-interval", "soon"], "run-interval", "soon"),
+        (&["-run-interval", "-5s"], "run-interval", "-5s"),
+        (&["-writer-rotate-size", "10X"], "writer-rotate-size", "10X"),
+        (&["-netlink-sport", "80,http"], "netlink-sport", "80,http"),
+        (&["-netlink-dport", "70000"], "netlink-dport", "70000"),
+        (&["-writer-compression-level", "10"], "writer-compression-level", "10"),
+        (&["-writer-compression-level", "0"], "writer-compression-level", "0"),
+        (&["-analyzer-cumulant-kind", "median"], "analyzer-cumulant-kind", "median"),
+        (&["-tracker-max-flows", "-1"], "tracker-max-flows", "-1"),
+        (&["--states", "established,bogus"], "states", "bogus"),
+        (&["-writer-file", "a/b.gz"], "writer-file", "a/b.gz"),
+    ] {
+        let e = err(args);
+        assert!(!e.contains('\n'), "{args:?}: {e}");
+        assert!(e.contains(flag) && e.contains(value), "{args:?}: {e}");
+    }
+    assert!(err(&["-no-such-flag"]).contains("no-such-flag"));
+    assert!(err(&["dport", "banana"]).contains("banana"));
+    let both = err(&["-analyzer-adjusted-correlation-1", "-analyzer-adjusted-correlation-2"]);
+    assert!(both.contains("exclude"));
+}
+
+#[test]
+fn help_and_version() {
+    let Parsed::Print(h) = parse(["--help".to_string()]).unwrap() else { panic!() };
+    for want in ["EXIT STATUS", "EXAMPLES", "-run-interval", "[default: 1s]", "SIGHUP", "CGMON_"] {
+        assert!(h.contains(want), "help lacks {want:?}");
+    }
+    for v in ["-version", "--version", "-V"] {
+        let Parsed::Print(s) = parse([v.to_string()]).unwrap() else { panic!() };
+        assert!(s.contains(env!("CARGO_PKG_VERSION")), "{v}: {s}");
+    }
+}
+
+#[test]
+fn normalize_leaves_values_and_short_flags_alone() {
+    let v = normalize(["-h", "-run-duration", "-5s", "--", "-run-serial"].map(String::from));
+    assert_eq!(v, ["-h", "--run-duration=-5s", "--", "-run-serial"]);
+}

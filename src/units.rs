@@ -1,0 +1,185 @@
+//! Parsing of the value syntaxes cgmon's flags use: Go durations (`100ms`, `1m30s`) and
+//! sizes with binary suffixes (`10M`). Hand-written because users' existing command lines
+//! must parse exactly as Go's `time.ParseDuration` and cgmon's size parser read them; the
+//! crates we looked at (humantime, bytesize) accept other spellings and reject some of Go's
+//! (`1.5h`, `300µs`, a bare `0`).
+
+use std::time::Duration;
+
+/// A value that does not parse, or is out of range. The message names the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValueError(pub String);
+
+/// Parses a Go duration: an optional `+`, then one or more decimal numbers each with a unit
+/// (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`), e.g. `1h15m30.5s`. A bare `0` is zero.
+/// Negative durations are rejected (no flag of ours means anything by them).
+///
+/// # Errors
+/// Malformed text, a missing or unknown unit, or an overflow.
+pub fn parse_duration(text: &str) -> Result<Duration, ValueError> {
+    let bad = |why: &str| ValueError(format!("invalid duration {text:?}: {why}"));
+    let mut s = text.strip_prefix('+').unwrap_or(text);
+    if s.starts_with('-') {
+        return Err(bad("must not be negative"));
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut total: u128 = 0;
+    while !s.is_empty() {
+        let num_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+        let (num, rest) = s.split_at(num_end);
+        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
+            return Err(bad("expected a number"));
+        }
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_end);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(bad("missing unit (use ns, us, ms, s, m or h)")),
+            _ => return Err(bad(&format!("unknown unit {unit:?}"))),
+        };
+        let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+        let int: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| bad("overflow"))? };
+        let mut ns = int.checked_mul(scale).ok_or_else(|| bad("overflow"))?;
+        // The fraction, exactly to the nanosecond (digits beyond it are dropped, as Go does).
+        let mut place = scale;
+        for d in frac.bytes() {
+            place /= 10;
+            if place == 0 {
+                break;
+            }
+            ns += u128::from(d - b'0') * place;
+        }
+        total = total.checked_add(ns).ok_or_else(|| bad("overflow"))?;
+        s = rest;
+    }
+    let total = u64::try_from(total).map_err(|_| bad("overflow"))?;
+    Ok(Duration::from_nanos(total))
+}
+
+/// Formats a duration the way Go prints one (`1m30s`, `100ms`, `0s`), for help and logs.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    if ns < 1_000_000_000 {
+        let (v, unit) = if ns < 1_000 {
+            (ns as f64, "ns")
+        } else if ns < 1_000_000 {
+            (ns as f64 / 1e3, "µs")
+        } else {
+            (ns as f64 / 1e6, "ms")
+        };
+        return format!("{v}{unit}");
+    }
+    let secs = ns / 1_000_000_000;
+    let sub = ns % 1_000_000_000;
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out += &format!("{h}h");
+    }
+    if h > 0 || m > 0 {
+        out += &format!("{m}m");
+    }
+    if sub == 0 {
+        out += &format!("{s}s");
+    } else {
+        let frac = format!("{sub:09}");
+        out += &format!("{s}.{}s", frac.trim_end_matches('0'));
+    }
+    out
+}
+
+/// Parses a size: a whole number of bytes, optionally followed by `K`, `M`, `G` or `T`
+/// (×1024ⁿ, as cgmon reads them; `KiB`, `MiB`… and lower case are accepted too).
+///
+/// # Errors
+/// Malformed text, an unknown suffix, or an overflow.
+pub fn parse_size(text: &str) -> Result<u64, ValueError> {
+    let bad = |why: &str| ValueError(format!("invalid size {text:?}: {why}"));
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (num, suffix) = text.split_at(digits);
+    if num.is_empty() {
+        return Err(bad("expected a number of bytes, e.g. 10M"));
+    }
+    let shift = match suffix {
+        "" | "B" | "b" => 0,
+        "K" | "k" | "KiB" | "KB" => 10,
+        "M" | "m" | "MiB" | "MB" => 20,
+        "G" | "g" | "GiB" | "GB" => 30,
+        "T" | "t" | "TiB" | "TB" => 40,
+        _ => return Err(bad(&format!("unknown suffix {suffix:?} (use K, M, G or T)"))),
+    };
+    let n: u64 = num.parse().map_err(|_| bad("overflow"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| bad("overflow"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("100ms"), Ok(ms(100)));
+        assert_eq!(parse_duration("1s"), Ok(ms(1000)));
+        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse_duration("1.5h"), Ok(ms(5_400_000)));
+        assert_eq!(parse_duration("15m"), Ok(ms(900_000)));
+        assert_eq!(parse_duration("300µs"), Ok(Duration::from_micros(300)));
+        assert_eq!(parse_duration("300us"), Ok(Duration::from_micros(300)));
+        assert_eq!(parse_duration("2ns"), Ok(Duration::from_nanos(2)));
+        assert_eq!(parse_duration(".5s"), Ok(ms(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1.0000000001s"), Ok(ms(1000)));
+    }
+
+    #[test]
+    fn bad_durations_name_the_value() {
+        for bad in ["", "1", "abc", "1x", "-1s", "1..5s", ".s", "s", "99999999999999999999h"] {
+            let e = parse_duration(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_print_as_go_does() {
+        for (d, s) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(900), "15m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(3661), "1h1m1s"),
+        ] {
+            assert_eq!(format_duration(d), s);
+            assert_eq!(parse_duration(s), Ok(d));
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("10M"), Ok(10 << 20));
+        assert_eq!(parse_size("200K"), Ok(200 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        for bad in ["10X", "", "M", "1.5M", "-1", "99999999999T"] {
+            let e = parse_size(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+}
