@@ -19,12 +19,14 @@ pub mod cli;
 pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
+pub mod metrics;
 pub mod sampler;
 pub mod states;
 pub mod stats;
 pub mod tracker;
 pub mod units;
 pub mod wire;
+pub mod writer;
 
 #[doc(hidden)]
 pub mod testkit;

@@ -363,3 +363,35 @@ pub fn batch(msgs: &[(u64, Vec<u8>)]) -> crate::wire::sock::SockBatch {
     }
     b
 }
+
+/// Feeds one socket's samples (time, builder) through a tracker and ends the flow with a
+/// destroy event built from the last one (state CLOSE). The flow is not partial.
+pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
+    use crate::tracker::{Tracker, TrackerConfig};
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    t.begin_dump();
+    t.end_dump(true, 0, &mut out); // an empty first dump: the flow is not partial
+    let (last_ts, last) = samples.last().expect("at least one sample").clone();
+    for (ts, s) in &samples[..samples.len() - 1] {
+        let b = batch(&[(*ts, s.build())]);
+        t.begin_dump();
+        t.observe(&b.get(0).expect("one socket"), &mut out);
+        t.end_dump(true, *ts, &mut out);
+    }
+    let b = batch(&[(last_ts, last.state(7).build())]);
+    t.destroyed(&b.get(0).expect("one socket"), &mut out);
+    assert_eq!(out.len(), 1, "exactly the one flow ends");
+    out.pop().expect("one flow")
+}
+
+/// A record of a synthetic flow `i` (cookie `i + 1`, local port 5000 + i) of three samples.
+pub fn record(i: u64) -> crate::analyzer::FlowStats {
+    let s = SockBuilder::new(i + 1, 5000 + (i % 60000) as u16, 80);
+    let e = ended_flow(&[
+        (1_000_000_000, s.clone().rtt_us(10_000).cwnd(10).bytes_acked(1000)),
+        (2_000_000_000, s.clone().rtt_us(12_000).cwnd(12).bytes_acked(5000 + i)),
+        (3_000_000_000, s.rtt_us(11_000).cwnd(14).bytes_acked(9000 + i)),
+    ]);
+    crate::analyzer::analyze(&e, &crate::analyzer::AnalyzerConfig::default())
+}

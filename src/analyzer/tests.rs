@@ -6,24 +6,8 @@ use crate::tracker::{Tracker, TrackerConfig};
 
 const S: u64 = 1_000_000_000;
 
-/// Feeds one socket's samples (time, builder) through a tracker and ends the flow with a
-/// destroy event built from the last one.
 fn flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
-    let mut t = Tracker::new(TrackerConfig::default());
-    let mut out = Vec::new();
-    t.begin_dump();
-    t.end_dump(true, 0, &mut out); // an empty first dump: the flow is not partial
-    let (last_ts, last) = samples.last().unwrap().clone();
-    for (ts, s) in &samples[..samples.len() - 1] {
-        let b = batch(&[(*ts, s.build())]);
-        t.begin_dump();
-        t.observe(&b.get(0).unwrap(), &mut out);
-        t.end_dump(true, *ts, &mut out);
-    }
-    let b = batch(&[(last_ts, last.state(7).build())]);
-    t.destroyed(&b.get(0).unwrap(), &mut out);
-    assert_eq!(out.len(), 1);
-    out.pop().unwrap()
+    crate::testkit::ended_flow(samples)
 }
 
 fn cfg() -> AnalyzerConfig {

@@ -1,0 +1,299 @@
+//! The monitor's own counters, shared by every stage through an `Arc<Metrics>`.
+//!
+//! Counters are relaxed atomics: each is written by one stage and read by the reporting
+//! paths (SIGUSR1 now, the HTTP server later), which need no ordering between counters.
+//! Stage timings are Welford running statistics behind a mutex held for a few ns per call.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds 1.
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// Sets the value.
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Running call statistics of one stage (Welford's online mean and variance).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// Calls.
+    pub calls: u64,
+    /// Fastest call.
+    pub min: Duration,
+    /// Slowest call.
+    pub max: Duration,
+    mean_ns: f64,
+    m2: f64,
+}
+
+impl StageTimes {
+    /// Adds one call.
+    pub fn push(&mut self, d: Duration) {
+        self.calls += 1;
+        if self.calls == 1 || d < self.min {
+            self.min = d;
+        }
+        self.max = self.max.max(d);
+        let x = d.as_nanos() as f64;
+        let delta = x - self.mean_ns;
+        self.mean_ns += delta / self.calls as f64;
+        self.m2 += delta * (x - self.mean_ns);
+    }
+    /// Mean call time.
+    pub fn mean(&self) -> Duration {
+        Duration::from_nanos(self.mean_ns as u64)
+    }
+    /// Sample standard deviation (0 below two calls).
+    pub fn stddev(&self) -> Duration {
+        if self.calls < 2 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos((self.m2 / (self.calls - 1) as f64).sqrt() as u64)
+    }
+}
+
+/// The pipeline's stages, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// One dump: request, receive, decode and track every socket.
+    Dump,
+    /// Analysis of one batch of ended flows.
+    Analyzer,
+    /// Writing one batch of records.
+    Writer,
+}
+
+impl Stage {
+    /// Every stage.
+    pub const ALL: [Stage; 3] = [Stage::Dump, Stage::Analyzer, Stage::Writer];
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Dump => "dump (netlink + tracker)",
+            Stage::Analyzer => "analyzer",
+            Stage::Writer => "writer",
+        }
+    }
+}
+
+/// Every counter of the monitor.
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    /// Dumps completed (successfully or not).
+    pub dumps: Counter,
+    /// Dumps that failed (netlink error, timeout).
+    pub dump_errors: Counter,
+    /// Dumps that completed but were interrupted or truncated (no flow ended on them).
+    pub dumps_incomplete: Counter,
+    /// Ticks where the previous dump overran the interval.
+    pub ticks_overrun: Counter,
+    /// Sockets in the last dump.
+    pub sockets_last_dump: Gauge,
+    /// Flows being tracked.
+    pub flows_active: Gauge,
+    /// Flows opened.
+    pub flows_opened: Counter,
+    /// Flow records (windows included) handed on by the tracker.
+    pub flows_ended: Counter,
+    /// Flows refused by `-tracker-max-flows`.
+    pub flows_refused: Counter,
+    /// Destroy events received.
+    pub destroy_events: Counter,
+    /// Destroy events lost to receive-buffer overruns (ENOBUFS).
+    pub destroy_overruns: Counter,
+    /// Records written.
+    pub records_written: Counter,
+    /// Partial records not written (no `-writer-partial`).
+    pub records_partial_skipped: Counter,
+    /// Records dropped because a stage's channel was full.
+    pub records_dropped: Counter,
+    /// Records lost because the output could not take them within the backlog bound.
+    pub records_lost: Counter,
+    /// Write or open errors on the output.
+    pub write_errors: Counter,
+    /// Files rotated.
+    pub rotations: Counter,
+    /// Records waiting in the writer's backlog.
+    pub writer_backlog: Gauge,
+    stages: Mutex<[StageTimes; 3]>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            dumps: Counter::default(),
+            dump_errors: Counter::default(),
+            dumps_incomplete: Counter::default(),
+            ticks_overrun: Counter::default(),
+            sockets_last_dump: Gauge::default(),
+            flows_active: Gauge::default(),
+            flows_opened: Counter::default(),
+            flows_ended: Counter::default(),
+            flows_refused: Counter::default(),
+            destroy_events: Counter::default(),
+            destroy_overruns: Counter::default(),
+            records_written: Counter::default(),
+            records_partial_skipped: Counter::default(),
+            records_dropped: Counter::default(),
+            records_lost: Counter::default(),
+            write_errors: Counter::default(),
+            rotations: Counter::default(),
+            writer_backlog: Gauge::default(),
+            stages: Mutex::new([StageTimes::default(); 3]),
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one call of `stage`.
+    pub fn time(&self, stage: Stage, d: Duration) {
+        let i = Stage::ALL.iter().position(|&s| s == stage).unwrap_or(0);
+        // A poisoned lock only means another thread panicked mid-push; the numbers are
+        // still usable.
+        let mut g = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        g[i].push(d);
+    }
+
+    /// A copy of the stage timings, in [`Stage::ALL`] order.
+    pub fn stage_times(&self) -> [StageTimes; 3] {
+        *self.stages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Time since start.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// The figures as a multi-line text report (SIGUSR1).
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        let up = self.uptime().as_secs_f64().max(1e-9);
+        let _ = writeln!(s, "uptime {:.1} s", up);
+        let _ = writeln!(
+            s,
+            "flows: {} tracked, {} opened, {} ended ({:.2}/s mean churn), {} refused by max-flows",
+            self.flows_active.get(),
+            self.flows_opened.get(),
+            self.flows_ended.get(),
+            self.flows_ended.get() as f64 / up,
+            self.flows_refused.get()
+        );
+        let _ = writeln!(
+            s,
+            "dumps: {} ({} failed, {} incomplete, {} ticks overrun), {} sockets in the last",
+            self.dumps.get(),
+            self.dump_errors.get(),
+            self.dumps_incomplete.get(),
+            self.ticks_overrun.get(),
+            self.sockets_last_dump.get()
+        );
+        let _ = writeln!(
+            s,
+            "destroy events: {} ({} lost to overruns)",
+            self.destroy_events.get(),
+            self.destroy_overruns.get()
+        );
+        let _ = writeln!(
+            s,
+            "records: {} written, {} partial not written, {} dropped (channel full), {} lost \
+             (output failed), {} in backlog; {} write errors, {} rotations",
+            self.records_written.get(),
+            self.records_partial_skipped.get(),
+            self.records_dropped.get(),
+            self.records_lost.get(),
+            self.writer_backlog.get(),
+            self.write_errors.get(),
+            self.rotations.get()
+        );
+        let _ = writeln!(s, "stage times (µs): calls min mean max stddev");
+        for (st, t) in Stage::ALL.iter().zip(self.stage_times()) {
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            let _ = writeln!(
+                s,
+                "  {:<26} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                st.name(),
+                t.calls,
+                us(t.min),
+                us(t.mean()),
+                us(t.max),
+                us(t.stddev())
+            );
+        }
+        if let Some(rss) = rss_bytes() {
+            let _ = writeln!(s, "memory: RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);
+        }
+        s
+    }
+}
+
+/// The process's resident set size, bytes.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn welford_matches_two_pass() {
+        let xs = [3u64, 9, 1, 7, 5];
+        let mut t = StageTimes::default();
+        for x in xs {
+            t.push(Duration::from_micros(x));
+        }
+        assert_eq!(t.calls, 5);
+        assert_eq!(t.min, Duration::from_micros(1));
+        assert_eq!(t.max, Duration::from_micros(9));
+        assert_eq!(t.mean(), Duration::from_micros(5));
+        // Sample variance of 1,3,5,7,9 µs is 10 µs², so stddev is 3162.28 ns.
+        assert_eq!(t.stddev().as_nanos(), 3162);
+    }
+
+    #[test]
+    fn report_names_units_and_counts() {
+        let m = Metrics::default();
+        m.records_written.add(7);
+        m.time(Stage::Writer, Duration::from_micros(10));
+        let r = m.report();
+        assert!(r.contains("7 written"), "{r}");
+        assert!(r.contains("stage times (µs)"));
+        assert!(r.lines().any(|l| l.trim_start().starts_with("writer") && l.contains("10.0")));
+    }
+}

@@ -1,0 +1,433 @@
+//! The writer stage: flow records → JSON on stdout or in rotated, gzipped files.
+//!
+//! It runs on its own OS thread ([`spawn`]), fed by a bounded `std::sync::mpsc` channel,
+//! so a slow disk or a stalled stdout reader blocks only this thread and never a tokio
+//! worker that samples. Records are serialised as they arrive and held in a backlog
+//! (bounded in bytes, `-writer-backlog`) until the output takes them:
+//! - stdout: one JSON object per line, flushed per record (`--pretty`: cgmon's tab-indented
+//!   objects, one after another);
+//! - files ([`file::OutFile`]): gzip when the name ends in `.gz`, a sync flush every
+//!   `flush_interval` (1 s) so a crash loses at most about that much, rotation by compressed
+//!   size (checked per record) and by interval (kept by a timer, so an idle file still
+//!   rotates), and SIGHUP ([`Msg::Reopen`]) to close, rotate and reopen.
+//!
+//! When the output fails (disk full, permission), the error is logged with the file's name
+//! and counted, records wait in the backlog and are retried every tick; records pushed out
+//! of a full backlog are counted as lost. Nothing is dropped silently.
+
+pub mod file;
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::analyzer::FlowStats;
+use crate::metrics::{Metrics, Stage};
+use file::{FileConfig, OutFile};
+
+/// Capacity of the analyzer → writer channel, in batches (one batch per batch of ended
+/// flows, so up to a dump's worth of records each). The writer thread empties it into its
+/// byte-bounded backlog at once, so it fills only while that thread is stuck in a system
+/// call; 1024 batches then cover over 15 minutes at a 1 s interval before a batch is
+/// dropped (and counted).
+pub const RECORDS_CHANNEL_CAPACITY: usize = 1024;
+
+/// How often files are sync-flushed: at most this much output is lost to a SIGKILL.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the thread wakes when idle, to flush, rotate and retry.
+const TICK: Duration = Duration::from_millis(200);
+
+/// What the writer thread receives.
+#[derive(Debug)]
+pub enum Msg {
+    /// Records to write, and (with `--samples-out`) their flows' sample lines.
+    Batch(Batch),
+    /// Close, rotate and reopen the files (SIGHUP).
+    Reopen,
+}
+
+/// One batch from the analyzer.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// Records, in the order their flows ended.
+    pub records: Vec<FlowStats>,
+    /// NDJSON sample lines of the same flows (empty without `--samples-out`).
+    pub samples: Vec<u8>,
+}
+
+/// Where records go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Standard output.
+    Stdout,
+    /// A file in a directory.
+    File(FileConfig),
+}
+
+/// The writer's settings.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Records' destination.
+    pub target: Target,
+    /// Tab-indented objects (cgmon's format) instead of one line per record.
+    pub pretty: bool,
+    /// Rotate when the file reaches this many bytes on disk.
+    pub rotate_size: Option<u64>,
+    /// Rotate this often (a file with no records is not rotated).
+    pub rotate_interval: Option<Duration>,
+    /// Most bytes of JSON held while the output cannot take them.
+    pub backlog_bytes: u64,
+    /// `--samples-out`: the sample stream's file.
+    pub samples: Option<FileConfig>,
+}
+
+/// The writer failed in a way that stops the program.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// Opening an output at startup failed.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The reader of stdout went away.
+    #[error("stdout closed by its reader")]
+    StdoutClosed,
+    /// Records could not be written before the end.
+    #[error("{0} records could not be written and are lost")]
+    Lost(u64),
+}
+
+enum Out {
+    Stream(Box<dyn Write + Send>),
+    File(OutFile),
+}
+
+/// The writer's state; [`spawn`] runs it on a thread.
+pub struct Writer {
+    cfg: WriterConfig,
+    out: Out,
+    samples: Option<OutFile>,
+    queue: VecDeque<Vec<u8>>,
+    queued_bytes: u64,
+    metrics: Arc<Metrics>,
+    last_rotate: Instant,
+    last_flush: Instant,
+    /// Set while the output is failing: the first error of a run of them is logged, and
+    /// the recovery.
+    failing_since: Option<(Instant, u64)>,
+    lost_logged: Instant,
+}
+
+impl Writer {
+    /// Opens the output. Call before sampling starts, so a bad `-writer-dir` stops the
+    /// program before anything is sampled.
+    ///
+    /// # Errors
+    /// A file or directory cannot be opened.
+    pub fn open(cfg: WriterConfig, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
+        let out = match &cfg.target {
+            Target::Stdout => Out::Stream(Box::new(io::stdout())),
+            Target::File(fc) => Out::File(open_file(fc, &metrics)?),
+        };
+        Self::with_output(cfg, out, metrics)
+    }
+
+    /// A writer onto any stream instead of stdout (tests).
+    ///
+    /// # Errors
+    /// The samples file cannot be opened.
+    pub fn to_stream(
+        cfg: WriterConfig,
+        w: Box<dyn Write + Send>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, WriterError> {
+        Self::with_output(cfg, Out::Stream(w), metrics)
+    }
+
+    fn with_output(cfg: WriterConfig, out: Out, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
+        let samples = match &cfg.samples {
+            Some(fc) => Some(open_file(fc, &metrics)?),
+            None => None,
+        };
+        let now = Instant::now();
+        Ok(Self {
+            cfg,
+            out,
+            samples,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            metrics,
+            last_rotate: now,
+            last_flush: now,
+            failing_since: None,
+            lost_logged: now - Duration::from_secs(3600),
+        })
+    }
+
+    /// Serialises and queues a batch, then writes what the output takes.
+    ///
+    /// # Errors
+    /// Stdout's reader is gone.
+    pub fn write_batch(&mut self, b: Batch) -> Result<(), WriterError> {
+        let start = Instant::now();
+        let n = b.records.len();
+        for r in &b.records {
+            let mut buf = Vec::with_capacity(2048);
+            if self.cfg.pretty {
+                let fmt = serde_json::ser::PrettyFormatter::with_indent(b"\t");
+                let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+                r.serialize(&mut ser).map_err(io::Error::other).map_err(|e| self.bug(e))?;
+            } else {
+                serde_json::to_writer(&mut buf, r).map_err(|e| self.bug(e.into()))?;
+            }
+            buf.push(b'\n');
+            self.enqueue(buf);
+        }
+        if !b.samples.is_empty()
+            && let Some(s) = &mut self.samples
+        {
+            let r = s.write_record(&b.samples).and_then(|()| s.pump());
+            if let Err(e) = r {
+                self.metrics.write_errors.inc();
+                tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
+                    "samples not written");
+            }
+        }
+        self.deliver()?;
+        self.metrics.time(Stage::Writer, start.elapsed());
+        tracing::debug!(target: "cgmon_rs::writer", records = n, time_us = start.elapsed().as_micros() as u64, "writer batch");
+        Ok(())
+    }
+
+    fn bug(&self, e: io::Error) -> WriterError {
+        // serde_json fails only on non-string map keys and I/O; neither can occur here.
+        tracing::error!(error = %e, "record serialisation failed");
+        WriterError::Lost(1)
+    }
+
+    fn enqueue(&mut self, buf: Vec<u8>) {
+        self.queued_bytes += buf.len() as u64;
+        self.queue.push_back(buf);
+        let mut lost = 0;
+        while self.queued_bytes > self.cfg.backlog_bytes && self.queue.len() > 1 {
+            let old = self.queue.pop_front().expect("queue holds more than one record");
+            self.queued_bytes -= old.len() as u64;
+            lost += 1;
+        }
+        if lost > 0 {
+            self.metrics.records_lost.add(lost);
+            if self.lost_logged.elapsed() >= Duration::from_secs(10) {
+                self.lost_logged = Instant::now();
+                tracing::error!(target: "cgmon_rs::writer",
+                    lost = self.metrics.records_lost.get(), backlog_bytes = self.cfg.backlog_bytes,
+                    "output backlog full: oldest records lost");
+            }
+        }
+        self.metrics.writer_backlog.set(self.queue.len() as u64);
+    }
+
+    /// Writes queued records until the output refuses one.
+    fn deliver(&mut self) -> Result<(), WriterError> {
+        while let Some(rec) = self.queue.front() {
+            let r = match &mut self.out {
+                Out::Stream(w) => w.write_all(rec).and_then(|()| w.flush()),
+                Out::File(f) => f.write_record(rec).and_then(|()| f.pump()),
+            };
+            match r {
+                Ok(()) => {
+                    let rec = self.queue.pop_front().expect("front exists");
+                    self.queued_bytes -= rec.len() as u64;
+                    self.metrics.records_written.inc();
+                    self.recovered();
+                }
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    return Err(WriterError::StdoutClosed);
+                }
+                Err(e) => {
+                    // The record stays queued: `write_record` fails only before taking
+                    // it. Bytes of records it took earlier wait in the file (`blocked`).
+                    self.failed(&e);
+                    break;
+                }
+            }
+            if let Some(limit) = self.cfg.rotate_size
+                && let Out::File(f) = &self.out
+                && f.produced() >= limit
+            {
+                self.rotate("size");
+            }
+        }
+        self.metrics.writer_backlog.set(self.queue.len() as u64);
+        Ok(())
+    }
+
+    fn out_name(&self) -> String {
+        match &self.out {
+            Out::Stream(_) => "stdout".into(),
+            Out::File(f) => f.path().display().to_string(),
+        }
+    }
+
+    fn failed(&mut self, e: &io::Error) {
+        self.metrics.write_errors.inc();
+        let now = Instant::now();
+        match &mut self.failing_since {
+            None => {
+                self.failing_since = Some((now, 1));
+                tracing::error!(target: "cgmon_rs::writer", file = %self.out_name(), error = %e,
+                    "write failed; records are kept and retried");
+            }
+            Some((_, n)) => *n += 1,
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let Some((since, n)) = self.failing_since.take() {
+            tracing::warn!(target: "cgmon_rs::writer", file = %self.out_name(), errors = n,
+                after_ms = since.elapsed().as_millis() as u64, "output writable again");
+        }
+    }
+
+    fn rotate(&mut self, why: &str) {
+        let Out::File(f) = &mut self.out else { return };
+        match f.rotate() {
+            Ok(to) => {
+                self.last_rotate = Instant::now();
+                if let Some(to) = to {
+                    self.metrics.rotations.inc();
+                    tracing::info!(target: "cgmon_rs::writer", reason = why, to = %to.display(),
+                        "rotated output file");
+                }
+            }
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
+    pub fn reopen(&mut self) {
+        self.rotate("SIGHUP");
+        if let Some(s) = &mut self.samples
+            && let Err(e) = s.rotate()
+        {
+            self.metrics.write_errors.inc();
+            tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
+                "reopening the samples file failed");
+        }
+    }
+
+    /// Periodic work: retry, flush, rotate by time.
+    ///
+    /// # Errors
+    /// Stdout's reader is gone.
+    pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
+        self.deliver()?;
+        if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {
+            self.last_flush = now;
+            if let Out::File(f) = &mut self.out
+                && let Err(e) = f.flush()
+            {
+                self.failed(&e);
+            }
+            if let Some(s) = &mut self.samples
+                && let Err(e) = s.flush()
+            {
+                self.metrics.write_errors.inc();
+                tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
+                    "flushing the samples file failed");
+            }
+        }
+        if let Some(iv) = self.cfg.rotate_interval
+            && !iv.is_zero()
+            && now.duration_since(self.last_rotate) >= iv
+        {
+            match &self.out {
+                Out::File(f) if f.records > 0 => self.rotate("interval"),
+                _ => self.last_rotate = now,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left, ending files as valid gzip. Retries a failing output for up to
+    /// `patience`, then counts what remains as lost.
+    ///
+    /// # Errors
+    /// Records were lost, or stdout's reader is gone.
+    pub fn close(mut self, patience: Duration) -> Result<(), WriterError> {
+        let deadline = Instant::now() + patience;
+        loop {
+            self.deliver()?;
+            let closed = match &mut self.out {
+                Out::Stream(w) => w.flush(),
+                Out::File(f) => f.close(),
+            };
+            match closed {
+                Ok(()) if self.queue.is_empty() => break,
+                Ok(()) => {}
+                Err(e) => self.failed(&e),
+            }
+            if Instant::now() >= deadline {
+                let n = self.queue.len() as u64;
+                self.metrics.records_lost.add(n);
+                self.metrics.writer_backlog.set(0);
+                return Err(WriterError::Lost(n));
+            }
+            std::thread::sleep(TICK);
+        }
+        if let Some(s) = &mut self.samples
+            && let Err(e) = s.close()
+        {
+            self.metrics.write_errors.inc();
+            tracing::error!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
+                "closing the samples file failed");
+        }
+        Ok(())
+    }
+}
+
+fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError> {
+    let (f, rotated) = OutFile::open(fc.clone()).map_err(|source| WriterError::Open {
+        path: fc.dir.join(&fc.name),
+        source,
+    })?;
+    if let Some(to) = rotated {
+        metrics.rotations.inc();
+        tracing::info!(target: "cgmon_rs::writer", to = %to.display(),
+            "an earlier run's file was moved aside");
+    }
+    tracing::info!(target: "cgmon_rs::writer", file = %f.path().display(), "output file opened");
+    Ok(f)
+}
+
+/// Runs the writer on its own thread until the channel closes, then closes the output
+/// (retrying a failing one for `patience`).
+pub fn spawn(
+    mut w: Writer,
+    rx: Receiver<Msg>,
+    patience: Duration,
+) -> io::Result<std::thread::JoinHandle<Result<(), WriterError>>> {
+    std::thread::Builder::new().name("cgmon-writer".into()).spawn(move || {
+        loop {
+            match rx.recv_timeout(TICK) {
+                Ok(Msg::Batch(b)) => w.write_batch(b)?,
+                Ok(Msg::Reopen) => w.reopen(),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            w.tick(Instant::now())?;
+        }
+        w.close(patience)
+    })
+}
+
+#[cfg(test)]
+mod tests;

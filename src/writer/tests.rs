@@ -1,0 +1,244 @@
+//! Writer tests on temporary directories and in-memory streams; no kernel needed.
+
+use std::io::Read;
+use std::sync::Mutex;
+
+use super::*;
+use crate::testkit::record;
+
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn cfg(target: Target) -> WriterConfig {
+    WriterConfig {
+        target,
+        pretty: false,
+        rotate_size: None,
+        rotate_interval: None,
+        backlog_bytes: 64 << 20,
+        samples: None,
+    }
+}
+
+fn file_cfg(dir: &std::path::Path, name: &str) -> FileConfig {
+    FileConfig { dir: dir.to_path_buf(), name: name.into(), level: 6 }
+}
+
+fn batch(range: std::ops::Range<u64>) -> Batch {
+    Batch { records: range.map(record).collect(), samples: Vec::new() }
+}
+
+/// Every record in a (possibly multi-member, possibly cut) gzip file, by cookie, and
+/// whether the stream was complete.
+fn read_gz(path: &std::path::Path) -> (Vec<u64>, bool) {
+    let raw = std::fs::read(path).unwrap();
+    let mut d = flate2::read::MultiGzDecoder::new(&raw[..]);
+    let mut text = Vec::new();
+    let complete = d.read_to_end(&mut text).is_ok();
+    let cookies = cookies(&text);
+    (cookies, complete)
+}
+
+fn cookies(text: &[u8]) -> Vec<u64> {
+    serde_json::Deserializer::from_slice(text)
+        .into_iter::<serde_json::Value>()
+        .map_while(Result::ok)
+        .map(|v| v["Cookie"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn stdout_is_one_flushed_line_per_record() {
+    let out = Shared::default();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m.clone()).unwrap();
+    w.write_batch(batch(0..3)).unwrap();
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for (i, l) in lines.iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["Cookie"], i as u64 + 1);
+        assert!(v["ID"]["SrcPort"].is_u64());
+    }
+    assert_eq!(m.records_written.get(), 3);
+}
+
+#[test]
+fn pretty_is_cgmons_tab_indented_stream() {
+    let out = Shared::default();
+    let m = Arc::new(Metrics::default());
+    let c = WriterConfig { pretty: true, ..cfg(Target::Stdout) };
+    let mut w = Writer::to_stream(c, Box::new(out.clone()), m).unwrap();
+    w.write_batch(batch(0..2)).unwrap();
+    let text = out.0.lock().unwrap().clone();
+    let s = String::from_utf8(text.clone()).unwrap();
+    assert!(s.starts_with("{\n\t\"ID\": {\n\t\t\"SrcIP\""), "{}", &s[..40]);
+    assert_eq!(cookies(&text), [1, 2]);
+}
+
+#[test]
+fn gzip_file_is_valid_and_complete_after_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json.gz"))), m).unwrap();
+    w.write_batch(batch(0..50)).unwrap();
+    w.close(Duration::ZERO).unwrap();
+    let (c, complete) = read_gz(&dir.path().join("f.json.gz"));
+    assert!(complete);
+    assert_eq!(c, (1..=50).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_sync_flush_makes_every_record_readable_before_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json.gz"))), m).unwrap();
+    w.write_batch(batch(0..5)).unwrap();
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    // As after a SIGKILL: the stream has no trailer, yet every record is there.
+    let (c, complete) = read_gz(&dir.path().join("f.json.gz"));
+    assert!(!complete);
+    assert_eq!(c, [1, 2, 3, 4, 5]);
+    drop(w);
+}
+
+#[test]
+fn size_rotation_keeps_every_file_valid_and_every_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let c = WriterConfig {
+        rotate_size: Some(4096),
+        ..cfg(Target::File(FileConfig { level: 1, ..file_cfg(dir.path(), "f.json.gz") }))
+    };
+    let mut w = Writer::open(c, m.clone()).unwrap();
+    for k in 0..200 {
+        w.write_batch(batch(k * 50..(k + 1) * 50)).unwrap();
+    }
+    w.close(Duration::ZERO).unwrap();
+    let rotations = m.rotations.get();
+    assert!(rotations >= 2, "only {rotations} rotations");
+    let mut all = Vec::new();
+    for n in 1..=rotations {
+        let p = dir.path().join(format!("f.{n}.json.gz"));
+        let (c, complete) = read_gz(&p);
+        assert!(complete, "{} is not a complete gzip file", p.display());
+        assert!(std::fs::metadata(&p).unwrap().len() >= 4096);
+        all.extend(c);
+    }
+    let (c, complete) = read_gz(&dir.path().join("f.json.gz"));
+    assert!(complete);
+    all.extend(c);
+    assert_eq!(all, (1..=10_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn interval_rotation_runs_on_the_timer_and_skips_empty_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let c = WriterConfig {
+        rotate_interval: Some(Duration::from_secs(60)),
+        ..cfg(Target::File(file_cfg(dir.path(), "f.json")))
+    };
+    let mut w = Writer::open(c, m.clone()).unwrap();
+    let t0 = Instant::now();
+    w.tick(t0 + Duration::from_secs(61)).unwrap(); // nothing written: no rotation
+    assert_eq!(m.rotations.get(), 0);
+    w.write_batch(batch(0..2)).unwrap();
+    w.tick(t0 + Duration::from_secs(122)).unwrap(); // no new data arrived; the timer rotates
+    assert_eq!(m.rotations.get(), 1);
+    assert_eq!(cookies(&std::fs::read(dir.path().join("f.1.json")).unwrap()), [1, 2]);
+    assert_eq!(std::fs::metadata(dir.path().join("f.json")).unwrap().len(), 0);
+}
+
+#[test]
+fn rotated_names_never_overwrite() {
+    assert_eq!(file::rotated_name("cgmon-vm.json.gz", 1), "cgmon-vm.1.json.gz");
+    assert_eq!(file::rotated_name("flows.gz", 2), "flows.2.gz");
+    assert_eq!(file::rotated_name("flows", 3), "flows.3");
+    assert_eq!(file::rotated_name(".hidden", 1), ".hidden.1");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.1.json.gz"), b"x").unwrap();
+    std::fs::write(dir.path().join("f.2.json"), b"x").unwrap(); // the non-gz variant counts
+    let n = file::next_rotated_name(dir.path(), "f.json.gz").unwrap();
+    assert_eq!(n, dir.path().join("f.3.json.gz"));
+}
+
+#[test]
+fn an_earlier_runs_file_is_moved_aside_not_appended_to() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.json"), b"{\"old\":1}\n").unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m).unwrap();
+    w.write_batch(batch(0..1)).unwrap();
+    w.close(Duration::ZERO).unwrap();
+    assert_eq!(std::fs::read(dir.path().join("f.1.json")).unwrap(), b"{\"old\":1}\n");
+    assert_eq!(cookies(&std::fs::read(dir.path().join("f.json")).unwrap()), [1]);
+}
+
+#[test]
+fn sighup_rotates_and_reopens_and_follows_a_logrotate_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w =
+        Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json.gz"))), m.clone()).unwrap();
+    w.write_batch(batch(0..2)).unwrap();
+    w.reopen();
+    assert_eq!(read_gz(&dir.path().join("f.1.json.gz")), (vec![1, 2], true));
+    // logrotate moves the file, then signals: the moved file is completed, not renamed again.
+    w.write_batch(batch(2..4)).unwrap();
+    std::fs::rename(dir.path().join("f.json.gz"), dir.path().join("moved.gz")).unwrap();
+    w.reopen();
+    assert_eq!(read_gz(&dir.path().join("moved.gz")), (vec![3, 4], true));
+    assert!(!dir.path().join("f.2.json.gz").exists());
+    w.write_batch(batch(4..5)).unwrap();
+    w.close(Duration::ZERO).unwrap();
+    assert_eq!(read_gz(&dir.path().join("f.json.gz")), (vec![5], true));
+}
+
+#[test]
+fn a_full_disk_keeps_records_counts_errors_and_bounds_the_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    // /dev/full fails every write with ENOSPC.
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
+    let m = Arc::new(Metrics::default());
+    let one = serde_json::to_vec(&record(0)).unwrap().len() as u64 + 1;
+    let c = WriterConfig {
+        backlog_bytes: one * 10 + one / 2, // room for 10 records
+        ..cfg(Target::File(file_cfg(dir.path(), "f.json")))
+    };
+    let mut w = Writer::open(c, m.clone()).unwrap();
+    w.write_batch(batch(0..4)).unwrap();
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    assert!(m.write_errors.get() >= 1);
+    assert_eq!(m.records_lost.get(), 0);
+    w.write_batch(batch(4..20)).unwrap();
+    // 20 records produced; the file took some into its stream before failing, the
+    // backlog holds 10, and the rest are counted as lost: none vanish.
+    let written = m.records_written.get();
+    let queued = m.writer_backlog.get();
+    assert_eq!(queued, 10);
+    assert_eq!(written + queued + m.records_lost.get(), 20);
+    match w.close(Duration::ZERO) {
+        Err(WriterError::Lost(n)) => assert_eq!(n, 10),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_missing_directory_fails_at_open_naming_it() {
+    let m = Arc::new(Metrics::default());
+    let c = cfg(Target::File(file_cfg(std::path::Path::new("/nonexistent/cgmon"), "f.json")));
+    let e = Writer::open(c, m).err().unwrap().to_string();
+    assert!(e.contains("/nonexistent/cgmon"), "{e}");
+}
