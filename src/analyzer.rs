@@ -22,7 +22,7 @@ use std::net::IpAddr;
 
 use chrono::{DateTime, Local, SecondsFormat};
 use serde::Serialize;
-use tokio::sync::mpsc::{Receiver, Sender};
+use tokio::sync::mpsc::Receiver;
 
 use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
@@ -479,25 +479,83 @@ pub fn keep_heap_for_reuse() {
     }
 }
 
-/// The analyzer stage: ended flows in, records out, until its input closes.
+/// The analyzer stage's settings beyond the analysis itself.
+#[derive(Debug, Clone, Default)]
+pub struct StageConfig {
+    /// How records are computed.
+    pub analysis: AnalyzerConfig,
+    /// `-writer-partial`: also pass on flows that were open at startup or shutdown.
+    pub write_partial: bool,
+    /// `--samples-out`: pass on every retained sample as JSON lines too.
+    pub samples_out: bool,
+}
+
+impl StageConfig {
+    /// Whether `e` is written. Without `-writer-partial`, a flow that crossed the
+    /// monitor's start or stop is not (cgmon's rule). Interim windows of a flow seen from
+    /// its start are written, though they are partial at a window edge: otherwise a flow
+    /// that outlives a window would never be written at all.
+    pub fn writes(&self, e: &EndedFlow) -> bool {
+        self.write_partial || !(e.flow.preexisting || e.reason == EndReason::Shutdown)
+    }
+}
+
+/// The analyzer stage: ended flows in, record batches out to the writer thread, until its
+/// input closes.
+///
+/// When the writer's channel is full this stage waits (on a blocking-pool thread, never
+/// on a runtime worker); sampling does not wait, since the tracker hands on with
+/// `try_send` and counts what it must drop.
 ///
 /// # Errors
-/// The downstream channel closed.
+/// The writer is gone.
 pub async fn run(
-    cfg: AnalyzerConfig,
+    cfg: StageConfig,
     mut ended_rx: Receiver<Vec<EndedFlow>>,
-    records_tx: Sender<Vec<FlowStats>>,
+    writer_tx: std::sync::mpsc::SyncSender<crate::writer::Msg>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) -> Result<(), crate::tracker::task::StageError> {
+    use crate::tracker::task::StageError;
+    use crate::writer::{Batch, Msg};
+    use std::sync::mpsc::TrySendError;
     keep_heap_for_reuse();
-    while let Some(batch) = ended_rx.recv().await {
-        let records: Vec<FlowStats> = batch.iter().map(|e| analyze(e, &cfg)).collect();
-        records_tx
-            .send(records)
-            .await
-            .map_err(|_| crate::tracker::task::StageError::DownstreamGone)?;
+    while let Some(ended) = ended_rx.recv().await {
+        let start = std::time::Instant::now();
+        let mut out = Batch::default();
+        for e in &ended {
+            if !cfg.writes(e) {
+                metrics.records_partial_skipped.inc();
+                continue;
+            }
+            let r = analyze(e, &cfg.analysis);
+            if cfg.samples_out {
+                samples::write_lines(e, &r.id, &mut out.samples);
+            }
+            out.records.push(r);
+        }
+        let took = start.elapsed();
+        metrics.time(crate::metrics::Stage::Analyzer, took);
+        tracing::debug!(target: "cgmon_rs::analyzer", time_us = took.as_micros() as u64,
+            flows = out.records.len(), "analyzer batch");
+        if out.records.is_empty() {
+            continue;
+        }
+        match writer_tx.try_send(Msg::Batch(out)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(msg)) => {
+                let tx = writer_tx.clone();
+                tokio::task::spawn_blocking(move || tx.send(msg))
+                    .await
+                    .map_err(|_| StageError::DownstreamGone)?
+                    .map_err(|_| StageError::DownstreamGone)?;
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(StageError::DownstreamGone),
+        }
     }
     Ok(())
 }
+
+pub mod samples;
 
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,10 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Mirrors a counter kept elsewhere (the tracker's own), never moving backwards.
+    pub fn mirror(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
+    }
 }
 
 /// A value that goes up and down.
@@ -128,6 +132,12 @@ pub struct Metrics {
     pub flows_ended: Counter,
     /// Flows refused by `-tracker-max-flows`.
     pub flows_refused: Counter,
+    /// Flows dropped by `-tracker-min-samples`.
+    pub flows_too_short: Counter,
+    /// Samples retained and deduped.
+    pub samples_retained: Counter,
+    /// Samples not retained because nothing the analysis uses changed.
+    pub samples_deduped: Counter,
     /// Destroy events received.
     pub destroy_events: Counter,
     /// Destroy events lost to receive-buffer overruns (ENOBUFS).
@@ -162,6 +172,9 @@ impl Default for Metrics {
             flows_opened: Counter::default(),
             flows_ended: Counter::default(),
             flows_refused: Counter::default(),
+            flows_too_short: Counter::default(),
+            samples_retained: Counter::default(),
+            samples_deduped: Counter::default(),
             destroy_events: Counter::default(),
             destroy_overruns: Counter::default(),
             records_written: Counter::default(),

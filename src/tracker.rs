@@ -152,8 +152,11 @@ pub struct Flow {
     pub cgroup_id: u64,
     /// Window sequence number, from 0.
     pub seq: u32,
-    /// Open before the monitor started (its start was not seen).
+    /// This window's start was not seen: the flow was open before the monitor started, or
+    /// the window continues an earlier one (`seq > 0`).
     pub partial_start: bool,
+    /// The flow was open before the monitor started, whichever window this is.
+    pub preexisting: bool,
     /// Timestamp of the window's first sample.
     pub first_ts_ns: u64,
     /// Timestamp of the last sample seen, retained or not.
@@ -555,6 +558,7 @@ impl Tracker {
             cgroup_id: 0,
             seq: 0,
             partial_start,
+            preexisting: partial_start,
             first_ts_ns: sn.retained.ts_ns,
             last_ts_ns: sn.retained.ts_ns,
             first_bytes_acked: sn.last.bytes_acked,

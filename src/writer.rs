@@ -108,7 +108,7 @@ pub enum WriterError {
 
 enum Out {
     Stream(Box<dyn Write + Send>),
-    File(OutFile),
+    File(Box<OutFile>),
 }
 
 /// The writer's state; [`spawn`] runs it on a thread.
@@ -136,7 +136,7 @@ impl Writer {
     pub fn open(cfg: WriterConfig, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
         let out = match &cfg.target {
             Target::Stdout => Out::Stream(Box::new(io::stdout())),
-            Target::File(fc) => Out::File(open_file(fc, &metrics)?),
+            Target::File(fc) => Out::File(Box::new(open_file(fc, &metrics)?)),
         };
         Self::with_output(cfg, out, metrics)
     }

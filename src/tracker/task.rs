@@ -6,21 +6,41 @@
 //! Order matters at the end of a dump. First the destroy events that arrived during it are
 //! applied, and only then are absent flows judged. A flow whose socket closed while the
 //! dump was walking therefore ends with its exact final counters, not as merely "gone".
+//!
+//! Schedule: the first dump at once, then one per interval on a fixed grid. A dump that
+//! overruns its interval skips the ticks it missed (never back-to-back catch-up); each
+//! overrun is counted and warned about (once, then at most once a minute). A failed dump
+//! backs off `error_delay × 2^(n-1)` after the n-th consecutive failure and gives up after
+//! `max_errors` (cgmon's `-run-error-delay`, `-run-max-errors`).
+//!
+//! Backpressure: sampling never waits for the analyzer. Ended flows are handed on with
+//! `try_send`; when the channel is full the batch is dropped, counted in
+//! `records_dropped` and logged. Only the final hand-off at shutdown waits.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc::Sender, watch};
+use tokio::sync::mpsc::Sender;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::{EndedFlow, Tracker, TrackerStats};
+use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
 
 /// Capacity of the tracker → analyzer channel, in batches: cgmon's 256. Each batch holds
 /// the flows one dump or one burst of destroy events ended, so this absorbs a long analyzer
-/// stall before the tracker (and with it sampling) waits.
+/// stall (over four minutes at a 1 s interval) before a batch is dropped.
 pub const ENDED_CHANNEL_CAPACITY: usize = 256;
+
+/// Longest back-off between failed dumps, however many failed.
+pub const MAX_ERROR_DELAY: Duration = Duration::from_secs(300);
+
+/// How often a recurring warning (overruns, drops) may repeat.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Why a stage stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +51,60 @@ pub enum StageError {
     /// Sampling failed in a way that cannot be retried.
     #[error(transparent)]
     Sample(#[from] SampleError),
+    /// Too many dumps failed in a row.
+    #[error("aborted after {count} consecutive failed dumps; last error: {last}")]
+    TooManyErrors {
+        /// Consecutive failures.
+        count: u32,
+        /// The last one.
+        last: SampleError,
+    },
+}
+
+/// The stage's schedule and limits.
+#[derive(Debug, Clone)]
+pub struct TaskConfig {
+    /// Time between dumps.
+    pub interval: Duration,
+    /// Back-off after the first failed dump; doubles per consecutive failure.
+    pub error_delay: Duration,
+    /// Consecutive failures before giving up; 0 = never.
+    pub max_errors: u32,
+}
+
+impl TaskConfig {
+    /// A dump every `interval`, cgmon's error defaults (1 s, 5).
+    pub fn every(interval: Duration) -> Self {
+        Self { interval, error_delay: Duration::from_secs(1), max_errors: 5 }
+    }
+}
+
+/// What happened in one dump, for the program's hooks (READY, watchdog).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpOutcome {
+    /// The dump completed.
+    Ok,
+    /// It failed and will be retried.
+    Failed,
+}
+
+/// A warning that repeats at most every [`WARN_EVERY`], with the count since the last one.
+#[derive(Debug, Default)]
+struct RateLimited {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimited {
+    fn hit(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
 }
 
 async fn next_destroy<D: DumpSource>(
@@ -42,41 +116,69 @@ async fn next_destroy<D: DumpSource>(
     }
 }
 
-fn apply_destroyed(tracker: &mut Tracker, b: &DestroyBatch, out: &mut Vec<EndedFlow>) {
+fn apply_destroyed(
+    tracker: &mut Tracker,
+    b: &DestroyBatch,
+    out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
+) {
     if b.overruns > 0 {
+        metrics.destroy_overruns.add(u64::from(b.overruns));
         tracing::warn!(
             overruns = b.overruns,
             "destroy events lost (ENOBUFS); those flows end as gone"
         );
     }
+    metrics.destroy_events.add(b.batch.len() as u64);
     for s in b.batch.iter() {
         tracker.destroyed(&s, out);
     }
 }
 
-/// Samples every `interval` (the first at once) until `stop` turns true or its sender
-/// goes, then hands on every active flow as partial and returns the counters.
-///
-/// A failed dump is logged and ends no flow; the next tick tries again (retry limits and
-/// backoff belong to the program, issue 4).
+fn publish(tracker: &Tracker, m: &Metrics) -> TrackerStats {
+    let st = tracker.stats();
+    m.flows_active.set(tracker.active() as u64);
+    m.flows_opened.mirror(st.flows_opened);
+    m.flows_ended.mirror(st.flows_ended);
+    m.flows_refused.mirror(st.flows_refused);
+    m.flows_too_short.mirror(st.flows_too_short);
+    m.samples_retained.mirror(st.samples_retained);
+    m.samples_deduped.mirror(st.samples_deduped);
+    st
+}
+
+/// Samples every `cfg.interval` (the first at once) until `stop` turns true or its sender
+/// goes, then hands on every active flow as partial and returns the counters. `on_dump`
+/// runs after every dump.
 ///
 /// # Errors
-/// The analyzer's receiver is gone.
+/// The analyzer's receiver is gone, or `max_errors` dumps failed in a row.
 pub async fn run<S: DumpSource, D: DumpSource>(
     mut tracker: Tracker,
     mut sampler: Sampler<S>,
     mut destroy: Option<DestroyListener<D>>,
-    interval: Duration,
+    cfg: TaskConfig,
     mut stop: watch::Receiver<bool>,
     ended_tx: Sender<Vec<EndedFlow>>,
+    metrics: Arc<Metrics>,
+    mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
-    let mut tick = tokio::time::interval(interval);
+    let mut tick = tokio::time::interval(cfg.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
+    let mut errors = 0u32;
+    let mut backoff_until: Option<tokio::time::Instant> = None;
     loop {
         if *stop.borrow() {
             break;
         }
         let mut out = Vec::new();
+        let backoff = async {
+            match backoff_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             changed = stop.changed() => {
@@ -84,36 +186,95 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                     break;
                 }
             }
-            _ = tick.tick() => {
+            () = backoff => {
+                backoff_until = None;
+                tick.reset_immediately();
+            }
+            _ = tick.tick(), if backoff_until.is_none() => {
+                let start = Instant::now();
                 tracker.begin_dump();
                 let r = sampler.dump_with(|s| tracker.observe(&s, &mut out)).await;
                 if let Some(d) = destroy.as_mut() {
                     match d.drain() {
-                        Ok(b) => apply_destroyed(&mut tracker, &b, &mut out),
+                        Ok(b) => apply_destroyed(&mut tracker, &b, &mut out, &metrics),
                         Err(e) => tracing::warn!(error = %e, "reading destroy events"),
                     }
                 }
+                metrics.dumps.inc();
                 match r {
-                    Ok(d) => tracker.end_dump(d.is_complete(), d.span_ns.0, &mut out),
+                    Ok(d) => {
+                        errors = 0;
+                        let complete = d.is_complete();
+                        tracker.end_dump(complete, d.span_ns.0, &mut out);
+                        if !complete {
+                            metrics.dumps_incomplete.inc();
+                            tracing::warn!(interrupted = d.interrupted, truncated = d.truncated,
+                                malformed = d.malformed, "incomplete dump; no flow ends on it");
+                        }
+                        metrics.sockets_last_dump.set(d.sockets as u64);
+                        tracing::debug!(target: "cgmon_rs::sampler", time_us = start.elapsed().as_micros() as u64,
+                            sockets = d.sockets, datagrams = d.datagrams, bytes = d.bytes,
+                            requests = d.requests, "netlink dump");
+                        on_dump(DumpOutcome::Ok);
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "dump failed; no flow ends on it");
                         tracker.end_dump(false, 0, &mut out);
+                        metrics.dump_errors.inc();
+                        errors += 1;
+                        if cfg.max_errors > 0 && errors >= cfg.max_errors {
+                            return Err(StageError::TooManyErrors { count: errors, last: e });
+                        }
+                        let shift = (errors - 1).min(20);
+                        let delay = cfg.error_delay.saturating_mul(1 << shift).min(MAX_ERROR_DELAY);
+                        tracing::warn!(error = %e, consecutive = errors, retry_in_ms = delay.as_millis() as u64,
+                            "dump failed; no flow ends on it");
+                        backoff_until = Some(tokio::time::Instant::now() + delay);
+                        on_dump(DumpOutcome::Failed);
+                    }
+                }
+                let st = publish(&tracker, &metrics);
+                tracing::debug!(target: "cgmon_rs::tracker", active = tracker.active(), ended = out.len(),
+                    opened = st.flows_opened, refused = st.flows_refused, retained = st.samples_retained,
+                    deduped = st.samples_deduped, "tracker dump");
+                let took = start.elapsed();
+                metrics.time(Stage::Dump, took);
+                if took > cfg.interval {
+                    metrics.ticks_overrun.inc();
+                    if let Some(more) = overrun_warn.hit() {
+                        tracing::warn!(took_ms = took.as_millis() as u64,
+                            interval_ms = cfg.interval.as_millis() as u64, overruns_since_last_warning = more,
+                            "a dump took longer than the interval; skipping the missed ticks");
                     }
                 }
             }
             b = next_destroy(&mut destroy) => match b {
-                Ok(b) => apply_destroyed(&mut tracker, &b, &mut out),
+                Ok(b) => {
+                    apply_destroyed(&mut tracker, &b, &mut out, &metrics);
+                    publish(&tracker, &metrics);
+                }
                 Err(e) => tracing::warn!(error = %e, "reading destroy events"),
             },
         }
         if !out.is_empty() {
-            ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
+            let n = out.len() as u64;
+            match ended_tx.try_send(out) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    metrics.records_dropped.add(n);
+                    if let Some(more) = drop_warn.hit() {
+                        tracing::error!(flows = n, drops_since_last_warning = more,
+                            "analyzer is behind: ended flows dropped (counted in records_dropped)");
+                    }
+                }
+                Err(TrySendError::Closed(_)) => return Err(StageError::DownstreamGone),
+            }
         }
     }
     let mut out = Vec::new();
     tracker.finish(&mut out);
+    let st = publish(&tracker, &metrics);
     if !out.is_empty() {
         ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
     }
-    Ok(tracker.stats())
+    Ok(st)
 }

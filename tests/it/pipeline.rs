@@ -2,16 +2,19 @@
 //! live loopback connection.
 
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cgmon_rs::analyzer::{self, AnalyzerConfig, FlowStats};
 use cgmon_rs::filter;
+use cgmon_rs::metrics::Metrics;
 use cgmon_rs::sampler::destroy::DestroyListener;
 use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
 use cgmon_rs::sampler::{Sampler, SamplerConfig};
 use cgmon_rs::testkit::Pair;
 use cgmon_rs::tracker::task::{self, ENDED_CHANNEL_CAPACITY};
 use cgmon_rs::tracker::{EndReason, Tracker, TrackerConfig};
+use cgmon_rs::writer::Msg;
 use tokio::sync::{mpsc, watch};
 
 use crate::{fixture, replay};
@@ -50,7 +53,7 @@ async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
     assert!(records.iter().any(|r| r.family == "inet6" && r.id.src_ip.starts_with("::ffff:")));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_connection_record_counts_syn_and_fin() {
     const SENT: usize = 3_000_000;
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -62,12 +65,22 @@ async fn live_connection_record_counts_syn_and_fin() {
     let destroy = DestroyListener::open(Some(f)).unwrap();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ended_tx, ended_rx) = mpsc::channel(ENDED_CHANNEL_CAPACITY);
-    let (rec_tx, mut rec_rx) = mpsc::channel(16);
+    let (rec_tx, rec_rx) = std::sync::mpsc::sync_channel(16);
     let tracker = Tracker::new(TrackerConfig::default());
-    let interval = Duration::from_millis(20);
-    let tracker_task =
-        tokio::spawn(task::run(tracker, sampler, Some(destroy), interval, stop_rx, ended_tx));
-    let analyzer_task = tokio::spawn(analyzer::run(AnalyzerConfig::default(), ended_rx, rec_tx));
+    let cfg = task::TaskConfig::every(Duration::from_millis(20));
+    let metrics = Arc::new(Metrics::default());
+    let tracker_task = tokio::spawn(task::run(
+        tracker,
+        sampler,
+        Some(destroy),
+        cfg,
+        stop_rx,
+        ended_tx,
+        metrics.clone(),
+        |_| {},
+    ));
+    let stage = analyzer::StageConfig::default();
+    let analyzer_task = tokio::spawn(analyzer::run(stage, ended_rx, rec_tx, metrics.clone()));
 
     tokio::time::sleep(Duration::from_millis(60)).await; // let the first (empty) dump pass
     let conn = tokio::task::spawn_blocking(move || {
@@ -83,9 +96,10 @@ async fn live_connection_record_counts_syn_and_fin() {
     conn.await.unwrap();
     let mut records = Vec::new();
     while records.len() < 2 {
-        let batch =
-            tokio::time::timeout(Duration::from_secs(5), rec_rx.recv()).await.unwrap().unwrap();
-        records.extend(batch);
+        let Msg::Batch(batch) = rec_rx.recv_timeout(Duration::from_secs(5)).unwrap() else {
+            panic!("only batches are sent")
+        };
+        records.extend(batch.records);
     }
     stop_tx.send(true).unwrap();
     let stats = tracker_task.await.unwrap().unwrap();
@@ -103,4 +117,7 @@ async fn live_connection_record_counts_syn_and_fin() {
     assert!(client.send_throughput_mbps > 0.0);
     assert!(client.rtt_summary.iter().all(|&v| v > 0.0));
     assert!(stats.destroy_events >= 2);
+    assert!(metrics.destroy_events.get() >= 2);
+    assert!(metrics.dumps.get() >= 3);
+    assert_eq!(metrics.dump_errors.get(), 0);
 }
