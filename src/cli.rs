@@ -19,6 +19,9 @@ use crate::stats::summary::QuantileKind;
 use crate::units::{ValueError, format_duration, parse_duration, parse_size};
 
 const EXAMPLES: &str = "\
+Every long option may be spelled with one dash, as cgmon's are (-run-interval 1s), and
+booleans take a value only as -flag=false.
+
 EXAMPLES:
   cgmon-rs                                         every TCP flow, one JSON record per line as it ends
   cgmon-rs -netlink-sport 80,443 -tracker-max-flows 100 -writer-dir output \\
@@ -114,13 +117,13 @@ pub struct Cli {
     // ---- Analyzer ----
     /// Adjust each correlation by Olkin-Pratt, r*(1+(1-r^2)/(2n)), clamped to [-1,1]
     #[arg(long = "analyzer-adjusted-correlation-1", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_1",
-          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set,
           help_heading = "Analyzer")]
     pub adjusted_correlation_1: bool,
     /// Adjust each correlation to sign(r)*sqrt(max(0,1-(1-r^2)(n-1)/(n-2)))
     #[arg(long = "analyzer-adjusted-correlation-2", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_2",
-          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set,
           help_heading = "Analyzer")]
     pub adjusted_correlation_2: bool,
@@ -130,45 +133,45 @@ pub struct Cli {
     pub cumulant_kind: CumulantKind,
     /// Weigh every sample equally in the correlations (default: by the time it held)
     #[arg(long = "analyzer-unweighted-correlations", env = "CGMON_ANALYZER_UNWEIGHTED_CORRELATIONS",
-          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set,
           help_heading = "Analyzer")]
     pub unweighted_correlations: bool,
     /// Weigh every sample equally in the summaries (default: by the time it held)
     #[arg(long = "analyzer-unweighted-quantiles", env = "CGMON_ANALYZER_UNWEIGHTED_QUANTILES",
-          value_parser = go_bool, num_args = 0..=1, require_equals = true,
+          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set,
           help_heading = "Analyzer")]
     pub unweighted_quantiles: bool,
 
     // ---- Logging ----
     /// Turn on every -log-<stage> switch
-    #[arg(long = "log-all", env = "CGMON_LOG_ALL", value_parser = go_bool, num_args = 0..=1,
+    #[arg(long = "log-all", env = "CGMON_LOG_ALL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", default_value = "false",
           action = ArgAction::Set, help_heading = "Logging")]
     pub log_all: bool,
     /// Log each analyzed batch (debug level of target cgmon_rs::analyzer)
-    #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", value_parser = go_bool,
+    #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_analyzer: bool,
     /// Log each dump: time, sockets, datagrams, bytes (target cgmon_rs::sampler)
-    #[arg(long = "log-netlink", env = "CGMON_LOG_NETLINK", value_parser = go_bool,
+    #[arg(long = "log-netlink", env = "CGMON_LOG_NETLINK", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_netlink: bool,
     /// Log to syslog through /dev/log as well (a warning, not an error, when it is missing)
-    #[arg(long = "log-syslog", env = "CGMON_LOG_SYSLOG", value_parser = go_bool,
+    #[arg(long = "log-syslog", env = "CGMON_LOG_SYSLOG", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_syslog: bool,
     /// Log each dump's flow table changes (target cgmon_rs::tracker)
-    #[arg(long = "log-tracker", env = "CGMON_LOG_TRACKER", value_parser = go_bool,
+    #[arg(long = "log-tracker", env = "CGMON_LOG_TRACKER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_tracker: bool,
     /// Log each written batch, file opens and rotations (target cgmon_rs::writer)
-    #[arg(long = "log-writer", env = "CGMON_LOG_WRITER", value_parser = go_bool,
+    #[arg(long = "log-writer", env = "CGMON_LOG_WRITER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_writer: bool,
@@ -228,7 +231,7 @@ pub struct Cli {
           default_value = "5", help_heading = "Run")]
     pub max_errors: u32,
     /// Run every stage on one thread
-    #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", value_parser = go_bool,
+    #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Run")]
     pub serial: bool,
@@ -273,7 +276,7 @@ pub struct Cli {
           help_heading = "Writer")]
     pub file: Option<String>,
     /// Accepted for cgmon; records are always flushed (stdout per record, files every second)
-    #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", value_parser = go_bool,
+    #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
     pub flush: bool,
@@ -287,12 +290,12 @@ pub struct Cli {
           value_parser = size, help_heading = "Writer")]
     pub rotate_size: Option<u64>,
     /// Also write partial records: flows open at startup or shutdown, and interim windows
-    #[arg(long = "writer-partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool,
+    #[arg(long = "writer-partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
     pub partial: bool,
     /// Indent records with tabs, one object after another (cgmon's output style)
-    #[arg(long = "pretty", env = "CGMON_PRETTY", value_parser = go_bool, num_args = 0..=1,
+    #[arg(long = "pretty", env = "CGMON_PRETTY", value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", default_value = "false",
           action = ArgAction::Set, help_heading = "Writer")]
     pub pretty: bool,

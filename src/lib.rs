@@ -15,10 +15,12 @@
 //! - `sampler`: the only code that touches sockets (`sampler::source`).
 
 pub mod analyzer;
+pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
+pub mod logging;
 pub mod metrics;
 pub mod sampler;
 pub mod states;

@@ -1,0 +1,304 @@
+//! The program: wires the stages together, handles signals and systemd, and decides the exit
+//! status.
+//!
+//! ```text
+//! tracker task ──(tokio mpsc, 256 batches, try_send)──→ analyzer task
+//!   ──(std sync_channel, 1024 batches)──→ writer thread ──→ stdout | files
+//! ```
+//!
+//! Shutdown (SIGINT/SIGTERM or `-run-duration`): the tracker stops sampling and hands every
+//! active flow on as partial; the analyzer and then the writer drain; files are closed as
+//! valid gzip. All of it must finish within `-run-shutdown-timeout`, else exit 1; a second
+//! signal exits at once.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::analyzer::{self, StageConfig};
+use crate::cli::{self, Config, Parsed};
+use crate::metrics::Metrics;
+use crate::sampler::destroy::DestroyListener;
+use crate::sampler::source::{NetlinkSource, SocketOptions};
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY, TaskConfig};
+use crate::tracker::{Tracker, TrackerConfig};
+use crate::units::format_duration;
+use crate::writer::file::FileConfig;
+use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterConfig};
+
+/// Exit status for a usage error.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status for a run-time failure.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// Parses `args` (without the program name) and runs; the process's exit status.
+pub fn main(args: Vec<String>) -> ExitCode {
+    let cfg = match cli::parse(args) {
+        Ok(Parsed::Run(c)) => c,
+        Ok(Parsed::Print(s)) => {
+            print!("{s}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("cgmon-rs: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    for w in crate::logging::init(&cfg.cli) {
+        tracing::warn!("{w}");
+    }
+    let rt = if cfg.cli.serial {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        // Two workers: sampling never shares its thread with analysis of a large batch.
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+    };
+    let rt = match rt {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cgmon-rs: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let code = rt.block_on(run(*cfg));
+    // The writer thread and blocking sends are done or abandoned; do not wait for them.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::from(code)
+}
+
+fn writer_config(cfg: &Config) -> WriterConfig {
+    let c = &cfg.cli;
+    let target = match &c.dir {
+        Some(dir) => Target::File(FileConfig {
+            dir: dir.clone(),
+            name: cfg.file_name.clone(),
+            level: c.compression_level,
+        }),
+        None => Target::Stdout,
+    };
+    let samples = c.samples_out.as_ref().map(|p| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        FileConfig { dir, name, level: c.compression_level }
+    });
+    WriterConfig {
+        target,
+        pretty: c.pretty,
+        rotate_size: c.rotate_size,
+        rotate_interval: (!c.rotate_interval.is_zero()).then_some(c.rotate_interval),
+        backlog_bytes: c.backlog,
+        samples,
+    }
+}
+
+/// Runs until a stop signal, `-run-duration`, or a fatal error; returns the exit status.
+pub async fn run(cfg: Config) -> u8 {
+    let c = cfg.cli.clone();
+    let metrics = Arc::new(Metrics::default());
+    // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
+    let w = match Writer::open(writer_config(&cfg), metrics.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            let flag = if c.dir.is_some() { "-writer-dir" } else { "--samples-out" };
+            eprintln!("cgmon-rs: {flag}: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let opts = SocketOptions {
+        rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
+        rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
+    };
+    let source = match NetlinkSource::open(opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cgmon-rs: cannot open a sock_diag netlink socket: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let scfg = SamplerConfig {
+        states: c.states.unwrap_or_default(),
+        filter: cfg.filter.clone(),
+        read_bufsize: c.read_bufsize as usize,
+        recv_timeout: c.receive_timeout,
+        ..SamplerConfig::default()
+    };
+    let sampler = match Sampler::new(source, scfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cgmon-rs: filter: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let destroy = match DestroyListener::open(cfg.filter.clone()) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!(error = %e,
+                "no destroy events; flows end when a dump misses them, with the counters of their last sample");
+            None
+        }
+    };
+    let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
+    let tracker = Tracker::new(TrackerConfig {
+        max_flows: c.max_flows,
+        min_samples: c.min_samples,
+        window_samples: window,
+    });
+    let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
+    let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
+    // Half the shutdown budget for retrying a failing output; the rest is for the stages.
+    let writer_thread = match writer::spawn(w, wrx, c.shutdown_timeout / 2) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cgmon-rs: cannot start the writer thread: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tcfg = TaskConfig { interval: c.interval, error_delay: c.error_delay, max_errors: c.max_errors };
+    let watchdog = sd_notify::watchdog_enabled();
+    let mut ready = false;
+    let mut last_ping = Instant::now();
+    let on_dump = move |o: DumpOutcome| {
+        if o == DumpOutcome::Ok && !ready {
+            ready = true;
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+        if let Some(wd) = watchdog
+            && last_ping.elapsed() >= wd / 4
+        {
+            last_ping = Instant::now();
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        }
+    };
+    let mut tracker_task = tokio::spawn(task::run(
+        tracker,
+        sampler,
+        destroy,
+        tcfg,
+        stop_rx,
+        ended_tx,
+        metrics.clone(),
+        on_dump,
+    ));
+    let stage = StageConfig {
+        analysis: crate::analyzer::AnalyzerConfig {
+            realtime_offset_ns: crate::clock::realtime_offset_ns(),
+            ..cfg.analyzer.clone()
+        },
+        write_partial: c.partial,
+        samples_out: c.samples_out.is_some(),
+    };
+    let analyzer_task = tokio::spawn(analyzer::run(stage, ended_rx, wtx.clone(), metrics.clone()));
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), window_samples = window, "{}", cfg.summary());
+
+    let (mut sigint, mut sigterm, mut sighup, mut sigusr1) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::user_defined1()),
+    ) {
+        (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+        _ => {
+            eprintln!("cgmon-rs: cannot install signal handlers");
+            return EXIT_FAILURE;
+        }
+    };
+    let duration = async {
+        if c.run_duration.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(c.run_duration).await;
+    };
+    tokio::pin!(duration);
+    let mut code = 0;
+    let mut tracker_done = false;
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            () = &mut duration => { tracing::info!("-run-duration reached: stopping"); break; }
+            _ = sighup.recv() => {
+                tracing::info!("SIGHUP: rotating and reopening the output");
+                let _ = wtx.try_send(Msg::Reopen);
+            }
+            _ = sigusr1.recv() => {
+                tracing::info!("received SIGUSR1; internal metrics:\n{}", metrics.report());
+            }
+            r = &mut tracker_task => {
+                tracker_done = true;
+                match r {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => { tracing::error!("run failed: {e}"); code = EXIT_FAILURE; }
+                    Err(e) => { tracing::error!("sampling task failed: {e}"); code = EXIT_FAILURE; }
+                }
+                break;
+            }
+        }
+    }
+
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    let _ = stop_tx.send(true);
+    drop(wtx); // the analyzer's sender is the writer's last one
+    let drain = async {
+        let mut code = code;
+        if !tracker_done {
+            match tracker_task.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!("sampling stopped with an error: {e}");
+                    code = EXIT_FAILURE;
+                }
+                Err(e) => {
+                    tracing::error!("sampling task failed: {e}");
+                    code = EXIT_FAILURE;
+                }
+            }
+        }
+        match analyzer_task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!("analyzer stopped with an error: {e}");
+                code = EXIT_FAILURE;
+            }
+            Err(e) => {
+                tracing::error!("analyzer task failed: {e}");
+                code = EXIT_FAILURE;
+            }
+        }
+        match tokio::task::spawn_blocking(move || writer_thread.join()).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::error!("writer: {e}");
+                code = EXIT_FAILURE;
+            }
+            _ => {
+                tracing::error!("writer thread failed");
+                code = EXIT_FAILURE;
+            }
+        }
+        code
+    };
+    let code = tokio::select! {
+        code = drain => code,
+        () = tokio::time::sleep(c.shutdown_timeout) => {
+            tracing::error!("shutdown did not finish within -run-shutdown-timeout {}; records may be lost",
+                format_duration(c.shutdown_timeout));
+            EXIT_FAILURE
+        }
+        _ = sigint.recv() => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
+        _ = sigterm.recv() => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
+    };
+    tracing::info!("stopped; {}", metrics.report().lines().nth(4).unwrap_or_default());
+    if code == 0 {
+        tracing::info!("successful termination");
+    }
+    code
+}

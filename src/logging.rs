@@ -1,0 +1,106 @@
+//! Logging set-up: tracing to stderr (text or JSON), to the journal natively when systemd
+//! started us, and to syslog on request.
+//!
+//! cgmon's `-log-<stage>` switches become debug level for that stage's target:
+//! `-log-netlink` → `cgmon_rs::sampler`, `-log-tracker` → `cgmon_rs::tracker`,
+//! `-log-analyzer` → `cgmon_rs::analyzer`, `-log-writer` → `cgmon_rs::writer`. `RUST_LOG`
+//! (tracing's EnvFilter syntax) overrides all of them.
+
+use std::os::unix::fs::MetadataExt;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::cli::{Cli, LogFormat};
+
+/// The filter directives for the options, e.g. `info,cgmon_rs::sampler=debug`.
+pub fn directives(cli: &Cli) -> String {
+    let mut d = cli.log_level.clone();
+    for (on, target) in [
+        (cli.log_netlink, "cgmon_rs::sampler"),
+        (cli.log_tracker, "cgmon_rs::tracker"),
+        (cli.log_analyzer, "cgmon_rs::analyzer"),
+        (cli.log_writer, "cgmon_rs::writer"),
+    ] {
+        if on || cli.log_all {
+            d.push_str(&format!(",{target}=debug"));
+        }
+    }
+    d
+}
+
+/// True when stderr is the journal stream systemd gave us (`JOURNAL_STREAM` holds its
+/// device and inode), so records should go to journald with their fields.
+fn stderr_is_journal() -> bool {
+    let Ok(v) = std::env::var("JOURNAL_STREAM") else { return false };
+    let Some((dev, ino)) = v.split_once(':') else { return false };
+    let Ok(m) = std::fs::metadata("/proc/self/fd/2") else { return false };
+    dev.parse() == Ok(m.dev()) && ino.parse() == Ok(m.ino())
+}
+
+/// Installs the global subscriber. Returns warnings to log once it is up (a missing
+/// /dev/log is one: cgmon made it fatal).
+pub fn init(cli: &Cli) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let filter = || {
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(cli)))
+    };
+    let journald = if stderr_is_journal() {
+        match tracing_journald::layer() {
+            Ok(l) => Some(l.with_syslog_identifier("cgmon-rs".into()).with_filter(filter())),
+            Err(e) => {
+                warnings.push(format!("journald unavailable ({e}); logging to stderr"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let stderr = journald.is_none().then(|| {
+        let l = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        match cli.log_format {
+            LogFormat::Text => l.with_ansi(false).boxed(),
+            LogFormat::Json => l.json().flatten_event(true).boxed(),
+        }
+        .with_filter(filter())
+    });
+    let syslog = if cli.log_syslog {
+        if std::path::Path::new("/dev/log").exists() {
+            let ident = c"cgmon-rs";
+            syslog_tracing::Syslog::new(ident, Default::default(), Default::default()).map(|w| {
+                tracing_subscriber::fmt::layer()
+                    .with_writer(w)
+                    .with_ansi(false)
+                    .without_time()
+                    .with_level(true)
+                    .with_target(false)
+                    .with_filter(filter())
+            })
+        } else {
+            warnings.push("-log-syslog: /dev/log does not exist; not logging to syslog".into());
+            None
+        }
+    } else {
+        None
+    };
+    // A second init (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::registry().with(journald).with(stderr).with(syslog).try_init();
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn stage_switches_map_to_targets() {
+        let c = Cli::parse_from(["x", "--log-netlink", "--log-writer"]);
+        assert_eq!(directives(&c), "info,cgmon_rs::sampler=debug,cgmon_rs::writer=debug");
+        let c = Cli::parse_from(["x", "--log-all", "--log-level", "warn"]);
+        assert_eq!(directives(&c).matches("=debug").count(), 4);
+        assert!(directives(&c).starts_with("warn,"));
+    }
+}
