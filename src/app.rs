@@ -162,7 +162,8 @@ pub async fn run(cfg: Config) -> u8 {
         }
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let tcfg = TaskConfig { interval: c.interval, error_delay: c.error_delay, max_errors: c.max_errors };
+    let tcfg =
+        TaskConfig { interval: c.interval, error_delay: c.error_delay, max_errors: c.max_errors };
     let watchdog = sd_notify::watchdog_enabled();
     let mut ready = false;
     let mut last_ping = Instant::now();
@@ -197,7 +198,12 @@ pub async fn run(cfg: Config) -> u8 {
         samples_out: c.samples_out.is_some(),
     };
     let analyzer_task = tokio::spawn(analyzer::run(stage, ended_rx, wtx.clone(), metrics.clone()));
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), window_samples = window, "{}", cfg.summary());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        window_samples = window,
+        "{}",
+        cfg.summary()
+    );
 
     let (mut sigint, mut sigterm, mut sighup, mut sigusr1) = match (
         signal(SignalKind::interrupt()),

@@ -128,8 +128,13 @@ pub struct Cli {
           help_heading = "Analyzer")]
     pub adjusted_correlation_2: bool,
     /// Quantile method of the seven-number summaries
-    #[arg(long = "analyzer-cumulant-kind", env = "CGMON_ANALYZER_CUMULANT_KIND",
-          value_enum, default_value = "lininterp", help_heading = "Analyzer")]
+    #[arg(
+        long = "analyzer-cumulant-kind",
+        env = "CGMON_ANALYZER_CUMULANT_KIND",
+        value_enum,
+        default_value = "lininterp",
+        help_heading = "Analyzer"
+    )]
     pub cumulant_kind: CumulantKind,
     /// Weigh every sample equally in the correlations (default: by the time it held)
     #[arg(long = "analyzer-unweighted-correlations", env = "CGMON_ANALYZER_UNWEIGHTED_CORRELATIONS",
@@ -176,8 +181,13 @@ pub struct Cli {
           default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
     pub log_writer: bool,
     /// Log line format on stderr (under systemd, logs go to the journal natively)
-    #[arg(long = "log-format", env = "CGMON_LOG_FORMAT", value_enum, default_value = "text",
-          help_heading = "Logging")]
+    #[arg(
+        long = "log-format",
+        env = "CGMON_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        help_heading = "Logging"
+    )]
     pub log_format: LogFormat,
     /// Base log level: error, warn, info, debug or trace
     #[arg(long = "log-level", env = "CGMON_LOG_LEVEL", default_value = "info",
@@ -227,8 +237,13 @@ pub struct Cli {
           value_parser = positive_duration, default_value = "1s", help_heading = "Run")]
     pub interval: Duration,
     /// Consecutive failed dumps before giving up (exit 1); 0 never gives up
-    #[arg(long = "run-max-errors", env = "CGMON_RUN_MAX_ERRORS", value_name = "N",
-          default_value = "5", help_heading = "Run")]
+    #[arg(
+        long = "run-max-errors",
+        env = "CGMON_RUN_MAX_ERRORS",
+        value_name = "N",
+        default_value = "5",
+        help_heading = "Run"
+    )]
     pub max_errors: u32,
     /// Run every stage on one thread
     #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
@@ -236,8 +251,12 @@ pub struct Cli {
           default_value = "false", action = ArgAction::Set, help_heading = "Run")]
     pub serial: bool,
     /// Listen address of the HTTP status and metrics server, e.g. 127.0.0.1:9090 (off by default)
-    #[arg(long = "run-http-server", env = "CGMON_RUN_HTTP_SERVER", value_name = "ADDR",
-          help_heading = "Run")]
+    #[arg(
+        long = "run-http-server",
+        env = "CGMON_RUN_HTTP_SERVER",
+        value_name = "ADDR",
+        help_heading = "Run"
+    )]
     pub http_server: Option<String>,
     /// How long a stop signal waits for the pipeline to drain before exiting 1
     #[arg(long = "run-shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
@@ -247,17 +266,31 @@ pub struct Cli {
 
     // ---- Tracker ----
     /// Most flows recorded at once; flows beyond are counted and not recorded. 0 = no limit
-    #[arg(long = "tracker-max-flows", env = "CGMON_TRACKER_MAX_FLOWS", value_name = "N",
-          default_value = "0", help_heading = "Tracker")]
+    #[arg(
+        long = "tracker-max-flows",
+        env = "CGMON_TRACKER_MAX_FLOWS",
+        value_name = "N",
+        default_value = "0",
+        help_heading = "Tracker"
+    )]
     pub max_flows: usize,
     /// Fewest retained samples for a flow to be written; 0 = no minimum
-    #[arg(long = "tracker-min-samples", env = "CGMON_TRACKER_MIN_SAMPLES", value_name = "N",
-          default_value = "0", help_heading = "Tracker")]
+    #[arg(
+        long = "tracker-min-samples",
+        env = "CGMON_TRACKER_MIN_SAMPLES",
+        value_name = "N",
+        default_value = "0",
+        help_heading = "Tracker"
+    )]
     pub min_samples: usize,
     /// Retained samples per record before a long flow writes an interim record (Seq counts
     /// them); default about an hour at -run-interval
-    #[arg(long = "tracker-window-samples", env = "CGMON_TRACKER_WINDOW_SAMPLES",
-          value_name = "N", help_heading = "Tracker")]
+    #[arg(
+        long = "tracker-window-samples",
+        env = "CGMON_TRACKER_WINDOW_SAMPLES",
+        value_name = "N",
+        help_heading = "Tracker"
+    )]
     pub window_samples: Option<usize>,
 
     // ---- Writer ----
@@ -267,13 +300,21 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(1..=9), help_heading = "Writer")]
     pub compression_level: u32,
     /// Write files in DIR (which must exist) instead of stdout
-    #[arg(long = "writer-dir", env = "CGMON_WRITER_DIR", value_name = "DIR",
-          help_heading = "Writer")]
+    #[arg(
+        long = "writer-dir",
+        env = "CGMON_WRITER_DIR",
+        value_name = "DIR",
+        help_heading = "Writer"
+    )]
     pub dir: Option<PathBuf>,
     /// Output file name in -writer-dir; gzip-compressed when it ends in .gz
     /// [default: cgmon-<hostname>.json.gz]
-    #[arg(long = "writer-file", env = "CGMON_WRITER_FILE", value_name = "NAME",
-          help_heading = "Writer")]
+    #[arg(
+        long = "writer-file",
+        env = "CGMON_WRITER_FILE",
+        value_name = "NAME",
+        help_heading = "Writer"
+    )]
     pub file: Option<String>,
     /// Accepted for cgmon; records are always flushed (stdout per record, files every second)
     #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
@@ -301,8 +342,12 @@ pub struct Cli {
     pub pretty: bool,
     /// Also write every retained sample of every written flow to FILE as JSON lines
     /// (gzip when it ends in .gz)
-    #[arg(long = "samples-out", env = "CGMON_SAMPLES_OUT", value_name = "FILE",
-          help_heading = "Writer")]
+    #[arg(
+        long = "samples-out",
+        env = "CGMON_SAMPLES_OUT",
+        value_name = "FILE",
+        help_heading = "Writer"
+    )]
     pub samples_out: Option<PathBuf>,
     /// Records held in memory while the output cannot be written, in bytes of JSON; beyond
     /// it the oldest are counted as lost
@@ -457,9 +502,7 @@ fn validate(cli: Cli) -> Result<Config, UsageError> {
         (None, true) => None,
     };
     let expr = match text {
-        Some(t) => Some(
-            filter::parse(&t).map_err(|e| UsageError(format!("filter {t:?}: {e}")))?,
-        ),
+        Some(t) => Some(filter::parse(&t).map_err(|e| UsageError(format!("filter {t:?}: {e}")))?),
         None => None,
     };
     let filter = Expr::all_of(ports.into_iter().chain(expr));
@@ -525,7 +568,9 @@ impl Config {
             format_duration(c.interval),
             self.filter.as_ref().map_or("none".into(), |f| format!("{f:?}")),
             c.states.unwrap_or_default(),
-            c.dir.as_ref().map_or("stdout".into(), |d| d.join(&self.file_name).display().to_string()),
+            c.dir
+                .as_ref()
+                .map_or("stdout".into(), |d| d.join(&self.file_name).display().to_string()),
             c.partial,
             c.max_flows,
             c.min_samples,

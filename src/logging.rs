@@ -44,9 +44,8 @@ fn stderr_is_journal() -> bool {
 /// /dev/log is one: cgmon made it fatal).
 pub fn init(cli: &Cli) -> Vec<String> {
     let mut warnings = Vec::new();
-    let filter = || {
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(cli)))
-    };
+    let filter =
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(cli)));
     let journald = if stderr_is_journal() {
         match tracing_journald::layer() {
             Ok(l) => Some(l.with_syslog_identifier("cgmon-rs".into()).with_filter(filter())),

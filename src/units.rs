@@ -49,7 +49,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, ValueError> {
             _ => return Err(bad(&format!("unknown unit {unit:?}"))),
         };
         let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-        let int: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| bad("overflow"))? };
+        let int: u128 =
+            if int.is_empty() { 0 } else { int.parse().map_err(|_| bad("overflow"))? };
         let mut ns = int.checked_mul(scale).ok_or_else(|| bad("overflow"))?;
         // The fraction, exactly to the nanosecond (digits beyond it are dropped, as Go does).
         let mut place = scale;

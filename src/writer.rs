@@ -153,7 +153,11 @@ impl Writer {
         Self::with_output(cfg, Out::Stream(w), metrics)
     }
 
-    fn with_output(cfg: WriterConfig, out: Out, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
+    fn with_output(
+        cfg: WriterConfig,
+        out: Out,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, WriterError> {
         let samples = match &cfg.samples {
             Some(fc) => Some(open_file(fc, &metrics)?),
             None => None,
@@ -246,7 +250,10 @@ impl Writer {
                 Ok(()) => {
                     let rec = self.queue.pop_front().expect("front exists");
                     self.queued_bytes -= rec.len() as u64;
-                    self.metrics.records_written.inc();
+                    // A stream has it now; a file counts it once a flush confirms it.
+                    if matches!(self.out, Out::Stream(_)) {
+                        self.metrics.records_written.inc();
+                    }
                     self.recovered();
                 }
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
@@ -300,7 +307,8 @@ impl Writer {
     fn rotate(&mut self, why: &str) {
         let Out::File(f) = &mut self.out else { return };
         match f.rotate() {
-            Ok(to) => {
+            Ok((to, confirmed)) => {
+                self.metrics.records_written.add(confirmed);
                 self.last_rotate = Instant::now();
                 if let Some(to) = to {
                     self.metrics.rotations.inc();
@@ -332,10 +340,11 @@ impl Writer {
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {
             self.last_flush = now;
-            if let Out::File(f) = &mut self.out
-                && let Err(e) = f.flush()
-            {
-                self.failed(&e);
+            if let Out::File(f) = &mut self.out {
+                match f.flush() {
+                    Ok(n) => self.metrics.records_written.add(n),
+                    Err(e) => self.failed(&e),
+                }
             }
             if let Some(s) = &mut self.samples
                 && let Err(e) = s.flush()
@@ -366,17 +375,25 @@ impl Writer {
         let deadline = Instant::now() + patience;
         loop {
             self.deliver()?;
-            let closed = match &mut self.out {
-                Out::Stream(w) => w.flush(),
-                Out::File(f) => f.close(),
-            };
-            match closed {
-                Ok(()) if self.queue.is_empty() => break,
-                Ok(()) => {}
-                Err(e) => self.failed(&e),
+            if self.queue.is_empty() {
+                let closed = match &mut self.out {
+                    Out::Stream(w) => w.flush().map(|()| 0),
+                    Out::File(f) => f.close(),
+                };
+                match closed {
+                    Ok(n) => {
+                        self.metrics.records_written.add(n);
+                        break;
+                    }
+                    Err(e) => self.failed(&e),
+                }
             }
             if Instant::now() >= deadline {
-                let n = self.queue.len() as u64;
+                let taken = match &self.out {
+                    Out::File(f) => f.unconfirmed(),
+                    Out::Stream(_) => 0,
+                };
+                let n = self.queue.len() as u64 + taken;
                 self.metrics.records_lost.add(n);
                 self.metrics.writer_backlog.set(0);
                 return Err(WriterError::Lost(n));
@@ -395,10 +412,8 @@ impl Writer {
 }
 
 fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError> {
-    let (f, rotated) = OutFile::open(fc.clone()).map_err(|source| WriterError::Open {
-        path: fc.dir.join(&fc.name),
-        source,
-    })?;
+    let (f, rotated) = OutFile::open(fc.clone())
+        .map_err(|source| WriterError::Open { path: fc.dir.join(&fc.name), source })?;
     if let Some(to) = rotated {
         metrics.rotations.inc();
         tracing::info!(target: "cgmon_rs::writer", to = %to.display(),

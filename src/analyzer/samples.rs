@@ -85,8 +85,11 @@ mod tests {
         let r = super::super::analyze(&e, &Default::default());
         let mut out = Vec::new();
         write_lines(&e, &r.id, &mut out);
-        let lines: Vec<serde_json::Value> =
-            out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), r.samples);
         assert_eq!(lines[0]["Cookie"], 9);
         assert_eq!(lines[0]["SrcPort"], 5000);

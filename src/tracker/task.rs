@@ -262,8 +262,11 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 Err(TrySendError::Full(_)) => {
                     metrics.records_dropped.add(n);
                     if let Some(more) = drop_warn.hit() {
-                        tracing::error!(flows = n, drops_since_last_warning = more,
-                            "analyzer is behind: ended flows dropped (counted in records_dropped)");
+                        tracing::error!(
+                            flows = n,
+                            drops_since_last_warning = more,
+                            "analyzer is behind: ended flows dropped (counted in records_dropped)"
+                        );
                     }
                 }
                 Err(TrySendError::Closed(_)) => return Err(StageError::DownstreamGone),

@@ -40,6 +40,8 @@ pub struct OutFile {
     pub size: u64,
     /// Records in the current file.
     pub records: u64,
+    /// Records taken since the last successful flush: not yet known to be on disk.
+    unconfirmed: u64,
     /// Data went in since the last flush.
     dirty: bool,
 }
@@ -66,6 +68,7 @@ impl OutFile {
             unwritten: Vec::new(),
             size: 0,
             records: 0,
+            unconfirmed: 0,
             dirty: false,
         };
         let path = f.path();
@@ -93,9 +96,9 @@ impl OutFile {
         self.size = m.len();
         self.file = Some(file);
         self.records = 0;
-        self.enc = self
-            .gz
-            .then(|| GzEncoder::new(Vec::with_capacity(64 << 10), Compression::new(self.cfg.level)));
+        self.enc = self.gz.then(|| {
+            GzEncoder::new(Vec::with_capacity(64 << 10), Compression::new(self.cfg.level))
+        });
         Ok(())
     }
 
@@ -144,6 +147,7 @@ impl OutFile {
             None => self.unwritten.extend_from_slice(json),
         }
         self.records += 1;
+        self.unconfirmed += 1;
         self.dirty = true;
         Ok(())
     }
@@ -166,27 +170,34 @@ impl OutFile {
     }
 
     /// Sync-flushes the compressor and writes everything out, so a reader (`zcat`) sees
-    /// every record so far even if the process is then killed.
+    /// every record so far even if the process is then killed. Returns how many records
+    /// this confirmed as written.
     ///
     /// # Errors
     /// The write failed; the bytes wait for the next attempt.
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub fn flush(&mut self) -> io::Result<u64> {
         if !self.dirty && !self.blocked() {
-            return Ok(());
+            return Ok(std::mem::take(&mut self.unconfirmed));
         }
         if let Some(enc) = &mut self.enc {
             enc.flush()?;
         }
         self.drain()?;
         self.dirty = false;
-        Ok(())
+        Ok(std::mem::take(&mut self.unconfirmed))
     }
 
-    /// Ends the gzip stream, writes it out, syncs and closes the file.
+    /// Records taken but not yet confirmed by a flush: lost if the file is never written.
+    pub fn unconfirmed(&self) -> u64 {
+        self.unconfirmed
+    }
+
+    /// Ends the gzip stream, writes it out, syncs and closes the file. Returns how many
+    /// records this confirmed as written.
     ///
     /// # Errors
     /// The write or sync failed; the file stays open with the bytes waiting.
-    pub fn close(&mut self) -> io::Result<()> {
+    pub fn close(&mut self) -> io::Result<u64> {
         if let Some(enc) = &mut self.enc {
             enc.try_finish()?;
         }
@@ -197,18 +208,18 @@ impl OutFile {
         self.file = None;
         self.enc = None;
         self.dirty = false;
-        Ok(())
+        Ok(std::mem::take(&mut self.unconfirmed))
     }
 
-    /// Closes the file, renames it to the next free rotated name (when it is still ours and
-    /// holds records), and opens a fresh one. With `force`, an empty file is also reopened
-    /// (SIGHUP: logrotate may have moved it). Returns the rotated name.
+    /// Closes the file, renames it to the next free rotated name (when it is still ours, as
+    /// logrotate may have moved it, and holds records), and opens a fresh one. Returns the
+    /// rotated name and the records the close confirmed.
     ///
     /// # Errors
     /// Closing, renaming or reopening failed. On a failed close nothing changed and the
     /// rotation can be retried.
-    pub fn rotate(&mut self) -> io::Result<Option<PathBuf>> {
-        self.close()?;
+    pub fn rotate(&mut self) -> io::Result<(Option<PathBuf>, u64)> {
+        let confirmed = self.close()?;
         let path = self.path();
         let ours = std::fs::metadata(&path).is_ok_and(|m| m.ino() == self.inode && m.len() > 0);
         let to = if ours {
@@ -219,7 +230,7 @@ impl OutFile {
             None
         };
         self.reopen()?;
-        Ok(to)
+        Ok((to, confirmed))
     }
 }
 

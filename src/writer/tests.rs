@@ -223,16 +223,18 @@ fn a_full_disk_keeps_records_counts_errors_and_bounds_the_backlog() {
     assert!(m.write_errors.get() >= 1);
     assert_eq!(m.records_lost.get(), 0);
     w.write_batch(batch(4..20)).unwrap();
-    // 20 records produced; the file took some into its stream before failing, the
-    // backlog holds 10, and the rest are counted as lost: none vanish.
-    let written = m.records_written.get();
-    let queued = m.writer_backlog.get();
-    assert_eq!(queued, 10);
-    assert_eq!(written + queued + m.records_lost.get(), 20);
+    // 20 records produced: the file took the first into its stream before the write
+    // failed, the backlog holds the newest 10, and the rest were pushed out and counted.
+    assert_eq!(m.writer_backlog.get(), 10);
+    let evicted = m.records_lost.get();
+    assert_eq!(evicted, 20 - 10 - 1);
     match w.close(Duration::ZERO) {
-        Err(WriterError::Lost(n)) => assert_eq!(n, 10),
+        // The backlog and the record stuck in the file's unwritten bytes.
+        Err(WriterError::Lost(n)) => assert_eq!(n, 11),
         other => panic!("{other:?}"),
     }
+    assert_eq!(m.records_written.get(), 0, "nothing reached the disk");
+    assert_eq!(m.records_lost.get(), 20, "every record is accounted for");
 }
 
 #[test]

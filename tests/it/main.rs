@@ -6,6 +6,7 @@ mod differential;
 mod fixtures;
 mod kernel;
 mod pipeline;
+mod program;
 mod robustness;
 
 use std::io::Read;

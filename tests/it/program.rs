@@ -1,0 +1,547 @@
+//! End to end: the built `cgmon-rs` binary, run as a user runs it, against loopback flows
+//! each test makes itself. Every monitor is filtered to its test's own listening port, so
+//! tests running in parallel do not see each other's flows.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cgmon_rs::testkit::Pair;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+
+struct Monitor {
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Monitor {
+    /// Starts the binary and waits until its first dump has run.
+    fn start(args: &[&str]) -> Monitor {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, stdout) = channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let m = Monitor { child, stdout, stderr };
+        m.wait_log("interval=", Duration::from_secs(10));
+        // The first dump runs at once after that line; give it time to finish.
+        std::thread::sleep(Duration::from_millis(300));
+        m
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_log(&self, needle: &str, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < end, "no {needle:?} in the log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Reads stdout records until `n` have arrived.
+    fn records(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let end = Instant::now() + timeout;
+        let mut v = Vec::new();
+        while v.len() < n {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) => v.push(serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("stdout line is not one JSON object ({e}): {line}")
+                })),
+                Err(_) => panic!("{} of {n} records; log:\n{}", v.len(), self.log()),
+            }
+        }
+        v
+    }
+
+    /// Waits for the exit; returns the status and the whole log.
+    fn wait(mut self, timeout: Duration) -> (ExitStatus, String, Vec<String>) {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Let the reader threads see EOF.
+                std::thread::sleep(Duration::from_millis(50));
+                let rest: Vec<String> = self.stdout.try_iter().collect();
+                return (st, self.log(), rest);
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                panic!("still running after {timeout:?}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn listener() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+fn port_filter(a: SocketAddr) -> String {
+    format!("sport {0} or dport {0}", a.port())
+}
+
+/// Opens a connection, sends `n` bytes each way, and closes it.
+fn exchange_and_close(l: &TcpListener, a: SocketAddr, n: usize) {
+    let mut p = Pair::connect(l, a).unwrap();
+    p.exchange(n).unwrap();
+    drop(p);
+}
+
+fn by_cookie(v: &[Value]) -> Vec<u64> {
+    let mut c: Vec<u64> = v.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
+    c.sort_unstable();
+    c
+}
+
+/// Every JSON object in a file, gunzipped when its name ends in .gz, and whether the gzip
+/// stream was complete.
+fn read_records(path: &Path) -> (Vec<Value>, bool) {
+    let raw = std::fs::read(path).unwrap();
+    let (text, complete) = if path.extension().is_some_and(|e| e == "gz") {
+        let mut d = flate2::read::MultiGzDecoder::new(&raw[..]);
+        let mut t = Vec::new();
+        let ok = d.read_to_end(&mut t).is_ok();
+        (t, ok)
+    } else {
+        (raw, true)
+    };
+    let v = serde_json::Deserializer::from_slice(&text)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .collect();
+    (v, complete)
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    v.sort();
+    v
+}
+
+/// `gzip -t` where the tool exists (CI installs it); flate2's complete-stream check always.
+fn assert_valid_gzip(p: &Path) {
+    let (_, complete) = read_records(p);
+    assert!(complete, "{} is not a complete gzip stream", p.display());
+    if let Ok(st) = Command::new("gzip").arg("-t").arg(p).status() {
+        assert!(st.success(), "gzip -t {} failed", p.display());
+    }
+}
+
+#[test]
+fn stdout_gives_one_json_line_per_flow_as_it_ends() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("samples.ndjson");
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "--samples-out",
+        samples.to_str().unwrap(),
+        "--filter",
+        &port_filter(a),
+    ]);
+    exchange_and_close(&l, a, 100_000);
+    // Both ends' records arrive while the monitor runs: flushed per record.
+    let recs = m.records(2, Duration::from_secs(10));
+    let client = recs.iter().find(|r| r["ID"]["DstPort"] == a.port()).unwrap();
+    assert_eq!(client["BytesAcked"], 100_000 + 2, "exact, from the destroy event: {client}");
+    assert_eq!(client["EndReason"], "destroyed");
+    assert_eq!(client["Partial"], false);
+    m.signal(libc::SIGTERM);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{st:?}\n{log}");
+    assert!(rest.is_empty(), "nothing partial is written without -writer-partial: {rest:?}");
+    assert!(log.contains("successful termination"), "{log}");
+    // The samples stream holds the client's retained samples under its cookie.
+    let (lines, _) = read_records(&samples);
+    let cookie = client["Cookie"].as_u64().unwrap();
+    let mine = lines.iter().filter(|s| s["Cookie"] == cookie).count();
+    assert_eq!(mine as u64, client["Samples"].as_u64().unwrap(), "{lines:?}");
+}
+
+#[test]
+fn records_match_the_json_schema() {
+    let (l, a) = listener();
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schema/flow-record.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let sample_schema: Value =
+        serde_json::from_str(include_str!("../../schema/sample.schema.json")).unwrap();
+    let sample_validator = jsonschema::validator_for(&sample_schema).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("s.ndjson");
+    let m = Monitor::start(&[
+        "-run-interval",
+        "20ms",
+        "--samples-out",
+        samples.to_str().unwrap(),
+        "--filter",
+        &port_filter(a),
+        "-writer-partial",
+    ]);
+    // One bulk flow that closes, one still open at shutdown (partial, EndReason shutdown).
+    let mut p = Pair::connect(&l, a).unwrap();
+    // A pacing cap, so MaxPacingRateKernelMbps is present (absent when unlimited).
+    let cap: u32 = 1_000_000_000;
+    // SAFETY: setsockopt on an open socket with a u32 value of the right size.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&p.client),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&raw const cap).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0);
+    for _ in 0..5 {
+        p.exchange(200_000).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    drop(p);
+    let mut held = Pair::connect(&l, a).unwrap();
+    held.exchange(10_000).unwrap();
+    let mut recs = m.records(2, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(100));
+    m.signal(libc::SIGINT);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    recs.extend(rest.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()));
+    assert_eq!(recs.len(), 4, "{recs:?}");
+    for r in &recs {
+        let errors: Vec<String> = validator.iter_errors(r).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}\n{r:#}");
+    }
+    // Every field the schema names appears in some record (the schema is not stale).
+    let props = schema["properties"].as_object().unwrap();
+    let missing: Vec<&String> = props
+        .keys()
+        .filter(|k| *k != "CgroupID" && !recs.iter().any(|r| r.get(*k).is_some()))
+        .collect();
+    assert!(missing.is_empty(), "never produced: {missing:?}");
+    let (lines, _) = read_records(&samples);
+    assert!(lines.len() >= 4);
+    for s in &lines {
+        assert!(sample_validator.is_valid(s), "{s}");
+    }
+    drop(held);
+}
+
+#[test]
+fn sigterm_writes_active_flows_as_partial_with_the_flag() {
+    let (l, a) = listener();
+    let mut held = Pair::connect(&l, a).unwrap();
+    held.exchange(50_000).unwrap();
+    for partial in [true, false] {
+        let mut args = vec!["-run-interval", "50ms", "-netlink-sport", ""];
+        let port = a.port().to_string();
+        args[3] = &port;
+        if partial {
+            args.push("-writer-partial");
+        }
+        // -netlink-sport names the server end only.
+        let m = Monitor::start(&args);
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        m.signal(libc::SIGTERM);
+        let (st, log, rest) = m.wait(Duration::from_secs(10));
+        assert!(st.success(), "{log}");
+        assert!(t.elapsed() < Duration::from_secs(3), "slow shutdown: {:?}", t.elapsed());
+        if partial {
+            assert_eq!(rest.len(), 1, "{rest:?}\n{log}");
+            let r: Value = serde_json::from_str(&rest[0]).unwrap();
+            assert_eq!(r["ID"]["SrcPort"], a.port());
+            assert_eq!(r["Partial"], true);
+            assert_eq!(r["PartialStart"], true);
+            assert_eq!(r["PartialEnd"], true);
+            assert_eq!(r["EndReason"], "shutdown");
+            assert_eq!(r["BytesReceived"], 50_000);
+        } else {
+            assert!(rest.is_empty(), "{rest:?}");
+            assert!(log.contains("1 partial not written"), "{log}");
+        }
+    }
+    drop(held);
+}
+
+#[test]
+fn files_rotate_by_size_and_by_time_and_every_file_is_valid_gzip() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        d,
+        "-writer-file",
+        "f.json.gz",
+        "-writer-rotate-size",
+        "2K",
+        "-writer-rotate-interval",
+        "1500ms",
+        "-writer-compression-level",
+        "1",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let mut made = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        exchange_and_close(&l, a, 1000);
+        made += 2;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Idle: nothing arrives, yet the timer rotates a file that holds records.
+    std::thread::sleep(Duration::from_millis(2000));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(15));
+    assert!(st.success(), "{log}");
+    assert!(log.contains("reason=\"size\""), "no size rotation:\n{log}");
+    assert!(log.contains("reason=\"interval\""), "no interval rotation:\n{log}");
+    let fs = files(dir.path());
+    assert!(fs.len() >= 3, "{fs:?}");
+    let mut all = Vec::new();
+    for f in &fs {
+        assert_valid_gzip(f);
+        all.extend(read_records(f).0);
+    }
+    let cookies = by_cookie(&all);
+    let mut uniq = cookies.clone();
+    uniq.dedup();
+    assert_eq!(uniq.len(), cookies.len(), "a record written twice");
+    assert_eq!(all.len(), made, "every flow's record, once");
+}
+
+#[test]
+fn sigkill_loses_nothing_flushed_a_second_before() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        dir.path().to_str().unwrap(),
+        "-writer-file",
+        "f.json.gz",
+        "--filter",
+        &port_filter(a),
+    ]);
+    for _ in 0..20 {
+        exchange_and_close(&l, a, 5000);
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    m.signal(libc::SIGKILL);
+    let (st, _, _) = m.wait(Duration::from_secs(5));
+    assert!(!st.success());
+    let (recs, complete) = read_records(&dir.path().join("f.json.gz"));
+    assert!(!complete, "a killed writer cannot have written the gzip trailer");
+    assert_eq!(recs.len(), 40, "zcat reads every record before the cut");
+}
+
+#[test]
+fn sighup_rotates_the_file() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        dir.path().to_str().unwrap(),
+        "-writer-file",
+        "f.json.gz",
+        "--filter",
+        &port_filter(a),
+    ]);
+    exchange_and_close(&l, a, 1000);
+    std::thread::sleep(Duration::from_millis(500));
+    m.signal(libc::SIGHUP);
+    m.wait_log("rotated output file", Duration::from_secs(5));
+    let rotated = dir.path().join("f.1.json.gz");
+    assert_valid_gzip(&rotated);
+    assert_eq!(read_records(&rotated).0.len(), 2);
+    m.signal(libc::SIGUSR1);
+    m.wait_log("internal metrics", Duration::from_secs(5));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    assert!(log.contains("2 written"), "{log}");
+}
+
+#[test]
+fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    // Every write to /dev/full fails with ENOSPC.
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        dir.path().to_str().unwrap(),
+        "-writer-file",
+        "f.json",
+        "-run-shutdown-timeout",
+        "2s",
+        "--filter",
+        &port_filter(a),
+    ]);
+    exchange_and_close(&l, a, 1000);
+    m.wait_log("write failed", Duration::from_secs(10));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert_eq!(st.code(), Some(1), "{log}");
+    let path = dir.path().join("f.json");
+    assert!(log.contains(&path.display().to_string()), "the log names the file:\n{log}");
+    assert!(log.contains("No space left on device"), "{log}");
+    assert!(log.contains("2 records could not be written and are lost"), "{log}");
+}
+
+/// Needs root (a tmpfs mount). Under CI=true it must run.
+#[test]
+fn a_disk_that_fills_and_frees_again_loses_nothing() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var("CI").is_err(), "CI=true: this test needs root to mount a tmpfs");
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mount tmpfs");
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Umount(mnt.clone());
+    // Fill the filesystem to the last byte.
+    let filler = mnt.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        mnt.to_str().unwrap(),
+        "-writer-file",
+        "f.json",
+        "--filter",
+        &port_filter(a),
+    ]);
+    for _ in 0..5 {
+        exchange_and_close(&l, a, 1000);
+    }
+    m.wait_log("write failed", Duration::from_secs(10));
+    std::fs::remove_file(&filler).unwrap();
+    m.wait_log("output writable again", Duration::from_secs(10));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    let (recs, _) = read_records(&mnt.join("f.json"));
+    assert_eq!(recs.len(), 10, "every record once the disk freed:\n{log}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_line_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["-run-interval", "0"], "run-interval", "0"),
+        (&["-run-interval", "fast"], "run-interval", "fast"),
+        (&["-writer-rotate-size", "10X"], "writer-rotate-size", "10X"),
+        (&["-netlink-dport", "80,,443"], "netlink-dport", "80,,443"),
+        (&["-netlink-sport", "99999"], "netlink-sport", "99999"),
+        (&["-writer-compression-level", "12"], "writer-compression-level", "12"),
+        (&["-writer-dir", "/nonexistent/cgmon-rs"], "writer-dir", "/nonexistent/cgmon-rs"),
+        (&["-writer-dir", "/proc"], "writer-dir", "/proc"),
+        (&["-no-such-flag"], "no-such-flag", "no-such-flag"),
+        (&["dport", "eighty"], "eighty", "eighty"),
+    ];
+    for (args, flag, value) in cases {
+        let mut all: Vec<&str> = args.to_vec();
+        if !args.contains(&"-writer-dir") {
+            all.extend(["-writer-dir", d]);
+        }
+        let out = Command::new(BIN).args(&all).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(value), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(files(dir.path()).is_empty(), "{args:?} wrote {:?}", files(dir.path()));
+    }
+}
+
+#[test]
+fn help_version_and_run_duration() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for s in ["EXIT STATUS", "EXAMPLES", "-writer-rotate-size", "[default: 15m]", "UNITS"] {
+        assert!(help.contains(s), "help lacks {s:?}");
+    }
+    let out = Command::new(BIN).arg("-version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+    let t = Instant::now();
+    let out = Command::new(BIN)
+        .args(["-run-duration", "300ms", "-run-interval", "100ms", "sport", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
