@@ -163,7 +163,8 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     metrics: Arc<Metrics>,
     mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
-    let mut tick = tokio::time::interval(cfg.interval);
+    let grid0 = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(grid0, cfg.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
     let mut errors = 0u32;
@@ -191,7 +192,8 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 tick.reset_immediately();
             }
             _ = tick.tick(), if backoff_until.is_none() => {
-                let start = Instant::now();
+                // tokio's clock (the same as std's outside paused-time tests).
+                let start = tokio::time::Instant::now();
                 tracker.begin_dump();
                 let r = sampler.dump_with(|s| tracker.observe(&s, &mut out)).await;
                 if let Some(d) = destroy.as_mut() {
@@ -239,6 +241,14 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 let took = start.elapsed();
                 metrics.time(Stage::Dump, took);
                 if took > cfg.interval {
+                    // tokio would still fire the missed tick at once; move it to the next
+                    // point of the grid instead, so an overrun never turns into
+                    // back-to-back dumps.
+                    let now = tokio::time::Instant::now();
+                    let iv = cfg.interval.as_nanos().max(1);
+                    let k = (now.duration_since(grid0).as_nanos() / iv + 1) as u64;
+                    let next = grid0 + Duration::from_nanos(k.saturating_mul(iv as u64));
+                    tick.reset_at(next);
                     metrics.ticks_overrun.inc();
                     if let Some(more) = overrun_warn.hit() {
                         tracing::warn!(took_ms = took.as_millis() as u64,
@@ -281,3 +291,6 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     }
     Ok(st)
 }
+
+#[cfg(test)]
+mod tests;

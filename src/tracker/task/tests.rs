@@ -1,0 +1,165 @@
+//! The stage's schedule, back-off and backpressure, on a scripted source in paused tokio
+//! time: no kernel, and no real waiting.
+
+use std::collections::VecDeque;
+use std::io;
+
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::sampler::source::Received;
+use crate::sampler::{DumpMode, SamplerConfig};
+use crate::testkit::{SockBuilder, control_msg};
+use crate::tracker::TrackerConfig;
+use crate::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR};
+
+/// Answers each request after `delay`, with one socket whose cookie is the dump number
+/// (so the previous dump's flow ends each time), or with an error for dumps `fail` picks.
+struct Scripted {
+    delay: Duration,
+    fail: fn(u32) -> bool,
+    dumps: u32,
+    queue: VecDeque<Vec<u8>>,
+}
+
+impl Scripted {
+    fn new(delay: Duration, fail: fn(u32) -> bool) -> Self {
+        Self { delay, fail, dumps: 0, queue: VecDeque::new() }
+    }
+}
+
+impl DumpSource for Scripted {
+    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        // The kernel's walk, as the dump's time.
+        tokio::time::sleep(self.delay).await;
+        let seq = u32::from_ne_bytes(request[8..12].try_into().unwrap());
+        self.dumps += 1;
+        if (self.fail)(self.dumps) {
+            self.queue.push_back(control_msg(seq, NLMSG_ERROR, libc::EBUSY));
+            return Ok(());
+        }
+        let mut m = SockBuilder::new(u64::from(self.dumps), 5000, 80).build();
+        m[8..12].copy_from_slice(&seq.to_ne_bytes());
+        self.queue.push_back(m);
+        self.queue.push_back(control_msg(seq, NLMSG_DONE, 0));
+        Ok(())
+    }
+
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        match self.try_recv(buf)? {
+            Some(r) => Ok(r),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
+        let Some(d) = self.queue.pop_front() else { return Ok(None) };
+        buf.clear();
+        buf.extend_from_slice(&d);
+        Ok(Some(Received { len: d.len(), ts_ns: crate::clock::monotonic_ns() }))
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        self.queue.clear();
+        Ok(())
+    }
+}
+
+type Stage = tokio::task::JoinHandle<Result<TrackerStats, StageError>>;
+
+fn start(
+    src: Scripted,
+    cfg: TaskConfig,
+    capacity: usize,
+) -> (Stage, watch::Sender<bool>, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
+    let scfg = SamplerConfig { mode: DumpMode::SingleWalk, ..SamplerConfig::default() };
+    let sampler = Sampler::new(src, scfg).unwrap();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (tx, rx) = mpsc::channel(capacity);
+    let m = Arc::new(Metrics::default());
+    let t = Tracker::new(TrackerConfig::default());
+    let h = tokio::spawn(run(
+        t,
+        sampler,
+        None::<DestroyListener<Scripted>>,
+        cfg,
+        stop_rx,
+        tx,
+        m.clone(),
+        |_| {},
+    ));
+    (h, stop_tx, rx, m)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overrunning_dump_skips_missed_ticks_and_is_counted() {
+    // Dumps take 50 ms against a 20 ms interval: the ticks at 20 and 40 ms are skipped and
+    // the next dump starts on the grid at 60 ms. Back-to-back catch-up would give 20 dumps
+    // in 1 s.
+    let cfg = TaskConfig::every(Duration::from_millis(20));
+    let (h, stop, _rx, m) = start(Scripted::new(Duration::from_millis(50), |_| false), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    let dumps = m.dumps.get();
+    assert!((15..=17).contains(&dumps), "{dumps} dumps");
+    assert_eq!(m.ticks_overrun.get(), dumps);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_dump_runs_at_once() {
+    let cfg = TaskConfig::every(Duration::from_secs(10));
+    let (h, stop, _rx, m) = start(Scripted::new(Duration::ZERO, |_| false), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(m.dumps.get(), 1);
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_back_off_exponentially_then_give_up() {
+    let cfg = TaskConfig {
+        interval: Duration::from_millis(10),
+        error_delay: Duration::from_millis(100),
+        max_errors: 4,
+    };
+    let t0 = tokio::time::Instant::now();
+    let (h, _stop, _rx, m) = start(Scripted::new(Duration::ZERO, |_| true), cfg, 256);
+    let r = h.await.unwrap();
+    // Failures at 0, 100, 300 and 700 ms: delays of 100, 200 and 400 ms.
+    let took = t0.elapsed();
+    assert!(matches!(r, Err(StageError::TooManyErrors { count: 4, .. })), "{r:?}");
+    assert!(took >= Duration::from_millis(700) && took < Duration::from_millis(760), "{took:?}");
+    assert_eq!(m.dump_errors.get(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_resets_the_error_count() {
+    let cfg = TaskConfig {
+        interval: Duration::from_millis(10),
+        error_delay: Duration::from_millis(10),
+        max_errors: 3,
+    };
+    // Every other dump fails: never 3 in a row.
+    let (h, stop, _rx, m) = start(Scripted::new(Duration::ZERO, |n| n % 2 == 0), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    assert!(m.dump_errors.get() >= 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_analyzer_never_stops_sampling_and_drops_are_counted() {
+    // Each dump ends the previous dump's flow. Nobody reads the channel (capacity 2).
+    let cfg = TaskConfig::every(Duration::from_millis(10));
+    let (h, stop, rx, m) = start(Scripted::new(Duration::ZERO, |_| false), cfg, 2);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let dumps = m.dumps.get();
+    assert!(dumps >= 99, "sampling went on: {dumps} dumps");
+    // Dump 1 opens a flow; dumps 2.. each end one: 2 fit, the rest are counted.
+    assert_eq!(m.records_dropped.get(), dumps - 1 - 2);
+    stop.send(true).unwrap();
+    drop(rx);
+    // The final hand-off finds the analyzer gone.
+    assert!(matches!(h.await.unwrap(), Err(StageError::DownstreamGone)));
+}
