@@ -151,6 +151,16 @@ pub async fn run(cfg: Config) -> u8 {
         min_samples: c.min_samples,
         window_samples: window,
     });
+    let http = match c.http_server {
+        Some(addr) => match crate::http::bind(addr).await {
+            Ok(l) => Some(tokio::spawn(crate::http::serve(l, metrics.clone(), c.interval))),
+            Err(e) => {
+                eprintln!("cgmon-rs: -run-http-server: cannot listen on {addr}: {e}");
+                return EXIT_FAILURE;
+            }
+        },
+        None => None,
+    };
     let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
@@ -184,15 +194,13 @@ pub async fn run(cfg: Config) -> u8 {
         sampler,
         destroy,
         tcfg,
-        stop_rx,
-        ended_tx,
-        metrics.clone(),
+        task::Wiring { stop: stop_rx, ended_tx, metrics: metrics.clone() },
         on_dump,
     ));
     let stage = StageConfig {
         analysis: crate::analyzer::AnalyzerConfig {
             realtime_offset_ns: crate::clock::realtime_offset_ns(),
-            ..cfg.analyzer.clone()
+            ..cfg.analyzer
         },
         write_partial: c.partial,
         samples_out: c.samples_out.is_some(),
@@ -251,6 +259,9 @@ pub async fn run(cfg: Config) -> u8 {
     }
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    if let Some(h) = http {
+        h.abort();
+    }
     let _ = stop_tx.send(true);
     drop(wtx); // the analyzer's sender is the writer's last one
     let drain = async {

@@ -196,12 +196,12 @@ pub struct Cli {
 
     // ---- Netlink ----
     /// Only flows whose remote port is in LIST, e.g. 80,443,8000-8080 (in the kernel)
-    #[arg(long = "netlink-dport", env = "CGMON_NETLINK_DPORT", value_name = "LIST",
+    #[arg(long = "netlink-dport", visible_alias = "dport", env = "CGMON_NETLINK_DPORT", value_name = "LIST",
           value_parser = port_list, default_value = "", hide_default_value = true,
           help_heading = "Netlink")]
     pub dport: String,
     /// Only flows whose local port is in LIST (in the kernel)
-    #[arg(long = "netlink-sport", env = "CGMON_NETLINK_SPORT", value_name = "LIST",
+    #[arg(long = "netlink-sport", visible_alias = "sport", env = "CGMON_NETLINK_SPORT", value_name = "LIST",
           value_parser = port_list, default_value = "", hide_default_value = true,
           help_heading = "Netlink")]
     pub sport: String,
@@ -225,7 +225,7 @@ pub struct Cli {
 
     // ---- Run ----
     /// Stop after this long; 0 runs until a signal
-    #[arg(long = "run-duration", env = "CGMON_RUN_DURATION", value_name = "DURATION",
+    #[arg(long = "run-duration", visible_alias = "duration", env = "CGMON_RUN_DURATION", value_name = "DURATION",
           value_parser = parse_duration, default_value = "0", help_heading = "Run")]
     pub run_duration: Duration,
     /// First back-off after a failed dump; doubles on each consecutive failure
@@ -233,7 +233,7 @@ pub struct Cli {
           value_parser = parse_duration, default_value = "1s", help_heading = "Run")]
     pub error_delay: Duration,
     /// Sampling interval; the first sample is taken at once
-    #[arg(long = "run-interval", env = "CGMON_RUN_INTERVAL", value_name = "DURATION",
+    #[arg(long = "run-interval", visible_alias = "interval", env = "CGMON_RUN_INTERVAL", value_name = "DURATION",
           value_parser = positive_duration, default_value = "1s", help_heading = "Run")]
     pub interval: Duration,
     /// Consecutive failed dumps before giving up (exit 1); 0 never gives up
@@ -250,16 +250,17 @@ pub struct Cli {
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Run")]
     pub serial: bool,
-    /// Listen address of the HTTP status and metrics server, e.g. 127.0.0.1:9090 (off by default)
+    /// Listen address of the HTTP status server, e.g. 127.0.0.1:9090 or :9090 (off by default)
     #[arg(
-        long = "run-http-server",
+        long = "run-http-server", visible_alias = "http",
         env = "CGMON_RUN_HTTP_SERVER",
         value_name = "ADDR",
+        value_parser = crate::http::parse_addr,
         help_heading = "Run"
     )]
-    pub http_server: Option<String>,
+    pub http_server: Option<std::net::SocketAddr>,
     /// How long a stop signal waits for the pipeline to drain before exiting 1
-    #[arg(long = "run-shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
+    #[arg(long = "run-shutdown-timeout", visible_alias = "shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
           value_name = "DURATION", value_parser = positive_duration, default_value = "15s",
           help_heading = "Run")]
     pub shutdown_timeout: Duration,
@@ -268,6 +269,7 @@ pub struct Cli {
     /// Most flows recorded at once; flows beyond are counted and not recorded. 0 = no limit
     #[arg(
         long = "tracker-max-flows",
+        visible_alias = "max-flows",
         env = "CGMON_TRACKER_MAX_FLOWS",
         value_name = "N",
         default_value = "0",
@@ -277,6 +279,7 @@ pub struct Cli {
     /// Fewest retained samples for a flow to be written; 0 = no minimum
     #[arg(
         long = "tracker-min-samples",
+        visible_alias = "min-samples",
         env = "CGMON_TRACKER_MIN_SAMPLES",
         value_name = "N",
         default_value = "0",
@@ -295,13 +298,14 @@ pub struct Cli {
 
     // ---- Writer ----
     /// gzip level, 1 (fast) to 9 (small)
-    #[arg(long = "writer-compression-level", env = "CGMON_WRITER_COMPRESSION_LEVEL",
+    #[arg(long = "writer-compression-level", visible_alias = "compression-level", env = "CGMON_WRITER_COMPRESSION_LEVEL",
           value_name = "N", default_value = "9",
           value_parser = clap::value_parser!(u32).range(1..=9), help_heading = "Writer")]
     pub compression_level: u32,
     /// Write files in DIR (which must exist) instead of stdout
     #[arg(
         long = "writer-dir",
+        visible_alias = "output-dir",
         env = "CGMON_WRITER_DIR",
         value_name = "DIR",
         help_heading = "Writer"
@@ -311,6 +315,7 @@ pub struct Cli {
     /// [default: cgmon-<hostname>.json.gz]
     #[arg(
         long = "writer-file",
+        visible_alias = "output-file",
         env = "CGMON_WRITER_FILE",
         value_name = "NAME",
         help_heading = "Writer"
@@ -322,16 +327,16 @@ pub struct Cli {
           default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
     pub flush: bool,
     /// Rotate the file this often, kept by a timer (files only); 0 = never
-    #[arg(long = "writer-rotate-interval", env = "CGMON_WRITER_ROTATE_INTERVAL",
+    #[arg(long = "writer-rotate-interval", visible_alias = "rotate-interval", env = "CGMON_WRITER_ROTATE_INTERVAL",
           value_name = "DURATION", value_parser = parse_duration, default_value = "15m",
           help_heading = "Writer")]
     pub rotate_interval: Duration,
     /// Rotate the file when it reaches SIZE bytes on disk (after compression), e.g. 10M
-    #[arg(long = "writer-rotate-size", env = "CGMON_WRITER_ROTATE_SIZE", value_name = "SIZE",
+    #[arg(long = "writer-rotate-size", visible_alias = "rotate-size", env = "CGMON_WRITER_ROTATE_SIZE", value_name = "SIZE",
           value_parser = size, help_heading = "Writer")]
     pub rotate_size: Option<u64>,
     /// Also write partial records: flows open at startup or shutdown, and interim windows
-    #[arg(long = "writer-partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
+    #[arg(long = "writer-partial", visible_alias = "partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
           num_args = 0..=1, require_equals = true, default_missing_value = "true",
           default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
     pub partial: bool,
@@ -376,10 +381,13 @@ pub struct Cli {
 /// through.
 pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
     let cmd = Cli::command();
-    let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+    fn names(a: &clap::Arg) -> Vec<&str> {
+        a.get_long_and_visible_aliases().unwrap_or_default()
+    }
+    let longs: Vec<&str> = cmd.get_arguments().flat_map(names).collect();
     let takes_value = |name: &str| {
         cmd.get_arguments()
-            .find(|a| a.get_long() == Some(name))
+            .find(|a| names(a).contains(&name))
             .is_some_and(|a| a.get_action().takes_values() && !a.is_require_equals_set())
     };
     let mut out = Vec::new();

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
+pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod sampler;

@@ -157,6 +157,8 @@ pub struct Metrics {
     /// Records waiting in the writer's backlog.
     pub writer_backlog: Gauge,
     stages: Mutex<[StageTimes; 3]>,
+    /// ns after `started` of the last successful dump, +1 (0: none yet).
+    last_good_dump: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -185,6 +187,7 @@ impl Default for Metrics {
             rotations: Counter::default(),
             writer_backlog: Gauge::default(),
             stages: Mutex::new([StageTimes::default(); 3]),
+            last_good_dump: AtomicU64::new(0),
         }
     }
 }
@@ -202,6 +205,20 @@ impl Metrics {
     /// A copy of the stage timings, in [`Stage::ALL`] order.
     pub fn stage_times(&self) -> [StageTimes; 3] {
         *self.stages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks a successful dump now.
+    pub fn dump_ok(&self) {
+        let ns = self.started.elapsed().as_nanos() as u64 + 1;
+        self.last_good_dump.store(ns, Ordering::Relaxed);
+    }
+
+    /// Time since the last successful dump, if any.
+    pub fn since_last_good_dump(&self) -> Option<Duration> {
+        match self.last_good_dump.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.started.elapsed().saturating_sub(Duration::from_nanos(ns - 1))),
+        }
     }
 
     /// Time since start.

@@ -129,3 +129,21 @@ fn normalize_leaves_values_and_short_flags_alone() {
     let v = normalize(["-h", "-run-duration", "-5s", "--", "-run-serial"].map(String::from));
     assert_eq!(v, ["-h", "--run-duration=-5s", "--", "-run-serial"]);
 }
+
+#[test]
+fn readable_aliases_sit_beside_cgmons_names() {
+    let c = run(&["--interval", "2s", "-max-flows", "7", "--output-dir=out", "--partial"]).unwrap();
+    assert_eq!(c.cli.interval, Duration::from_secs(2));
+    assert_eq!(c.cli.max_flows, 7);
+    assert_eq!(c.cli.dir.as_deref(), Some(std::path::Path::new("out")));
+    assert!(c.cli.partial);
+}
+
+#[test]
+fn http_server_address_forms() {
+    let c = run(&["-run-http-server", ":9090"]).unwrap();
+    assert_eq!(c.cli.http_server, Some("[::]:9090".parse().unwrap()));
+    let c = run(&["-run-http-server", "127.0.0.1:8080"]).unwrap();
+    assert_eq!(c.cli.http_server.unwrap().port(), 8080);
+    assert!(err(&["-run-http-server", "localhost"]).contains("localhost"));
+}

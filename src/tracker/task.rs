@@ -79,6 +79,17 @@ impl TaskConfig {
     }
 }
 
+/// The stage's connections to the rest of the program.
+#[derive(Debug)]
+pub struct Wiring {
+    /// Turns true (or its sender goes) to stop sampling.
+    pub stop: watch::Receiver<bool>,
+    /// To the analyzer.
+    pub ended_tx: Sender<Vec<EndedFlow>>,
+    /// Counters this stage updates.
+    pub metrics: Arc<Metrics>,
+}
+
 /// What happened in one dump, for the program's hooks (READY, watchdog).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DumpOutcome {
@@ -147,8 +158,8 @@ fn publish(tracker: &Tracker, m: &Metrics) -> TrackerStats {
     st
 }
 
-/// Samples every `cfg.interval` (the first at once) until `stop` turns true or its sender
-/// goes, then hands on every active flow as partial and returns the counters. `on_dump`
+/// Samples every `cfg.interval` (the first at once) until `wiring.stop` turns true or its
+/// sender goes, then hands on every active flow as partial and returns the counters. `on_dump`
 /// runs after every dump.
 ///
 /// # Errors
@@ -158,11 +169,10 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     mut sampler: Sampler<S>,
     mut destroy: Option<DestroyListener<D>>,
     cfg: TaskConfig,
-    mut stop: watch::Receiver<bool>,
-    ended_tx: Sender<Vec<EndedFlow>>,
-    metrics: Arc<Metrics>,
+    wiring: Wiring,
     mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
+    let Wiring { mut stop, ended_tx, metrics } = wiring;
     let grid0 = tokio::time::Instant::now();
     let mut tick = tokio::time::interval_at(grid0, cfg.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -206,6 +216,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 match r {
                     Ok(d) => {
                         errors = 0;
+                        metrics.dump_ok();
                         let complete = d.is_complete();
                         tracker.end_dump(complete, d.span_ns.0, &mut out);
                         if !complete {

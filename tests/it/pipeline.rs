@@ -74,9 +74,7 @@ async fn live_connection_record_counts_syn_and_fin() {
         sampler,
         Some(destroy),
         cfg,
-        stop_rx,
-        ended_tx,
-        metrics.clone(),
+        task::Wiring { stop: stop_rx, ended_tx, metrics: metrics.clone() },
         |_| {},
     ));
     let stage = analyzer::StageConfig::default();

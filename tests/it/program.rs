@@ -604,3 +604,36 @@ fn systemd_unit_verifies() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.trim().is_empty(), "{err}");
 }
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn http_status_page_and_health() {
+    let m =
+        Monitor::start(&["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0", "sport", "1"]);
+    m.wait_log("HTTP server listening", Duration::from_secs(5));
+    let log = m.log();
+    let addr = log
+        .lines()
+        .find(|l| l.contains("HTTP server listening"))
+        .and_then(|l| l.split("addr=").nth(1))
+        .unwrap()
+        .trim()
+        .to_string();
+    let page = http_get(&addr, "/");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<h2>cgmon-rs version") && page.contains("stage times (µs)"), "{page}");
+    assert!(!page.contains("<script"), "works without JavaScript");
+    let h = http_get(&addr, "/healthz");
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}

@@ -83,9 +83,7 @@ fn start(
         sampler,
         None::<DestroyListener<Scripted>>,
         cfg,
-        stop_rx,
-        tx,
-        m.clone(),
+        Wiring { stop: stop_rx, ended_tx: tx, metrics: m.clone() },
         |_| {},
     ));
     (h, stop_tx, rx, m)
