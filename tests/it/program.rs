@@ -637,3 +637,54 @@ fn http_status_page_and_health() {
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
 }
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
+    // A failing output makes shutdown retry for half of the 60 s timeout.
+    let m = Monitor::start(&[
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        dir.path().to_str().unwrap(),
+        "-writer-file",
+        "f.json",
+        "-run-shutdown-timeout",
+        "60s",
+        "--filter",
+        &port_filter(a),
+    ]);
+    exchange_and_close(&l, a, 1000);
+    m.wait_log("write failed", Duration::from_secs(10));
+    m.signal(libc::SIGTERM);
+    m.wait_log("SIGTERM: stopping", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    m.signal(libc::SIGINT);
+    let (st, log, _) = m.wait(Duration::from_secs(5));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(st.code(), Some(1), "{log}");
+    assert!(log.contains("second signal"), "{log}");
+}
+
+#[test]
+fn serial_mode_json_logs_and_syslog_without_dev_log() {
+    let mut args = vec!["-run-serial", "-run-duration", "300ms", "--log-format", "json"];
+    let no_dev_log = !Path::new("/dev/log").exists();
+    if no_dev_log {
+        args.push("-log-syslog");
+    }
+    args.extend(["sport", "1"]);
+    let out = Command::new(BIN).args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for line in err.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+    }
+    if no_dev_log {
+        assert!(err.contains("/dev/log does not exist"), "a warning, not an exit: {err}");
+    }
+}
