@@ -1,7 +1,6 @@
-//! The interim command line shared by the `cgmon-rs` binary and `examples/dump.rs`: dumps
-//! sockets as JSON lines, one object per socket per dump, like a machine-readable
-//! `ss -tni`. The flow monitor's cgmon-compatible command line replaces the binary's use of
-//! it (issue 4); the example keeps it.
+//! The command line of `examples/dump.rs`: dumps sockets as JSON lines, one object per
+//! socket per dump, like a machine-readable `ss -tni`. (The `cgmon-rs` program's own command
+//! line is `cli`.)
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,12 +12,12 @@ use crate::states::StateSet;
 
 /// Usage text.
 pub const USAGE: &str = "\
-usage: cgmon-rs [--states LIST] [--mode auto|single|per-family] [--interval SECONDS] [--count N] [FILTER...]
+usage: dump [--states LIST] [--mode auto|single|per-family] [--interval SECONDS] [--count N] [FILTER...]
 
 Prints every TCP socket (all states but LISTEN by default) as one JSON object per line, once
 per interval (default: once). FILTER is evaluated in the kernel, e.g.
-  cgmon-rs dport 443 or sport 22
-  cgmon-rs --states established --interval 1 --count 10 src 127.0.0.0/8
+  dump dport 443 or sport 22
+  dump --states established --interval 1 --count 10 src 127.0.0.0/8
 Exit status: 0 success, 1 runtime failure, 2 usage error.";
 
 /// Parsed arguments.
@@ -99,7 +98,7 @@ pub async fn run(args: DumpArgs, mut out: impl Write) -> u8 {
     let source = match NetlinkSource::open(SocketOptions::default()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("cgmon-rs: opening sock_diag socket: {e}");
+            eprintln!("dump: opening sock_diag socket: {e}");
             return 1;
         }
     };
@@ -110,7 +109,7 @@ pub async fn run(args: DumpArgs, mut out: impl Write) -> u8 {
         let dump = match sampler.dump().await {
             Ok(d) => d,
             Err(e) => {
-                eprintln!("cgmon-rs: {e}");
+                eprintln!("dump: {e}");
                 return 1;
             }
         };
@@ -125,7 +124,7 @@ pub async fn run(args: DumpArgs, mut out: impl Write) -> u8 {
         }
         if !dump.is_complete() {
             eprintln!(
-                "cgmon-rs: incomplete dump (interrupted={}, truncated datagrams={}, malformed={})",
+                "dump: incomplete dump (interrupted={}, truncated datagrams={}, malformed={})",
                 dump.interrupted, dump.truncated, dump.malformed
             );
         }

@@ -5,14 +5,17 @@
 //! ```text
 //! tracker task: DumpSource → Sampler::dump_with → Tracker::observe     (tracker::task)
 //!               DestroyListener → Tracker::destroyed
-//!   ─ Vec<EndedFlow> (bounded channel) → analyzer task: analyze → Vec<FlowStats> → writer
+//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: analyze              (analyzer::run)
+//!   ─ writer::Batch (std sync_channel) → writer thread: JSON → stdout | gzip files (writer)
 //! ```
 //!
 //! Layers:
-//! - The stages: `tracker::task`, `analyzer`.
+//! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
+//!   `logging`, `metrics` (shared counters), `http` (status page).
+//! - The stages: `tracker::task`, `analyzer::run`, `writer`.
 //! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
-//!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE).
-//! - `sampler`: the only code that touches sockets (`sampler::source`).
+//!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
+//! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
 
 pub mod analyzer;
 pub mod app;
