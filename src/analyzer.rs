@@ -304,27 +304,6 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     let adjust = cfg.adjust;
     let n = s.len();
 
-    // Each series is sorted once; its order serves both the summary and Spearman's ranks
-    // (of the whole series or of a subset). Sorting dominates the analysis.
-    let rtt: Vec<f64> = s.iter().map(|r| f64::from(r.rtt_us) / 1000.0).collect();
-    let rttvar: Vec<f64> = s.iter().map(|r| f64::from(r.rttvar_us) / 1000.0).collect();
-    let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
-    // Sorted by the integer counters the floats came from: same order, fewer radix passes.
-    let u32s = |get: fn(&Retained) -> u32| -> Vec<u32> { s.iter().map(get).collect() };
-    let o_rtt = sort_order_by(&u32s(|r| r.rtt_us), wq);
-    let o_var = sort_order_by(&u32s(|r| r.rttvar_us), wq);
-    let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
-    let summary = |x: &[f64], o: &[u32]| seven_number_sorted(x, wq, o, kind).unwrap_or([0.0; 7]);
-    let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, n, wc);
-    let c_rtt = correlate_ranked(
-        &rtt,
-        &cwnd,
-        &ranks_of_subset(&rtt, &o_rtt, None, n, wc),
-        &cwnd_ranks,
-        wc,
-        adjust,
-    );
-
     // A subset of samples with a value for each: (values, weights, cwnd, slot of each sample
     // in the subset or u32::MAX).
     struct Subset {
@@ -333,6 +312,7 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         cwnd: Vec<f64>,
         slot: Vec<u32>,
     }
+    let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
     let subset = |value: &dyn Fn(usize) -> Option<(f64, f64)>| -> Subset {
         let mut out =
             Subset { x: Vec::new(), w: Vec::new(), cwnd: Vec::new(), slot: vec![u32::MAX; n] };
@@ -346,6 +326,44 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         }
         out
     };
+    fn weights(flag: bool, sub: &Subset) -> Option<&[f64]> {
+        (!flag).then_some(sub.w.as_slice())
+    }
+
+    // Each series is sorted once; its order serves both the summary and Spearman's ranks
+    // (of the whole series or of a subset). Sorting dominates the analysis.
+    // A tcpi_rtt of 0 means no RTT was measured yet (e.g. in SYN-SENT): such samples are
+    // left out of the RTT figures instead of reading as a 0 ms RTT.
+    let has_rtt = |i: usize| s[i].rtt_us > 0;
+    let rtt = subset(&|i| has_rtt(i).then(|| (f64::from(s[i].rtt_us) / 1000.0, w[i])));
+    let rttvar: Vec<f64> =
+        (0..n).filter(|&i| has_rtt(i)).map(|i| f64::from(s[i].rttvar_us) / 1000.0).collect();
+    let (rq, rcw) =
+        (weights(cfg.unweighted_quantiles, &rtt), weights(cfg.unweighted_correlations, &rtt));
+    // Sorted by the integer counters the floats came from: same order, fewer radix passes.
+    let rtt_u32 = |get: fn(&Retained) -> u32| -> Vec<u32> {
+        s.iter().filter(|r| r.rtt_us > 0).map(get).collect()
+    };
+    let o_rtt = sort_order_by(&rtt_u32(|r| r.rtt_us), rq);
+    let o_var = sort_order_by(&rtt_u32(|r| r.rttvar_us), rq);
+    let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
+    let summary = |x: &[f64], o: &[u32], w: Option<&[f64]>| {
+        seven_number_sorted(x, w, o, kind).unwrap_or([0.0; 7])
+    };
+    let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, n, wc);
+    let c_rtt = correlate_ranked(
+        &rtt.x,
+        &rtt.cwnd,
+        &ranks_of_subset(&rtt.x, &o_rtt, None, rtt.x.len(), rcw),
+        &if rtt.x.len() == n {
+            cwnd_ranks.clone() // every sample has an RTT: same subset, same weights
+        } else {
+            ranks_of_subset(&cwnd, &o_cwnd, Some(&rtt.slot), rtt.x.len(), rcw)
+        },
+        rcw,
+        adjust,
+    );
+
     let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
     let pacing = subset(&|i| rate(s[i].pacing_rate).map(|v| (v, w[i])));
     let delivery = subset(&|i| rate(s[i].delivery_rate).map(|v| (v, w[i])));
@@ -356,9 +374,6 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         (dt > 0.0)
             .then(|| (f64::from(next.total_retrans.wrapping_sub(s[i].total_retrans)) / dt, dt))
     });
-    fn weights(flag: bool, sub: &Subset) -> Option<&[f64]> {
-        (!flag).then_some(sub.w.as_slice())
-    }
     let (pq, pc) =
         (weights(cfg.unweighted_quantiles, &pacing), weights(cfg.unweighted_correlations, &pacing));
     let rc = weights(cfg.unweighted_correlations, &retrans);
@@ -414,12 +429,12 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         ecn_seen: has(TCPI_OPT_ECN_SEEN),
         min_rtt_kernel_ms: (last.min_rtt_us != u32::MAX)
             .then(|| f64::from(last.min_rtt_us) / 1000.0),
-        min_rtt_observed_ms: rtt.iter().copied().fold(f64::INFINITY, f64::min).min(f64::MAX),
+        min_rtt_observed_ms: rtt.x.iter().copied().reduce(f64::min).unwrap_or(0.0),
         max_pacing_rate_kernel_mbps: (last.max_pacing_rate != ABSENT_U64)
             .then(|| mbps(last.max_pacing_rate)),
         max_pacing_rate_observed_mbps: pacing.x.iter().copied().reduce(f64::max),
-        rtt_summary: summary(&rtt, &o_rtt),
-        rttvar_summary: summary(&rttvar, &o_var),
+        rtt_summary: summary(&rtt.x, &o_rtt, rq),
+        rttvar_summary: summary(&rttvar, &o_var, rq),
         corr_rtt_cwnd: c_rtt.pearson,
         corr_retrans_cwnd: c_retrans.pearson,
         corr_pacing_cwnd: c_pacing.pearson,
@@ -440,7 +455,7 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             EndReason::Shutdown => "shutdown",
             EndReason::Window => "window",
         },
-        cwnd_summary: summary(&cwnd, &o_cwnd),
+        cwnd_summary: summary(&cwnd, &o_cwnd, wq),
         pacing_rate_summary: seven_number_sorted(&pacing.x, pq, &o_pacing, kind),
         delivery_rate_summary: seven_number_sorted(&delivery.x, dq, &o_delivery, kind),
         correlations: Correlations {

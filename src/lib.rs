@@ -24,6 +24,7 @@ pub mod clock;
 pub mod dumpcmd;
 pub mod filter;
 pub mod http;
+pub mod lab;
 pub mod logging;
 pub mod metrics;
 pub mod sampler;

@@ -184,3 +184,27 @@ fn partial_flags_follow_the_edges() {
     assert!(r.partial && r.partial_start && r.partial_end);
     assert_eq!(r.end_reason, "shutdown");
 }
+
+#[test]
+fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
+    // The first poll caught the connection in SYN-SENT: tcpi_rtt 0, no measurement yet.
+    let a = SockBuilder::new(1, 5000, 80);
+    let e = flow(&[
+        (S, a.clone().state(2).rtt_us(0).rttvar_us(0).cwnd(10)),
+        (2 * S, a.clone().rtt_us(50_000).rttvar_us(1000).cwnd(10)),
+        (3 * S, a.clone().rtt_us(60_000).rttvar_us(2000).cwnd(20)),
+        (4 * S, a.clone().rtt_us(70_000).rttvar_us(3000).cwnd(30)),
+    ]);
+    let r = analyze(&e, &cfg());
+    assert_eq!(r.samples, 4);
+    assert_eq!(r.min_rtt_observed_ms, 50.0);
+    assert!(r.rtt_summary[0] >= 50.0, "{:?}", r.rtt_summary);
+    assert!(r.rttvar_summary[0] >= 1.0, "{:?}", r.rttvar_summary);
+    assert_eq!(r.correlations.rtt_cwnd.n, 3);
+    assert!((r.corr_rtt_cwnd - 1.0).abs() < 1e-9, "{}", r.corr_rtt_cwnd);
+    // No RTT at all: zeros, not a huge sentinel.
+    let e = flow(&[(S, a.clone().state(2).rtt_us(0)), (2 * S, a.state(2).rtt_us(0))]);
+    let r = analyze(&e, &cfg());
+    assert_eq!(r.min_rtt_observed_ms, 0.0);
+    assert_eq!(r.rtt_summary, [0.0; 7]);
+}

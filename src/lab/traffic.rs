@@ -1,0 +1,192 @@
+//! Bulk traffic for the lab: a sink that reads and discards, and a sender that writes a
+//! number of bytes or for a duration, with a chosen congestion control, socket buffers and
+//! optional application pacing.
+//!
+//! Sockets are created inside a namespace ([`super::in_netns`]) and then used from any
+//! thread. The sender closes its write side when done and waits for the sink to close, so
+//! its `elapsed` covers delivery of every byte, and the flow ends with a FIN each way.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::{Lab, Side, in_netns};
+
+/// What the sender does.
+#[derive(Debug, Clone, Default)]
+pub struct Bulk {
+    /// Stop after this many bytes.
+    pub bytes: Option<u64>,
+    /// Stop after this long (whichever comes first; at least one must be set).
+    pub duration: Option<Duration>,
+    /// Congestion control (`cubic`, `bbr`, `reno`); the namespace's default when `None`.
+    pub cc: Option<String>,
+    /// SO_SNDBUF, bytes (the kernel doubles it).
+    pub sndbuf: Option<usize>,
+    /// Application pacing: write at most this many bytes per second.
+    pub pace_bytes_per_s: Option<u64>,
+    /// Size of each write.
+    pub chunk: usize,
+}
+
+impl Bulk {
+    /// `n` bytes, in 64 KiB writes.
+    pub fn bytes(n: u64) -> Self {
+        Self { bytes: Some(n), chunk: 64 << 10, ..Self::default() }
+    }
+    /// For `d`, in 64 KiB writes.
+    pub fn for_duration(d: Duration) -> Self {
+        Self { duration: Some(d), chunk: 64 << 10, ..Self::default() }
+    }
+    /// With congestion control `cc`.
+    pub fn cc(mut self, cc: &str) -> Self {
+        self.cc = Some(cc.into());
+        self
+    }
+}
+
+/// What the sender did.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    /// Bytes written (and, since the sink closed after reading them all, delivered).
+    pub bytes: u64,
+    /// From the start of connect to the sink's close.
+    pub elapsed: Duration,
+    /// The sender's address.
+    pub local: SocketAddr,
+    /// The sink's address.
+    pub remote: SocketAddr,
+}
+
+impl Sent {
+    /// Goodput, Mbit/s.
+    pub fn mbps(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.elapsed.as_secs_f64() / 1e6
+    }
+}
+
+/// A listening sink in one namespace.
+pub struct Sink {
+    /// The port it listens on (both families).
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    received: Arc<Mutex<Vec<(SocketAddr, u64)>>>,
+}
+
+impl Sink {
+    /// Listens on `[::]:port` (IPv4 too) in `side`'s namespace; 0 picks a port. With
+    /// `rcvbuf`, accepted sockets get that SO_RCVBUF (set on the listener, so the window
+    /// scale is chosen for it).
+    ///
+    /// # Errors
+    /// The socket cannot be created or bound.
+    pub fn start(lab: &Lab, side: Side, port: u16, rcvbuf: Option<usize>) -> io::Result<Sink> {
+        let l = in_netns(lab.ns(side), || {
+            let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+            s.set_only_v6(false)?;
+            s.set_reuse_address(true)?;
+            if let Some(b) = rcvbuf {
+                s.set_recv_buffer_size(b)?;
+            }
+            s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+            s.listen(64)?;
+            Ok(s)
+        })?;
+        let port = l.local_addr()?.as_socket().map_or(0, |a| a.port());
+        l.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (st, rx) = (stop.clone(), received.clone());
+        let thread = std::thread::spawn(move || {
+            let l: std::net::TcpListener = l.into();
+            let mut readers = Vec::new();
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, peer)) => {
+                        let rx = rx.clone();
+                        readers.push(std::thread::spawn(move || {
+                            let _ = c.set_nonblocking(false);
+                            let mut buf = vec![0u8; 256 << 10];
+                            let mut n = 0u64;
+                            while let Ok(k) = c.read(&mut buf) {
+                                if k == 0 {
+                                    break;
+                                }
+                                n += k as u64;
+                            }
+                            rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
+                            let _ = c.shutdown(Shutdown::Both);
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for r in readers {
+                let _ = r.join();
+            }
+        });
+        Ok(Sink { port, stop, thread: Some(thread), received })
+    }
+
+    /// Bytes received per finished connection, by peer address.
+    pub fn received(&self) -> Vec<(SocketAddr, u64)> {
+        self.received.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Connects from `side`'s namespace to `to` and sends as `s` says.
+///
+/// # Errors
+/// Connecting or writing failed.
+pub fn send(lab: &Lab, side: Side, to: SocketAddr, s: &Bulk) -> io::Result<Sent> {
+    let sock = in_netns(lab.ns(side), || {
+        let d = if to.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(d, Type::STREAM, Some(Protocol::TCP))?;
+        if let Some(cc) = &s.cc {
+            sock.set_tcp_congestion(cc.as_bytes())?;
+        }
+        if let Some(b) = s.sndbuf {
+            sock.set_send_buffer_size(b)?;
+        }
+        Ok(sock)
+    })?;
+    let start = Instant::now();
+    sock.connect_timeout(&to.into(), Duration::from_secs(10))?;
+    let mut c: TcpStream = sock.into();
+    let local = c.local_addr()?;
+    let chunk = vec![0x5au8; s.chunk.max(1)];
+    let mut sent = 0u64;
+    let limit = s.bytes.unwrap_or(u64::MAX);
+    let until = s.duration.map(|d| Instant::now() + d);
+    while sent < limit && until.is_none_or(|u| Instant::now() < u) {
+        let n = chunk.len().min((limit - sent) as usize);
+        if let Some(rate) = s.pace_bytes_per_s {
+            // Never ahead of the rate: sleep until this write is due.
+            let due = start + Duration::from_secs_f64(sent as f64 / rate as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        c.write_all(&chunk[..n])?;
+        sent += n as u64;
+    }
+    c.shutdown(Shutdown::Write)?;
+    let mut rest = [0u8; 64];
+    while c.read(&mut rest)? > 0 {}
+    Ok(Sent { bytes: sent, elapsed: start.elapsed(), local, remote: to })
+}
