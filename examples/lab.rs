@@ -41,7 +41,15 @@ fn rate(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid rate {s:?} (bits/s, e.g. 20M)"))
 }
 
-fn parse() -> Result<(LabConfig, Option<String>, Option<String>, Option<f64>), String> {
+/// The options: the path, A's and B's commands, and the bulk sender's seconds.
+struct Args {
+    cfg: LabConfig,
+    a: Option<String>,
+    b: Option<String>,
+    bulk: Option<f64>,
+}
+
+fn parse() -> Result<Args, String> {
     let mut cfg = LabConfig::default();
     let (mut a, mut b, mut bulk) = (None, None, None);
     let mut it = std::env::args().skip(1);
@@ -69,7 +77,7 @@ fn parse() -> Result<(LabConfig, Option<String>, Option<String>, Option<f64>), S
             other => return Err(format!("unknown option {other:?}")),
         }
     }
-    Ok((cfg, a, b, bulk))
+    Ok(Args { cfg, a, b, bulk })
 }
 
 extern "C" fn on_sigint(_: libc::c_int) {}
@@ -79,7 +87,7 @@ fn main() -> ExitCode {
     // live on to tear the lab down. (A handler, unlike SIG_IGN, is not inherited by exec.)
     // SAFETY: installing an async-signal-safe no-op handler.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let (cfg, a, b, bulk) = match parse() {
+    let Args { cfg, a, b, bulk } = match parse() {
         Ok(v) => v,
         Err(e) => {
             if !e.is_empty() {
@@ -141,11 +149,8 @@ fn main() -> ExitCode {
         }
     }
     match fg.as_mut() {
-        Some(Ok(c)) => {
-            if !c.wait().is_ok_and(|s| s.success()) {
-                code = ExitCode::FAILURE;
-            }
-        }
+        Some(Ok(c)) if !c.wait().is_ok_and(|s| s.success()) => code = ExitCode::FAILURE,
+        Some(Ok(_)) => {}
         Some(Err(e)) => {
             eprintln!("lab: A's command: {e}");
             code = ExitCode::FAILURE;
