@@ -149,8 +149,10 @@ fn main() -> ExitCode {
         }
     }
     match fg.as_mut() {
-        Some(Ok(c)) if !c.wait().is_ok_and(|s| s.success()) => code = ExitCode::FAILURE,
-        Some(Ok(_)) => {}
+        Some(Ok(c)) => {
+            let ok = c.wait().is_ok_and(|s| s.success());
+            code = if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        }
         Some(Err(e)) => {
             eprintln!("lab: A's command: {e}");
             code = ExitCode::FAILURE;
