@@ -5,7 +5,7 @@
 //! cargo run --example lab -- [--delay 25ms] [--loss 0.01] [--rate 20M] [--queue 256K]
 //!                            [--b 'CMD'] [--a 'CMD'] [--bulk SECONDS]
 //! ```
-//! - Host A is 192.0.2.1 / 2001:db8::1, host B 192.0.2.2 / 2001:db8::2. `--delay` and
+//! - Host A is 192.0.2.1 / 2001:db8:a::1, host B 198.51.100.2 / 2001:db8:b::2. `--delay` and
 //!   `--loss` apply to each direction; `--rate` (bits/s, K/M/G ×1000) and `--queue` (bytes)
 //!   shape A → B.
 //! - `--b CMD` runs in B in the background (a server), `--a CMD` in A in the foreground;
@@ -15,8 +15,8 @@
 //!
 //! Example: watch a bulk flow through a 20 Mbit/s, 50 ms RTT path with cgmon-rs:
 //! ```text
-//! cargo build --release
-//! cargo run --example lab -- --delay 25ms --rate 20M \
+//! cargo build --release --all-targets
+//! sudo target/release/examples/lab --delay 25ms --rate 20M \
 //!     --a 'target/release/cgmon-rs -run-interval 100ms --pretty' --bulk 10
 //! ```
 

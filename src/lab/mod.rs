@@ -2,17 +2,22 @@
 //! one-way delay, random loss (each direction) and a bottleneck rate with a queue limit.
 //!
 //! ```text
-//!  netns A                                                        netns B
-//!  192.0.2.1, 2001:db8::1                                         192.0.2.2, 2001:db8::2
-//!  lab0 (TUN) ─ tbf ─→ [forwarder A→B: delay, loss] ─→ lab0 (TUN)
-//!  lab0       ←─ [forwarder B→A: delay, loss] ←─ tbf ─ lab0
+//!  netns A                      netns M (the path)                     netns B
+//!  192.0.2.1                                                           198.51.100.2
+//!  2001:db8:a::1                                                       2001:db8:b::2
+//!  lab0 ⇄ [forwarder: delay, loss] ⇄ lab0 ─ route ─ lab1 ⇄ [forwarder] ⇄ lab0
+//!                                ←tbf─┘               └─tbf→
 //! ```
+//! Every link is a pair of TUN devices joined by a forwarder thread (so no neighbour
+//! resolution, and packets keep their order).
 //!
 //! This kernel has no netem, so the delay and the loss are made in user space: a forwarder
-//! thread per direction reads IP packets from one namespace's TUN device and writes them into
-//! the other's after the delay, dropping each with the configured probability. The rate and
-//! the queue depth come from tbf on the sending side's TUN egress. Traffic can only move
-//! between the two TUN devices: nothing leaves the namespaces.
+//! thread per direction reads IP packets from one TUN device and writes them into the other
+//! after the delay, dropping each with the configured probability. The rate and the queue
+//! depth come from tbf on the path namespace's egress towards each host. The bottleneck
+//! queue must sit outside the sender: in the sender's own qdisc, TCP Small Queues would
+//! hold it to about a millisecond of data and no queue would ever build. Traffic moves only
+//! between the lab's devices: nothing leaves the namespaces.
 //!
 //! Needs root (namespaces, TUN, tc). [`Lab::up`] builds it; dropping the [`Lab`] (also
 //! while a failing test unwinds) stops the forwarders and deletes both namespaces. Stale
@@ -22,7 +27,7 @@ pub mod forwarder;
 pub mod traffic;
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::Arc;
@@ -100,16 +105,19 @@ impl LabConfig {
 
 /// A running lab.
 pub struct Lab {
-    names: [String; 2],
-    ns: [OwnedFd; 2],
+    /// A, B, and the path M.
+    names: [String; 3],
+    ns: [OwnedFd; 3],
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     stats: [Arc<PathStats>; 2],
     cfg: LabConfig,
 }
 
-/// The interface name inside each namespace.
+/// The TUN device in each host, and M's end towards A.
 pub const IFACE: &str = "lab0";
+/// M's TUN device towards B.
+pub const IFACE_B: &str = "lab1";
 
 static SERIAL: AtomicU32 = AtomicU32::new(0);
 
@@ -166,78 +174,133 @@ impl Lab {
         remove_stale();
         let n = SERIAL.fetch_add(1, Ordering::Relaxed);
         let base = format!("cglab-{}-{n}", std::process::id());
-        let names = [format!("{base}-a"), format!("{base}-b")];
+        let names = [format!("{base}-a"), format!("{base}-b"), format!("{base}-m")];
+        // From here on, a failure drops `guard`, which deletes the namespaces made so far.
+        let mut guard = NsGuard(Vec::new());
         for name in &names {
             run(Command::new("ip").args(["netns", "add", name]))?;
+            guard.0.push(name.clone());
         }
-        // From here on, a failure drops `guard`, which deletes the namespaces.
-        let guard = NsGuard(names.clone());
         let open = |name: &str| -> io::Result<OwnedFd> {
             Ok(std::fs::File::open(format!("/run/netns/{name}"))?.into())
         };
-        let ns = [open(&names[0])?, open(&names[1])?];
+        let ns = [open(&names[0])?, open(&names[1])?, open(&names[2])?];
         let tun_a = in_netns(&ns[0], || forwarder::open_tun(IFACE))?;
         let tun_b = in_netns(&ns[1], || forwarder::open_tun(IFACE))?;
-        let addrs = [(addr_v4(Side::A), addr_v4(Side::B)), (addr_v4(Side::B), addr_v4(Side::A))];
-        let v6 = [addr_v6(Side::A), addr_v6(Side::B)];
-        for (i, name) in names.iter().enumerate() {
-            let ip = |args: &[&str]| run(Command::new("ip").args(["-n", name]).args(args));
-            ip(&["link", "set", "lo", "up"])?;
-            ip(&["link", "set", IFACE, "up"])?;
-            let (me, peer) = addrs[i];
-            ip(&["addr", "add", &me.to_string(), "peer", &peer.to_string(), "dev", IFACE])?;
-            ip(&["-6", "addr", "add", &format!("{}/64", v6[i]), "dev", IFACE, "nodad"])?;
-            let rate = if i == 0 { cfg.rate_ab } else { cfg.rate_ba };
-            if let Some(bits) = rate {
-                // The bucket must hold at least a few packets, and a timer tick's worth of
-                // the rate (HZ may be 100).
-                let burst = (bits / 8 / 100).max(16 << 10);
-                run(Command::new("tc").args(["-n", name, "qdisc", "replace", "dev", IFACE]).args(
-                    [
-                        "root",
-                        "tbf",
-                        "rate",
-                        &format!("{bits}bit"),
-                        "burst",
-                        &burst.to_string(),
-                        "limit",
-                        &cfg.queue_bytes.to_string(),
-                    ],
-                ))?;
-            }
+        let tun_ma = in_netns(&ns[2], || forwarder::open_tun(IFACE))?;
+        let tun_mb = in_netns(&ns[2], || forwarder::open_tun(IFACE_B))?;
+        let sh = |name: &str, tool: &str, args: &[&str]| {
+            run(Command::new(tool).args(["-n", name]).args(args))
+        };
+        let (a, b, m) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
+        for name in [a, b, m] {
+            sh(name, "ip", &["link", "set", "lo", "up"])?;
+        }
+        run(Command::new("ip")
+            .args(["netns", "exec", m, "sysctl", "-q", "-w"])
+            .args(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]))?;
+        // Each host: its address on its TUN end, and every route through it. M routes
+        // between its two TUN ends. TUN links need no neighbour resolution.
+        let links = [
+            (a, IFACE, "192.0.2.1/32", "2001:db8:a::1/128", "198.51.100.0/24", "2001:db8:b::/64"),
+            (b, IFACE, "198.51.100.2/32", "2001:db8:b::2/128", "192.0.2.0/24", "2001:db8:a::/64"),
+        ];
+        for (ns, dev, v4, v6, to4, to6) in links {
+            sh(ns, "ip", &["link", "set", dev, "up"])?;
+            sh(ns, "ip", &["addr", "add", v4, "dev", dev])?;
+            sh(ns, "ip", &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
+            sh(ns, "ip", &["route", "add", to4, "dev", dev])?;
+            sh(ns, "ip", &["-6", "route", "add", to6, "dev", dev])?;
+        }
+        for (dev, v4, v6) in [
+            (IFACE, "192.0.2.1/32", "2001:db8:a::1/128"),
+            (IFACE_B, "198.51.100.2/32", "2001:db8:b::2/128"),
+        ] {
+            sh(m, "ip", &["link", "set", dev, "up"])?;
+            sh(m, "ip", &["route", "add", v4, "dev", dev])?;
+            sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
+        }
+        // The bottlenecks: M's egress towards B (A → B) and towards A (B → A).
+        for (rate, dev) in [(cfg.rate_ab, IFACE_B), (cfg.rate_ba, IFACE)] {
+            let Some(bits) = rate else { continue };
+            // The bucket must hold at least a few packets, and a timer tick's worth of the
+            // rate (HZ may be 100).
+            let burst = (bits / 8 / 100).max(16 << 10);
+            sh(
+                m,
+                "tc",
+                &[
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    &format!("{bits}bit"),
+                    "burst",
+                    &burst.to_string(),
+                    "limit",
+                    &cfg.queue_bytes.to_string(),
+                ],
+            )?;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let stats = [Arc::new(PathStats::default()), Arc::new(PathStats::default())];
-        let (tun_a, tun_b) = (Arc::new(tun_a), Arc::new(tun_b));
+        let [tun_a, tun_b, tun_ma, tun_mb] = [tun_a, tun_b, tun_ma, tun_mb].map(Arc::new);
+        let seed = cfg.seed;
+        let dir = |from: &Arc<OwnedFd>, to: &Arc<OwnedFd>, delay, loss, seed, stats| Direction {
+            from: from.clone(),
+            to: to.clone(),
+            delay,
+            loss,
+            seed,
+            stats,
+        };
         let dirs = [
-            Direction {
-                from: tun_a.clone(),
-                to: tun_b.clone(),
-                delay: cfg.delay_ab,
-                loss: cfg.loss_ab,
-                seed: cfg.seed,
-                stats: stats[0].clone(),
-            },
-            Direction {
-                from: tun_b,
-                to: tun_a,
-                delay: cfg.delay_ba,
-                loss: cfg.loss_ba,
-                seed: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
-                stats: stats[1].clone(),
-            },
+            ("ab", dir(&tun_a, &tun_ma, cfg.delay_ab, cfg.loss_ab, seed, stats[0].clone())),
+            ("ba", dir(&tun_ma, &tun_a, cfg.delay_ba, cfg.loss_ba, !seed, stats[1].clone())),
+            // M ⇄ B: plain wires (a TUN pair keeps packet order, which a veth pair fed from
+            // several CPUs does not: reordering made spurious retransmits).
+            ("mb", dir(&tun_mb, &tun_b, Duration::ZERO, 0.0, 0, Arc::default())),
+            ("bm", dir(&tun_b, &tun_mb, Duration::ZERO, 0.0, 0, Arc::default())),
         ];
         let mut threads = Vec::new();
-        for (i, d) in dirs.into_iter().enumerate() {
+        for (name, d) in dirs {
             let stop = stop.clone();
             threads.push(
                 std::thread::Builder::new()
-                    .name(format!("lab-fwd-{}", ["ab", "ba"][i]))
+                    .name(format!("lab-fwd-{name}"))
                     .spawn(move || forwarder::run(&d, &stop))?,
             );
         }
-        std::mem::forget(guard);
-        Ok(Lab { names, ns, stop, threads, stats, cfg })
+        guard.0.clear();
+        let lab = Lab { names, ns, stop, threads, stats, cfg };
+        lab.warm_up()?;
+        Ok(lab)
+    }
+
+    /// Checks the path both ways and in both families before any test traffic, and so
+    /// resolves the neighbours on the veth link: a connection to a closed port on B must be
+    /// refused (SYN out, RST back). Without this the first SYN of a test could wait on
+    /// neighbour resolution and start the flow with a timeout.
+    fn warm_up(&self) -> io::Result<()> {
+        for v6 in [false, true] {
+            let to = SocketAddr::new(addr(Side::B, v6), 9);
+            let timeout = self.cfg.delay_ab + self.cfg.delay_ba + Duration::from_secs(3);
+            let r = in_netns(self.ns(Side::A), || {
+                Ok(std::net::TcpStream::connect_timeout(&to, timeout))
+            })?;
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                other => {
+                    return Err(io::Error::other(format!(
+                        "the lab path does not work: connecting to {to} gave {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The namespace's name (for `ip netns exec NAME …`).
@@ -265,6 +328,27 @@ impl Lab {
         &self.stats[1]
     }
 
+    /// Packets the bottleneck queues dropped so far (tbf's counters in the path namespace),
+    /// A → B and B → A.
+    ///
+    /// # Errors
+    /// `tc` failed.
+    pub fn queue_drops(&self) -> io::Result<(u64, u64)> {
+        let drops = |dev: &str| -> io::Result<u64> {
+            let out = Command::new("tc")
+                .args(["-n", &self.names[2], "-s", "qdisc", "show", "dev", dev])
+                .output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            // "Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)", per qdisc.
+            Ok(text
+                .split("dropped ")
+                .skip(1)
+                .filter_map(|t| t.split(',').next()?.trim().parse::<u64>().ok())
+                .sum())
+        };
+        Ok((drops(IFACE_B)?, drops(IFACE)?))
+    }
+
     /// A command that runs `program` inside `side`'s namespace, as a user would with
     /// `ip netns exec`.
     pub fn command(&self, side: Side, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -282,19 +366,19 @@ impl Lab {
     }
 }
 
-/// `side`'s IPv4 address.
+/// `side`'s IPv4 address (documentation ranges: TEST-NET-1 for A, TEST-NET-2 for B).
 pub fn addr_v4(side: Side) -> Ipv4Addr {
     match side {
         Side::A => Ipv4Addr::new(192, 0, 2, 1),
-        Side::B => Ipv4Addr::new(192, 0, 2, 2),
+        Side::B => Ipv4Addr::new(198, 51, 100, 2),
     }
 }
 
-/// `side`'s IPv6 address.
+/// `side`'s IPv6 address (2001:db8::/32).
 pub fn addr_v6(side: Side) -> Ipv6Addr {
     match side {
-        Side::A => Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1),
-        Side::B => Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2),
+        Side::A => Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 1),
+        Side::B => Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 2),
     }
 }
 
@@ -303,7 +387,7 @@ pub fn addr(side: Side, v6: bool) -> IpAddr {
     if v6 { IpAddr::V6(addr_v6(side)) } else { IpAddr::V4(addr_v4(side)) }
 }
 
-struct NsGuard([String; 2]);
+struct NsGuard(Vec<String>);
 
 impl Drop for NsGuard {
     fn drop(&mut self) {
@@ -319,6 +403,6 @@ impl Drop for Lab {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        drop(NsGuard(self.names.clone()));
+        drop(NsGuard(self.names.to_vec()));
     }
 }

@@ -5,6 +5,8 @@
 mod differential;
 mod fixtures;
 mod kernel;
+#[path = "../common/monitor.rs"]
+mod monitor;
 mod pipeline;
 mod program;
 mod robustness;

@@ -2,116 +2,23 @@
 //! each test makes itself. Every monitor is filtered to its test's own listening port, so
 //! tests running in parallel do not see each other's flows.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
+use crate::monitor::Monitor;
+
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
-struct Monitor {
-    child: Child,
-    stdout: Receiver<String>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Monitor {
-    /// Starts the binary and waits until its first dump has run.
-    fn start(args: &[&str]) -> Monitor {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env_remove("RUST_LOG")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, stdout) = channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let m = Monitor { child, stdout, stderr };
-        m.wait_log("interval=", Duration::from_secs(10));
-        // The first dump runs at once after that line; give it time to finish.
-        std::thread::sleep(Duration::from_millis(300));
-        m
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn wait_log(&self, needle: &str, timeout: Duration) {
-        let end = Instant::now() + timeout;
-        while !self.log().contains(needle) {
-            assert!(Instant::now() < end, "no {needle:?} in the log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
-    }
-
-    /// Reads stdout records until `n` have arrived.
-    fn records(&self, n: usize, timeout: Duration) -> Vec<Value> {
-        let end = Instant::now() + timeout;
-        let mut v = Vec::new();
-        while v.len() < n {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.stdout.recv_timeout(left) {
-                Ok(line) => v.push(serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("stdout line is not one JSON object ({e}): {line}")
-                })),
-                Err(_) => panic!("{} of {n} records; log:\n{}", v.len(), self.log()),
-            }
-        }
-        v
-    }
-
-    /// Waits for the exit; returns the status and the whole log.
-    fn wait(mut self, timeout: Duration) -> (ExitStatus, String, Vec<String>) {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                // Let the reader threads see EOF.
-                std::thread::sleep(Duration::from_millis(50));
-                let rest: Vec<String> = self.stdout.try_iter().collect();
-                return (st, self.log(), rest);
-            }
-            if Instant::now() > end {
-                let _ = self.child.kill();
-                panic!("still running after {timeout:?}; log:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+fn monitor(args: &[&str]) -> Monitor {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    Monitor::spawn(c)
 }
 
 fn listener() -> (TcpListener, SocketAddr) {
@@ -176,7 +83,7 @@ fn stdout_gives_one_json_line_per_flow_as_it_ends() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
     let samples = dir.path().join("samples.ndjson");
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "--samples-out",
@@ -214,7 +121,7 @@ fn records_match_the_json_schema() {
     let sample_validator = jsonschema::validator_for(&sample_schema).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let samples = dir.path().join("s.ndjson");
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "20ms",
         "--samples-out",
@@ -284,7 +191,7 @@ fn sigterm_writes_active_flows_as_partial_with_the_flag() {
             args.push("-writer-partial");
         }
         // -netlink-sport names the server end only.
-        let m = Monitor::start(&args);
+        let m = monitor(&args);
         std::thread::sleep(Duration::from_millis(200));
         let t = Instant::now();
         m.signal(libc::SIGTERM);
@@ -313,7 +220,7 @@ fn files_rotate_by_size_and_by_time_and_every_file_is_valid_gzip() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",
@@ -361,7 +268,7 @@ fn files_rotate_by_size_and_by_time_and_every_file_is_valid_gzip() {
 fn sigkill_loses_nothing_flushed_a_second_before() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",
@@ -387,7 +294,7 @@ fn sigkill_loses_nothing_flushed_a_second_before() {
 fn sighup_rotates_the_file() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",
@@ -418,7 +325,7 @@ fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     // Every write to /dev/full fails with ENOSPC.
     std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",
@@ -472,7 +379,7 @@ fn a_disk_that_fills_and_frees_again_loses_nothing() {
     let chunk = vec![0u8; 4096];
     while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
     drop(f);
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",
@@ -616,8 +523,7 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn http_status_page_and_health() {
-    let m =
-        Monitor::start(&["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0", "sport", "1"]);
+    let m = monitor(&["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0", "sport", "1"]);
     m.wait_log("HTTP server listening", Duration::from_secs(5));
     let log = m.log();
     let addr = log
@@ -644,7 +550,7 @@ fn a_second_signal_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
     // A failing output makes shutdown retry for half of the 60 s timeout.
-    let m = Monitor::start(&[
+    let m = monitor(&[
         "-run-interval",
         "50ms",
         "-writer-dir",

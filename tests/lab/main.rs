@@ -1,0 +1,296 @@
+//! Lab tests: real kernel TCP over a path with known delay, loss and rate (`cgmon_rs::lab`),
+//! checked against what the cgmon-rs binary, run inside the sender's namespace with cgmon's
+//! flags, reports.
+//!
+//! They need root. Under `CI=true` a lab that cannot be built is a failure; elsewhere the
+//! tests skip with a printed reason. Each prints `LAB <test>: …` lines with the measured
+//! values and tolerances (`cargo test --test lab -- --nocapture`).
+
+#[path = "../common/monitor.rs"]
+mod monitor;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cgmon_rs::lab::traffic::{Bulk, Sent, Sink, send};
+use cgmon_rs::lab::{Lab, LabConfig, Side, addr};
+use serde_json::Value;
+
+use monitor::Monitor;
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+const MBIT: u64 = 1_000_000;
+
+/// Builds a lab, or explains why not (and fails under CI).
+fn lab(cfg: LabConfig) -> Option<Lab> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!ci, "CI=true: lab tests need root (namespaces, TUN, tc)");
+        eprintln!("skipped: lab tests need root (namespaces, TUN, tc)");
+        return None;
+    }
+    match Lab::up(cfg) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            assert!(!ci, "CI=true: cannot build the lab: {e}");
+            eprintln!("skipped: cannot build the lab: {e}");
+            None
+        }
+    }
+}
+
+/// cgmon-rs in A's namespace, watching flows to `port`.
+fn monitor(lab: &Lab, interval: &str, extra: &[&str]) -> Monitor {
+    let mut c = lab.command(Side::A, BIN);
+    c.args(["-run-interval", interval]).args(extra);
+    Monitor::spawn(c)
+}
+
+fn to(port: u16, v6: bool) -> SocketAddr {
+    SocketAddr::new(addr(Side::B, v6), port)
+}
+
+/// Sends `bulk` A → B through a fresh sink while a monitor watches, and returns the
+/// sender's record and what the generator measured.
+fn measured(lab: &Lab, bulk: &Bulk, v6: bool, rcvbuf: Option<usize>) -> (Value, Sent) {
+    let sink = Sink::start(lab, Side::B, 0, rcvbuf).unwrap();
+    let port = sink.port.to_string();
+    let m = monitor(lab, "20ms", &["-netlink-dport", &port]);
+    let sent = send(lab, Side::A, to(sink.port, v6), bulk).unwrap();
+    let rec = m.records(1, Duration::from_secs(20)).remove(0);
+    m.signal(libc::SIGTERM);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    assert!(rest.is_empty(), "one flow, one record: {rest:?}");
+    (rec, sent)
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+fn within(x: f64, lo: f64, hi: f64) -> bool {
+    (lo..=hi).contains(&x)
+}
+
+#[test]
+fn min_rtt_is_twice_the_one_way_delay() {
+    let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(20))) else { return };
+    let (r, _) = measured(&lab, &Bulk::bytes(300_000), false, None);
+    let (kernel, observed) = (f(&r, "MinRTTKernelms"), f(&r, "MinRTTObservedms"));
+    // Tolerance +10 % / -0 %: the path cannot be faster than its delay; the forwarder and
+    // the stack add well under a millisecond, and srtt (Observed) smooths a few samples.
+    eprintln!(
+        "LAB min_rtt: MinRTTKernelms {kernel:.3}, MinRTTObservedms {observed:.3}; expected 40..44 ms"
+    );
+    assert!(within(kernel, 40.0, 44.0), "{kernel}");
+    assert!(within(observed, 40.0, 44.0), "{observed}");
+}
+
+#[test]
+fn bulk_throughput_matches_the_bottleneck_and_the_generator_exactly_acked() {
+    let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(20 * MBIT, 1 << 20);
+    let Some(lab) = lab(cfg) else { return };
+    // A 128 KiB receive buffer keeps the window (at most 256 KiB) under the 1 MiB queue:
+    // the queue never overflows, and there is no random loss, so nothing is lost at all.
+    let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
+    let (r, sent) = measured(&lab, &bulk, false, Some(128 << 10));
+    let tput = f(&r, "SendThroughputMbps");
+    eprintln!(
+        "LAB bulk: SendThroughputMbps {tput:.2} vs bottleneck 20 (±15 %) and generator {:.2} \
+         (±10 %); BytesAcked {} vs {} sent + 2; TotalRetransmits {} (expected 0; queue drops \
+         {:?})",
+        sent.mbps(),
+        r["BytesAcked"],
+        sent.bytes,
+        r["TotalRetransmits"],
+        lab.queue_drops()
+    );
+    // ±15 %: tbf counts whole IP packets (1448 payload bytes of 1500), and slow start and the
+    // final drain are inside the span.
+    assert!(within(tput, 17.0, 23.0), "{tput}");
+    assert!((tput / sent.mbps() - 1.0).abs() < 0.10, "{tput} vs {}", sent.mbps());
+    // Exact: the final counters come from the destroy event; SYN and FIN count one each.
+    assert_eq!(r["BytesAcked"].as_u64(), Some(sent.bytes + 2));
+    assert_eq!(r["EndReason"], "destroyed");
+    assert_eq!(lab.queue_drops().unwrap(), (0, 0), "the queue overflowed: fix the setup");
+    assert_eq!(lab.stats_ab().dropped.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(r["TotalRetransmits"], 0, "{r}");
+}
+
+#[test]
+fn deep_cubic_queue_raises_rtt_with_cwnd() {
+    // 10 Mbit/s, 10 ms base RTT, a 500 KB queue (400 ms at the rate): cubic fills it.
+    let cfg = LabConfig::default().delay(Duration::from_millis(5)).rate(10 * MBIT, 500_000);
+    let Some(lab) = lab(cfg) else { return };
+    let (r, _) =
+        measured(&lab, &Bulk::for_duration(Duration::from_secs(5)).cc("cubic"), false, None);
+    let s: Vec<f64> =
+        r["RTTSummary"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let corr = f(&r, "CorrRTTCwnd");
+    eprintln!(
+        "LAB deep_queue: RTT p2 {:.1} ms, p98 {:.1} ms (expected p98 > 3 × p2); CorrRTTCwnd \
+         {corr:.3} (expected > 0.5)",
+        s[0], s[6]
+    );
+    assert!(s[6] > 3.0 * s[0], "{s:?}");
+    assert!(corr > 0.5, "{corr}");
+}
+
+/// Runs one bulk transfer in each lab at once (so the steps share the machine's state)
+/// and returns each sender's record.
+fn sweep(cfgs: Vec<LabConfig>, bulk: &Bulk) -> Option<Vec<Value>> {
+    let labs: Vec<Lab> = cfgs.into_iter().map(lab).collect::<Option<_>>()?;
+    let recs = std::thread::scope(|s| {
+        let hs: Vec<_> =
+            labs.iter().map(|l| s.spawn(move || measured(l, bulk, false, None).0)).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    Some(recs)
+}
+
+#[test]
+fn goodput_falls_as_loss_rises() {
+    let base = LabConfig::default().delay(Duration::from_millis(10)).rate(30 * MBIT, 128 << 10);
+    let cfgs = [0.0, 0.01, 0.05]
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| LabConfig { loss_ab: p, seed: 11 + i as u64, ..base.clone() })
+        .collect();
+    // cubic: BBR is built to ignore random loss this light.
+    let Some(r) = sweep(cfgs, &Bulk::for_duration(Duration::from_secs(4)).cc("cubic")) else {
+        return;
+    };
+    let g: Vec<f64> = r.iter().map(|v| f(v, "SendThroughputMbps")).collect();
+    let rx: Vec<u64> = r.iter().map(|v| v["TotalRetransmits"].as_u64().unwrap()).collect();
+    eprintln!(
+        "LAB loss: goodput at 0 %, 1 %, 5 % loss: {g:.2?} Mbit/s (expected strictly lower); \
+         TotalRetransmits {rx:?} (expected > 0 with loss)"
+    );
+    assert!(g[0] > g[1] && g[1] > g[2], "{g:?}");
+    assert!(rx[1] > 0 && rx[2] > 0, "{rx:?}");
+}
+
+#[test]
+fn goodput_falls_as_delay_rises() {
+    // 0.5 % loss makes the window loss-bound, so goodput follows 1/RTT (Mathis).
+    let base = LabConfig::default().rate(30 * MBIT, 256 << 10);
+    let cfgs = [5, 25, 100]
+        .iter()
+        .enumerate()
+        .map(|(i, &ms)| LabConfig {
+            loss_ab: 0.005,
+            seed: 21 + i as u64,
+            ..base.clone().delay(Duration::from_millis(ms))
+        })
+        .collect();
+    let Some(r) = sweep(cfgs, &Bulk::for_duration(Duration::from_secs(4)).cc("cubic")) else {
+        return;
+    };
+    let g: Vec<f64> = r.iter().map(|v| f(v, "SendThroughputMbps")).collect();
+    eprintln!(
+        "LAB delay: goodput at 5, 25, 100 ms one-way delay: {g:.2?} Mbit/s (expected strictly lower)"
+    );
+    assert!(g[0] > g[1] && g[1] > g[2], "{g:?}");
+}
+
+#[test]
+fn ipv6_gives_the_same_results_as_ipv4() {
+    let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(20 * MBIT, 256 << 10);
+    let (Some(l4), Some(l6)) = (lab(cfg.clone()), lab(cfg)) else { return };
+    let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
+    let ((r4, _), (r6, _)) = std::thread::scope(|s| {
+        let a = s.spawn(|| measured(&l4, &bulk, false, Some(128 << 10)));
+        let b = s.spawn(|| measured(&l6, &bulk, true, Some(128 << 10)));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(r4["Family"], "inet");
+    assert_eq!(r6["Family"], "inet6");
+    assert_eq!(r6["ID"]["DstIP"], "2001:db8:b::2");
+    let (t4, t6) = (f(&r4, "SendThroughputMbps"), f(&r6, "SendThroughputMbps"));
+    let (m4, m6) = (f(&r4, "MinRTTKernelms"), f(&r6, "MinRTTKernelms"));
+    eprintln!(
+        "LAB ipv6: throughput v4 {t4:.2} / v6 {t6:.2} Mbit/s (within 10 %; v6 headers are 20 B \
+         longer), min RTT v4 {m4:.2} / v6 {m6:.2} ms (within 10 %)"
+    );
+    assert!((t6 / t4 - 1.0).abs() < 0.10, "{t4} {t6}\n{r4}\n{r6}");
+    assert!((m6 / m4 - 1.0).abs() < 0.10, "{m4} {m6}");
+}
+
+#[test]
+fn a_connection_between_two_samples_is_recorded_with_exact_bytes() {
+    let cfg = LabConfig::default().delay(Duration::from_millis(5)).rate(20 * MBIT, 256 << 10);
+    let Some(lab) = lab(cfg) else { return };
+    let sink = Sink::start(&lab, Side::B, 0, None).unwrap();
+    let port = sink.port.to_string();
+    // One dump per second; the first runs at once, before `spawn` returns + 300 ms.
+    let m = monitor(&lab, "1s", &["-netlink-dport", &port]);
+    let t = std::time::Instant::now();
+    let sent =
+        send(&lab, Side::A, to(sink.port, false), &Bulk::for_duration(Duration::from_millis(200)))
+            .unwrap();
+    let lived = t.elapsed();
+    let r = m.records(1, Duration::from_secs(10)).remove(0);
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    eprintln!(
+        "LAB between_polls: a {lived:?} connection, {} bytes; record BytesAcked {}, Samples {}, \
+         EndReason {}",
+        sent.bytes, r["BytesAcked"], r["Samples"], r["EndReason"]
+    );
+    assert!(lived < Duration::from_millis(650), "the connection must fit between two polls");
+    assert_eq!(r["BytesAcked"].as_u64(), Some(sent.bytes + 2));
+    assert_eq!(r["EndReason"], "destroyed");
+    assert_eq!(r["Samples"], 1, "seen only in its destroy event");
+}
+
+#[test]
+fn port_flag_and_filter_expression_show_only_the_named_flows() {
+    let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(5))) else { return };
+    let (s1, s2) = (
+        Sink::start(&lab, Side::B, 0, None).unwrap(),
+        Sink::start(&lab, Side::B, 0, None).unwrap(),
+    );
+    let p1 = s1.port.to_string();
+    let m1 = monitor(&lab, "20ms", &["-netlink-dport", &p1]);
+    let m2 = monitor(&lab, "20ms", &["--filter", &format!("dport {}", s2.port)]);
+    std::thread::scope(|s| {
+        for port in [s1.port, s2.port] {
+            let lab = &lab;
+            s.spawn(move || send(lab, Side::A, to(port, false), &Bulk::bytes(200_000)).unwrap());
+        }
+    });
+    let (r1, r2) = (m1.records(1, Duration::from_secs(10)), m2.records(1, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    for m in [m1, m2] {
+        m.signal(libc::SIGTERM);
+        let (st, log, rest) = m.wait(Duration::from_secs(10));
+        assert!(st.success(), "{log}");
+        assert!(rest.is_empty(), "a flow the monitor was not asked for: {rest:?}");
+    }
+    eprintln!(
+        "LAB selection: -netlink-dport {} saw DstPort {}; filter 'dport {}' saw DstPort {}",
+        s1.port, r1[0]["ID"]["DstPort"], s2.port, r2[0]["ID"]["DstPort"]
+    );
+    assert_eq!(r1[0]["ID"]["DstPort"], s1.port);
+    assert_eq!(r2[0]["ID"]["DstPort"], s2.port);
+}
+
+#[test]
+fn ecn_negotiated_end_to_end_sets_the_flag() {
+    let cfg = LabConfig::default().delay(Duration::from_millis(5));
+    let (Some(on), Some(off)) = (lab(cfg.clone()), lab(cfg)) else { return };
+    // A requests ECN; B accepts it when asked (the default, tcp_ecn = 2).
+    on.sysctl(Side::A, "net.ipv4.tcp_ecn", "1").unwrap();
+    off.sysctl(Side::A, "net.ipv4.tcp_ecn", "0").unwrap();
+    let (r_on, _) = measured(&on, &Bulk::bytes(500_000), false, None);
+    let (r_off, _) = measured(&off, &Bulk::bytes(500_000), false, None);
+    eprintln!(
+        "LAB ecn: tcp_ecn=1 → ECN {} ECNSeen {}; tcp_ecn=0 → ECN {}",
+        r_on["ECN"], r_on["ECNSeen"], r_off["ECN"]
+    );
+    assert_eq!(r_on["ECN"], true);
+    assert_eq!(r_off["ECN"], false);
+}
