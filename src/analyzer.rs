@@ -245,7 +245,7 @@ pub struct FlowStats {
     pub cgroup_id: Option<u64>,
 }
 
-fn ip(family: u8, raw: &[u8; 16]) -> String {
+pub(crate) fn ip(family: u8, raw: &[u8; 16]) -> String {
     if family == AF_INET {
         IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
     } else {

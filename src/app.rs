@@ -124,7 +124,9 @@ pub async fn run(cfg: Config) -> u8 {
         }
     };
     let scfg = SamplerConfig {
-        states: c.states.unwrap_or_default(),
+        // Listeners too, always: they start no flow, but name the listening ports that
+        // label the per-service metrics.
+        states: crate::states::StateSet(c.states.unwrap_or_default().0 | 1 << 10),
         filter: cfg.filter.clone(),
         read_bufsize: c.read_bufsize as usize,
         recv_timeout: c.receive_timeout,
@@ -151,9 +153,25 @@ pub async fn run(cfg: Config) -> u8 {
         min_samples: c.min_samples,
         window_samples: window,
     });
+    let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match c.http_server {
         Some(addr) => match crate::http::bind(addr).await {
-            Ok(l) => Some(tokio::spawn(crate::http::serve(l, metrics.clone(), c.interval))),
+            Ok(l) => {
+                let exporter = Arc::new(crate::prom::Exporter::new(
+                    metrics.clone(),
+                    accounts.clone(),
+                    crate::services::Services::new(),
+                    c.top_services,
+                ));
+                let served = crate::http::Served {
+                    metrics: metrics.clone(),
+                    registry: exporter.registry(),
+                    queries: query_tx,
+                    interval: c.interval,
+                };
+                Some(tokio::spawn(crate::http::serve(l, served)))
+            }
             Err(e) => {
                 eprintln!("cgmon-rs: -run-http-server: cannot listen on {addr}: {e}");
                 return EXIT_FAILURE;
@@ -194,7 +212,13 @@ pub async fn run(cfg: Config) -> u8 {
         sampler,
         destroy,
         tcfg,
-        task::Wiring { stop: stop_rx, ended_tx, metrics: metrics.clone() },
+        task::Wiring {
+            stop: stop_rx,
+            ended_tx,
+            metrics: metrics.clone(),
+            accounts: http.is_some().then(|| accounts.clone()),
+            queries: http.is_some().then_some(query_rx),
+        },
         on_dump,
     ));
     let stage = StageConfig {

@@ -265,6 +265,16 @@ pub struct Cli {
           help_heading = "Run")]
     pub shutdown_timeout: Duration,
 
+    /// Distinct service label values in /metrics; later services share "other"
+    #[arg(
+        long = "metrics-top-services",
+        env = "CGMON_METRICS_TOP_SERVICES",
+        value_name = "K",
+        default_value = "20",
+        help_heading = "Run"
+    )]
+    pub top_services: usize,
+
     // ---- Tracker ----
     /// Most flows recorded at once; flows beyond are counted and not recorded. 0 = no limit
     #[arg(

@@ -37,6 +37,16 @@ impl Counter {
 pub struct Gauge(AtomicU64);
 
 impl Gauge {
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Subtracts `n`, stopping at 0.
+    pub fn sub(&self, n: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
+    }
     /// Sets the value.
     pub fn set(&self, v: u64) {
         self.0.store(v, Ordering::Relaxed);
@@ -46,6 +56,47 @@ impl Gauge {
         self.0.load(Ordering::Relaxed)
     }
 }
+
+/// A histogram with fixed bucket bounds, of relaxed atomics.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Buckets with these upper bounds (seconds), plus +Inf.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+    /// Adds one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = self.bounds.iter().position(|&b| s <= b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+    /// (sum in seconds, count, buckets as (upper bound, count in that bucket alone)).
+    pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
+        let mut total = 0;
+        let mut buckets = Vec::with_capacity(self.counts.len());
+        for (i, c) in self.counts.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            total += n;
+            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), n));
+        }
+        (self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9, total, buckets)
+    }
+}
+
+/// Bucket bounds of the dump duration histogram, seconds.
+pub const DUMP_BUCKETS_S: [f64; 12] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 /// Running call statistics of one stage (Welford's online mean and variance).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -156,6 +207,17 @@ pub struct Metrics {
     pub rotations: Counter,
     /// Records waiting in the writer's backlog.
     pub writer_backlog: Gauge,
+    /// Batches waiting in the tracker → analyzer channel.
+    pub ended_queue: Gauge,
+    /// Batches waiting in the analyzer → writer channel.
+    pub writer_queue: Gauge,
+    /// Dump durations.
+    pub dump_seconds: Histogram,
+    /// Time spent decoding and tracking (the dump's CPU share), ns.
+    pub decode_ns: Counter,
+    /// Flows ended in the last dump, and that dump's interval since the previous one (ns):
+    /// the instantaneous churn.
+    pub last_churn: Mutex<(u64, u64)>,
     stages: Mutex<[StageTimes; 3]>,
     /// ns after `started` of the last successful dump, +1 (0: none yet).
     last_good_dump: AtomicU64,
@@ -186,6 +248,11 @@ impl Default for Metrics {
             write_errors: Counter::default(),
             rotations: Counter::default(),
             writer_backlog: Gauge::default(),
+            ended_queue: Gauge::default(),
+            writer_queue: Gauge::default(),
+            dump_seconds: Histogram::new(&DUMP_BUCKETS_S),
+            decode_ns: Counter::default(),
+            last_churn: Mutex::new((0, 0)),
             stages: Mutex::new([StageTimes::default(); 3]),
             last_good_dump: AtomicU64::new(0),
         }
@@ -231,9 +298,12 @@ impl Metrics {
         let mut s = String::new();
         let up = self.uptime().as_secs_f64().max(1e-9);
         let _ = writeln!(s, "uptime {:.1} s", up);
+        let (n, ns) = *self.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+        let inst = if ns > 0 { n as f64 / (ns as f64 / 1e9) } else { 0.0 };
         let _ = writeln!(
             s,
-            "flows: {} tracked, {} opened, {} ended ({:.2}/s mean churn), {} refused by max-flows",
+            "flows: {} tracked, {} opened, {} ended (churn {inst:.2}/s now, {:.2}/s mean), {} refused \
+             by max-flows",
             self.flows_active.get(),
             self.flows_opened.get(),
             self.flows_ended.get(),

@@ -23,6 +23,9 @@ use rustc_hash::FxHashMap;
 use crate::wire::sock::{Sample, SockKey};
 use crate::wire::tcp_info::TcpInfo;
 
+/// TCP_LISTEN in `idiag_state`.
+const TCP_LISTEN: u8 = 10;
+
 /// Tracker settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrackerConfig {
@@ -173,6 +176,8 @@ pub struct Flow {
     pub last: Last,
     /// Retained samples, oldest first.
     pub samples: Vec<Retained>,
+    /// Its traffic account and what was counted into it.
+    pub counted: accounts::Counted,
 }
 
 /// A flow handed on for analysis.
@@ -252,6 +257,7 @@ pub struct Tracker {
     generation: u32,
     dumps_done: u32,
     stats: TrackerStats,
+    accounts: accounts::Accounts,
 }
 
 /// What dedup compares, read from one sample once.
@@ -421,7 +427,13 @@ impl Tracker {
             generation: 0,
             dumps_done: 0,
             stats: TrackerStats::default(),
+            accounts: accounts::Accounts::default(),
         }
+    }
+
+    /// Traffic per (cgroup, listening port).
+    pub fn accounts(&self) -> &accounts::Accounts {
+        &self.accounts
     }
 
     /// Flows being recorded now.
@@ -475,6 +487,11 @@ impl Tracker {
 
     /// One socket of the current dump. Interim records (window cuts) go to `out`.
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
+        if s.msg().state() == TCP_LISTEN {
+            // Listeners start no flow; they name the server side's port in the accounts.
+            self.accounts.saw_listener(s.msg().sport());
+            return;
+        }
         let cookie = s.msg().cookie();
         let generation = self.generation;
         let Some(t) = s.tcp_info() else {
@@ -511,7 +528,7 @@ impl Tracker {
             }
             h.fp = fp;
             let sn = snap(s, &t);
-            Self::retain(f, &sn, &mut self.stats);
+            Self::retain(f, &sn, &mut self.stats, &mut self.accounts);
             refresh_attrs(f, s);
             if f.samples.len() >= self.cfg.window_samples {
                 sync(f, h);
@@ -567,15 +584,30 @@ impl Tracker {
             deduped: 0,
             last: sn.last,
             samples: vec![sn.retained],
+            counted: accounts::Counted::default(),
         };
         refresh_attrs(&mut f, s);
+        // A flow open before we started counts from here; a new one from its first byte.
+        let l = &sn.last;
+        f.counted.slot = self.accounts.slot(f.cgroup_id, f.key.sport);
+        if partial_start {
+            (f.counted.acked, f.counted.received, f.counted.retrans) =
+                (l.bytes_acked, l.bytes_received, l.bytes_retrans);
+        }
+        self.accounts.count(&mut f.counted, l.bytes_acked, l.bytes_received, l.bytes_retrans);
+        let a = self.accounts.get_mut(f.counted.slot);
+        a.opened += 1;
+        a.observe_rtt(sn.retained.rtt_us);
         f
     }
 
-    fn retain(f: &mut Flow, sn: &Snap, stats: &mut TrackerStats) {
+    fn retain(f: &mut Flow, sn: &Snap, stats: &mut TrackerStats, acc: &mut accounts::Accounts) {
         f.last = sn.last;
         f.samples.push(sn.retained);
         stats.samples_retained += 1;
+        let l = &sn.last;
+        acc.count(&mut f.counted, l.bytes_acked, l.bytes_received, l.bytes_retrans);
+        acc.get_mut(f.counted.slot).observe_rtt(sn.retained.rtt_us);
     }
 
     /// Hands on the current window and starts the next with the sample that filled it, so
@@ -616,6 +648,7 @@ impl Tracker {
             self.stats.incomplete_dumps += 1;
             return;
         }
+        self.accounts.end_dump();
         let gone: Vec<u64> =
             self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect();
         for cookie in gone {
@@ -648,7 +681,7 @@ impl Tracker {
                     f.deduped += 1;
                     self.stats.samples_deduped += 1;
                 } else {
-                    Self::retain(&mut f, &sn, &mut self.stats);
+                    Self::retain(&mut f, &sn, &mut self.stats, &mut self.accounts);
                     refresh_attrs(&mut f, s);
                 }
                 f
@@ -680,6 +713,9 @@ impl Tracker {
     }
 
     fn hand_on(&mut self, f: Flow, reason: EndReason, end_ts_ns: u64, out: &mut Vec<EndedFlow>) {
+        if reason != EndReason::Shutdown {
+            self.accounts.get_mut(f.counted.slot).closed += 1;
+        }
         if self.cfg.min_samples > 0 && f.samples.len() < self.cfg.min_samples {
             self.stats.flows_too_short += 1;
             return;
@@ -706,7 +742,9 @@ impl Flow {
     }
 }
 
+pub mod accounts;
 pub mod task;
+pub mod views;
 
 #[cfg(test)]
 mod tests;

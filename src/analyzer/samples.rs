@@ -5,12 +5,13 @@
 use serde::Serialize;
 
 use super::{FlowId, mbps};
-use crate::tracker::{ABSENT_U64, EndedFlow};
+use crate::tracker::{ABSENT_U64, EndedFlow, Flow, Retained};
 use crate::wire::sock::state_name;
 
-/// One sample line. Units as in the records: ms, bytes, Mbit/s.
+/// One sample line. Units as in the records: ms, bytes, Mbit/s. Also the sample format of
+/// the HTTP server's `/flows`.
 #[derive(Debug, Serialize)]
-struct Line<'a> {
+pub struct Line<'a> {
     #[serde(rename = "Cookie")]
     cookie: u64,
     #[serde(rename = "Seq")]
@@ -42,12 +43,11 @@ struct Line<'a> {
     total_retransmits: u32,
 }
 
-/// Appends `e`'s retained samples, oldest first, one JSON object per line.
-pub fn write_lines(e: &EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
-    let f = &e.flow;
-    for s in &f.samples {
+impl<'a> Line<'a> {
+    /// Sample `s` of flow `f`, whose addresses are already text.
+    pub fn new(f: &Flow, id: &'a FlowId, s: &Retained) -> Self {
         let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
-        let line = Line {
+        Line {
             cookie: f.key.cookie,
             seq: f.seq,
             src_ip: &id.src_ip,
@@ -62,9 +62,15 @@ pub fn write_lines(e: &EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
             pacing_rate_mbps: rate(s.pacing_rate),
             delivery_rate_mbps: rate(s.delivery_rate),
             total_retransmits: s.total_retrans,
-        };
+        }
+    }
+}
+
+/// Appends `e`'s retained samples, oldest first, one JSON object per line.
+pub fn write_lines(e: &EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
+    for s in &e.flow.samples {
         // Serialising into a Vec cannot fail: every field is a number or a string.
-        if serde_json::to_writer(&mut *out, &line).is_ok() {
+        if serde_json::to_writer(&mut *out, &Line::new(&e.flow, id, s)).is_ok() {
             out.push(b'\n');
         }
     }

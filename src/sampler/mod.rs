@@ -128,6 +128,9 @@ pub struct Dump {
     pub bytes: u64,
     /// CLOCK_MONOTONIC ns of the first and last datagram.
     pub span_ns: (u64, u64),
+    /// ns spent decoding datagrams and in the visitor (the tracker): the dump's own CPU
+    /// cost, without the kernel's walk and the waits for datagrams.
+    pub process_ns: u64,
 }
 
 impl Dump {
@@ -333,6 +336,7 @@ impl<S: DumpSource> Sampler<S> {
             }
             let dgram = dump.batch.datagrams.len() as u32;
             let before = dump.batch.index.len();
+            let t0 = std::time::Instant::now();
             let done = scan_datagram(&buf, self.seq, dgram, name, dump)?;
             let found = dump.batch.index.len() - before;
             dump.sockets += found as u32;
@@ -349,6 +353,7 @@ impl<S: DumpSource> Sampler<S> {
                 }
                 self.pool.push(buf);
             }
+            dump.process_ns += t0.elapsed().as_nanos() as u64;
             if done {
                 return Ok(());
             }

@@ -25,6 +25,8 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
+use super::accounts::Account;
+use super::views::{self, Query};
 use super::{EndedFlow, Tracker, TrackerStats};
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
@@ -88,6 +90,41 @@ pub struct Wiring {
     pub ended_tx: Sender<Vec<EndedFlow>>,
     /// Counters this stage updates.
     pub metrics: Arc<Metrics>,
+    /// Where the per-service accounts are published after every dump (for `/metrics`).
+    pub accounts: Option<Arc<std::sync::Mutex<Vec<Account>>>>,
+    /// Questions about active flows (from the HTTP server), answered between dumps.
+    pub queries: Option<tokio::sync::mpsc::Receiver<Query>>,
+}
+
+impl Wiring {
+    /// Just the essentials: no accounts published, no queries.
+    pub fn new(
+        stop: watch::Receiver<bool>,
+        ended_tx: Sender<Vec<EndedFlow>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { stop, ended_tx, metrics, accounts: None, queries: None }
+    }
+}
+
+async fn next_query(q: &mut Option<tokio::sync::mpsc::Receiver<Query>>) -> Option<Query> {
+    match q {
+        Some(q) => q.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn answer(tracker: &mut Tracker, q: Query) {
+    match q {
+        Query::List(tx) => {
+            let v = tracker.flows().map(|f| views::view(f, false)).collect();
+            let _ = tx.send(v);
+        }
+        Query::Flow(cookie, tx) => {
+            let v = tracker.flows().find(|f| f.key.cookie == cookie).map(|f| views::view(f, true));
+            let _ = tx.send(v);
+        }
+    }
 }
 
 /// What happened in one dump, for the program's hooks (READY, watchdog).
@@ -146,7 +183,16 @@ fn apply_destroyed(
     }
 }
 
-fn publish(tracker: &Tracker, m: &Metrics) -> TrackerStats {
+fn publish(
+    tracker: &Tracker,
+    m: &Metrics,
+    accounts: Option<&std::sync::Mutex<Vec<Account>>>,
+) -> TrackerStats {
+    if let Some(a) = accounts {
+        let mut g = a.lock().unwrap_or_else(|e| e.into_inner());
+        g.clear();
+        g.extend_from_slice(tracker.accounts().all());
+    }
     let st = tracker.stats();
     m.flows_active.set(tracker.active() as u64);
     m.flows_opened.mirror(st.flows_opened);
@@ -172,7 +218,9 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     wiring: Wiring,
     mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
-    let Wiring { mut stop, ended_tx, metrics } = wiring;
+    let Wiring { mut stop, ended_tx, metrics, accounts, mut queries } = wiring;
+    let accounts = accounts.as_deref();
+    let mut last_dump_start: Option<tokio::time::Instant> = None;
     let grid0 = tokio::time::Instant::now();
     let mut tick = tokio::time::interval_at(grid0, cfg.interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -225,6 +273,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                                 malformed = d.malformed, "incomplete dump; no flow ends on it");
                         }
                         metrics.sockets_last_dump.set(d.sockets as u64);
+                        metrics.decode_ns.add(d.process_ns);
                         tracing::debug!(target: "cgmon_rs::sampler", time_us = start.elapsed().as_micros() as u64,
                             sockets = d.sockets, datagrams = d.datagrams, bytes = d.bytes,
                             requests = d.requests, "netlink dump");
@@ -245,12 +294,17 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                         on_dump(DumpOutcome::Failed);
                     }
                 }
-                let st = publish(&tracker, &metrics);
+                let st = publish(&tracker, &metrics, accounts);
+                if let Some(prev) = last_dump_start.replace(start) {
+                    let mut c = metrics.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+                    *c = (out.len() as u64, start.duration_since(prev).as_nanos() as u64);
+                }
                 tracing::debug!(target: "cgmon_rs::tracker", active = tracker.active(), ended = out.len(),
                     opened = st.flows_opened, refused = st.flows_refused, retained = st.samples_retained,
                     deduped = st.samples_deduped, "tracker dump");
                 let took = start.elapsed();
                 metrics.time(Stage::Dump, took);
+                metrics.dump_seconds.observe(took);
                 if took > cfg.interval {
                     // tokio would still fire the missed tick at once; move it to the next
                     // point of the grid instead, so an overrun never turns into
@@ -271,15 +325,18 @@ pub async fn run<S: DumpSource, D: DumpSource>(
             b = next_destroy(&mut destroy) => match b {
                 Ok(b) => {
                     apply_destroyed(&mut tracker, &b, &mut out, &metrics);
-                    publish(&tracker, &metrics);
+                    publish(&tracker, &metrics, accounts);
                 }
                 Err(e) => tracing::warn!(error = %e, "reading destroy events"),
             },
+            Some(q) = next_query(&mut queries) => answer(&mut tracker, q),
         }
         if !out.is_empty() {
             let n = out.len() as u64;
             match ended_tx.try_send(out) {
-                Ok(()) => {}
+                Ok(()) => {
+                    metrics.ended_queue.set((ended_tx.max_capacity() - ended_tx.capacity()) as u64);
+                }
                 Err(TrySendError::Full(_)) => {
                     metrics.records_dropped.add(n);
                     if let Some(more) = drop_warn.hit() {
@@ -296,7 +353,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     }
     let mut out = Vec::new();
     tracker.finish(&mut out);
-    let st = publish(&tracker, &metrics);
+    let st = publish(&tracker, &metrics, accounts);
     if !out.is_empty() {
         ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
     }

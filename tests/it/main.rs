@@ -5,6 +5,7 @@
 mod differential;
 mod fixtures;
 mod kernel;
+mod metrics;
 #[path = "../common/monitor.rs"]
 mod monitor;
 mod pipeline;

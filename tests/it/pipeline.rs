@@ -74,7 +74,7 @@ async fn live_connection_record_counts_syn_and_fin() {
         sampler,
         Some(destroy),
         cfg,
-        task::Wiring { stop: stop_rx, ended_tx, metrics: metrics.clone() },
+        task::Wiring::new(stop_rx, ended_tx, metrics.clone()),
         |_| {},
     ));
     let stage = analyzer::StageConfig::default();

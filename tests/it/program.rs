@@ -512,7 +512,7 @@ fn systemd_unit_verifies() {
     assert!(out.status.success() && err.trim().is_empty(), "{err}");
 }
 
-fn http_get(addr: &str, path: &str) -> String {
+pub fn http_get(addr: &str, path: &str) -> String {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
@@ -521,76 +521,64 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn http_status_page_and_health() {
-    let m = monitor(&["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0", "sport", "1"]);
+/// The address the monitor's HTTP server listens on, from its log.
+pub fn http_addr(m: &Monitor) -> String {
     m.wait_log("HTTP server listening", Duration::from_secs(5));
-    let log = m.log();
-    let addr = log
+    m.log()
         .lines()
         .find(|l| l.contains("HTTP server listening"))
         .and_then(|l| l.split("addr=").nth(1))
         .unwrap()
         .trim()
-        .to_string();
-    let page = http_get(&addr, "/");
-    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    assert!(page.contains("<h2>cgmon-rs version") && page.contains("stage times (µs)"), "{page}");
-    assert!(!page.contains("<script"), "works without JavaScript");
-    let h = http_get(&addr, "/healthz");
-    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(10));
-    assert!(st.success(), "{log}");
+        .to_string()
 }
 
 #[test]
-fn a_second_signal_exits_at_once() {
+fn http_status_page_flows_and_health() {
     let (l, a) = listener();
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
-    // A failing output makes shutdown retry for half of the 60 s timeout.
     let m = monitor(&[
         "-run-interval",
         "50ms",
-        "-writer-dir",
-        dir.path().to_str().unwrap(),
-        "-writer-file",
-        "f.json",
-        "-run-shutdown-timeout",
-        "60s",
+        "-run-http-server",
+        "127.0.0.1:0",
         "--filter",
         &port_filter(a),
     ]);
-    exchange_and_close(&l, a, 1000);
-    m.wait_log("write failed", Duration::from_secs(10));
+    let addr = http_addr(&m);
+    let mut held = Pair::connect(&l, a).unwrap();
+    held.exchange(20_000).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let page = http_get(&addr, "/");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    for want in [
+        "<h2>cgmon-rs version",
+        "Pipeline stage times (µs)",
+        "<td>analyzer</td>",
+        "flows/s",
+        "MiB",
+        "records lost",
+    ] {
+        assert!(page.contains(want), "status page lacks {want:?}: {page}");
+    }
+    assert!(!page.contains("<script"), "works without JavaScript");
+    let h = http_get(&addr, "/healthz");
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    // /flows: both ends of the held connection, with their latest sample.
+    let body = |r: &str| r.split("\r\n\r\n").nth(1).unwrap().to_string();
+    let flows: Value = serde_json::from_str(&body(&http_get(&addr, "/flows"))).unwrap();
+    let flows = flows.as_array().unwrap();
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    let client = flows.iter().find(|f| f["ID"]["DstPort"] == a.port()).unwrap();
+    assert_eq!(client["BytesAcked"], 20_000 + 1);
+    assert!(client["Latest"]["RTTms"].as_f64().unwrap() > 0.0, "{client}");
+    let cookie = client["Cookie"].as_u64().unwrap();
+    let one: Value =
+        serde_json::from_str(&body(&http_get(&addr, &format!("/flows/{cookie}")))).unwrap();
+    assert_eq!(one["Cookie"], cookie);
+    assert!(!one["RecentSamples"].as_array().unwrap().is_empty());
+    assert!(http_get(&addr, "/flows/1").starts_with("HTTP/1.1 404"));
+    drop(held);
     m.signal(libc::SIGTERM);
-    m.wait_log("SIGTERM: stopping", Duration::from_secs(5));
-    std::thread::sleep(Duration::from_millis(300));
-    let t = Instant::now();
-    m.signal(libc::SIGINT);
-    let (st, log, _) = m.wait(Duration::from_secs(5));
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    assert_eq!(st.code(), Some(1), "{log}");
-    assert!(log.contains("second signal"), "{log}");
-}
-
-#[test]
-fn serial_mode_json_logs_and_syslog_without_dev_log() {
-    let mut args = vec!["-run-serial", "-run-duration", "300ms", "--log-format", "json"];
-    let no_dev_log = !Path::new("/dev/log").exists();
-    if no_dev_log {
-        args.push("-log-syslog");
-    }
-    args.extend(["sport", "1"]);
-    let out = Command::new(BIN).args(&args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    for line in err.lines() {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
-    }
-    if no_dev_log {
-        assert!(err.contains("/dev/log does not exist"), "a warning, not an exit: {err}");
-    }
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
 }

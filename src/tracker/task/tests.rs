@@ -83,7 +83,7 @@ fn start(
         sampler,
         None::<DestroyListener<Scripted>>,
         cfg,
-        Wiring { stop: stop_rx, ended_tx: tx, metrics: m.clone() },
+        Wiring::new(stop_rx, tx, m.clone()),
         |_| {},
     ));
     (h, stop_tx, rx, m)

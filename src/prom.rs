@@ -1,0 +1,418 @@
+//! `/metrics`: the monitor's own figures and per-service flow aggregates in Prometheus text
+//! format (OpenMetrics), through prometheus-client's `Collector`: values are read from the
+//! shared atomics and the tracker's published accounts at scrape time, so sampling never
+//! waits on a scrape.
+//!
+//! Names take the `cgmon_` prefix and base units (seconds, bytes); counters end in `_total`.
+//! Flow aggregates carry two labels, bounding cardinality:
+//! - `service`: the systemd unit or container of the sockets' cgroup
+//!   ([`crate::services`]); the first `top_services` distinct services keep their own label
+//!   and later ones share `other` (a label, once given, never moves, so counters never go
+//!   backwards);
+//! - `port`: the local port when it is a listening port (the server side of a flow), else
+//!   `0`; the first [`MAX_PORT_LABELS`] ports keep their own label, later ones `other`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::metrics::Metrics;
+use crate::services::Services;
+use crate::tracker::accounts::{Account, OVERFLOW_CGROUP, RTT_BUCKETS_S};
+
+/// Distinct `port` label values before the rest share `other`.
+pub const MAX_PORT_LABELS: usize = 64;
+
+/// Default distinct `service` label values (`--metrics-top-services`).
+pub const DEFAULT_TOP_SERVICES: usize = 20;
+
+/// Decides label values, once per cgroup and port.
+#[derive(Debug)]
+struct Labeler {
+    services: Services,
+    by_cgroup: FxHashMap<u64, String>,
+    given: FxHashSet<String>,
+    top: usize,
+    ports: FxHashSet<u16>,
+}
+
+impl Labeler {
+    fn service(&mut self, cgroup_id: u64) -> String {
+        if let Some(s) = self.by_cgroup.get(&cgroup_id) {
+            return s.clone();
+        }
+        let name = if cgroup_id == OVERFLOW_CGROUP {
+            "other".into()
+        } else {
+            self.services.name(cgroup_id)
+        };
+        let label = if self.given.contains(&name) || self.given.len() < self.top {
+            self.given.insert(name.clone());
+            name
+        } else {
+            "other".into()
+        };
+        self.by_cgroup.insert(cgroup_id, label.clone());
+        label
+    }
+
+    fn port(&mut self, p: u16) -> String {
+        if p == 0 {
+            return "0".into();
+        }
+        if self.ports.contains(&p) || self.ports.len() < MAX_PORT_LABELS {
+            self.ports.insert(p);
+            p.to_string()
+        } else {
+            "other".into()
+        }
+    }
+}
+
+/// Sums per label pair.
+#[derive(Debug, Default, Clone)]
+struct Agg {
+    opened: u64,
+    closed: u64,
+    acked: u64,
+    received: u64,
+    retrans: u64,
+    rtt: Vec<u64>,
+    rtt_sum: f64,
+}
+
+/// The collector behind `/metrics`.
+#[derive(Debug)]
+pub struct Exporter {
+    metrics: Arc<Metrics>,
+    accounts: Arc<Mutex<Vec<Account>>>,
+    labels: Mutex<Labeler>,
+}
+
+impl Exporter {
+    /// An exporter of `metrics` and the accounts the tracker publishes into `accounts`.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        accounts: Arc<Mutex<Vec<Account>>>,
+        services: Services,
+        top_services: usize,
+    ) -> Self {
+        let labels = Labeler {
+            services,
+            by_cgroup: FxHashMap::default(),
+            given: FxHashSet::default(),
+            top: top_services,
+            ports: FxHashSet::default(),
+        };
+        Self { metrics, accounts, labels: Mutex::new(labels) }
+    }
+
+    /// A registry holding this exporter.
+    pub fn registry(self: Arc<Self>) -> Registry {
+        let mut r = Registry::default();
+        r.register_collector(Box::new(self));
+        r
+    }
+
+    fn aggregate(&self) -> BTreeMap<(String, String), Agg> {
+        let accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut l = self.labels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: BTreeMap<(String, String), Agg> = BTreeMap::new();
+        for a in &accounts {
+            if a.opened == 0 && a.bytes_acked == 0 && a.bytes_received == 0 {
+                continue; // the unused overflow slot
+            }
+            let key = (l.service(a.cgroup_id), l.port(a.port));
+            let g = out
+                .entry(key)
+                .or_insert_with(|| Agg { rtt: vec![0; RTT_BUCKETS_S.len() + 1], ..Agg::default() });
+            g.opened += a.opened;
+            g.closed += a.closed;
+            g.acked += a.bytes_acked;
+            g.received += a.bytes_received;
+            g.retrans += a.bytes_retrans;
+            for (t, v) in g.rtt.iter_mut().zip(&a.rtt_buckets) {
+                *t += v;
+            }
+            g.rtt_sum += a.rtt_sum_s;
+        }
+        out
+    }
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<NoLabelSet, _, u64>(&v, None)
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&v)
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let m = &self.metrics;
+        counter(&mut e, "cgmon_dumps", "sock_diag dumps taken", m.dumps.get())?;
+        counter(
+            &mut e,
+            "cgmon_netlink_errors",
+            "Dumps that failed (netlink error or timeout)",
+            m.dump_errors.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_dumps_incomplete",
+            "Dumps interrupted (NLM_F_DUMP_INTR), truncated or malformed; no flow ended on them",
+            m.dumps_incomplete.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_ticks_overrun",
+            "Ticks missed because a dump outlasted the interval",
+            m.ticks_overrun.get(),
+        )?;
+        let (sum, count, buckets) = m.dump_seconds.snapshot();
+        e.encode_descriptor(
+            "cgmon_dump_duration_seconds",
+            "Time per dump, request to last socket tracked",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        gauge(
+            &mut e,
+            "cgmon_dump_sockets",
+            "Sockets in the last dump",
+            m.sockets_last_dump.get() as f64,
+        )?;
+        e.encode_descriptor(
+            "cgmon_decode_seconds",
+            "Time spent decoding dumps and tracking their sockets (without the kernel's walk)",
+            None,
+            MetricType::Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, u64>(&(m.decode_ns.get() as f64 / 1e9), None)?;
+        gauge(&mut e, "cgmon_flows_active", "Flows being tracked", m.flows_active.get() as f64)?;
+        counter(
+            &mut e,
+            "cgmon_flows_refused",
+            "Flows not recorded for -tracker-max-flows",
+            m.flows_refused.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_destroy_events",
+            "Socket destroy events received",
+            m.destroy_events.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_destroy_overruns",
+            "Destroy events lost to receive-buffer overruns",
+            m.destroy_overruns.get(),
+        )?;
+        counter(&mut e, "cgmon_records_written", "Flow records written", m.records_written.get())?;
+        counter(
+            &mut e,
+            "cgmon_records_partial_skipped",
+            "Partial flow records not written (no -writer-partial)",
+            m.records_partial_skipped.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_records_dropped",
+            "Flow records dropped because a stage's channel was full",
+            m.records_dropped.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_records_lost",
+            "Flow records lost because the output failed",
+            m.records_lost.get(),
+        )?;
+        counter(&mut e, "cgmon_write_errors", "Output write errors", m.write_errors.get())?;
+        counter(&mut e, "cgmon_rotations", "Output files rotated", m.rotations.get())?;
+        {
+            let mut d = e.encode_descriptor(
+                "cgmon_channel_depth",
+                "Batches waiting in a stage's input channel",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (ch, v) in [("analyzer", m.ended_queue.get()), ("writer", m.writer_queue.get())] {
+                d.encode_family(&[("channel", ch)])?.encode_gauge(&(v as f64))?;
+            }
+        }
+        gauge(
+            &mut e,
+            "cgmon_writer_backlog_records",
+            "Records held while the output cannot take them",
+            m.writer_backlog.get() as f64,
+        )?;
+        if let Some(rss) = crate::metrics::rss_bytes() {
+            gauge(
+                &mut e,
+                "cgmon_resident_memory_bytes",
+                "Resident set size of the monitor",
+                rss as f64,
+            )?;
+        }
+
+        let agg = self.aggregate();
+        type Get = fn(&Agg) -> u64;
+        let families: [(&str, &str, Get); 5] = [
+            ("cgmon_flows_opened", "Flows opened, by service and listening port", |a| a.opened),
+            ("cgmon_flows_closed", "Flows closed, by service and listening port", |a| a.closed),
+            (
+                "cgmon_flow_acked_bytes",
+                "Bytes acknowledged by the peer (tcpi_bytes_acked), by service and listening port",
+                |a| a.acked,
+            ),
+            (
+                "cgmon_flow_received_bytes",
+                "Bytes received (tcpi_bytes_received), by service and listening port",
+                |a| a.received,
+            ),
+            (
+                "cgmon_flow_retransmitted_bytes",
+                "Bytes retransmitted (tcpi_bytes_retrans), by service and listening port",
+                |a| a.retrans,
+            ),
+        ];
+        for (name, help, get) in families {
+            let mut d = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for ((svc, port), a) in &agg {
+                d.encode_family(&[("service", svc.as_str()), ("port", port.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(&get(a), None)?;
+            }
+        }
+        let mut d = e.encode_descriptor(
+            "cgmon_flow_rtt_seconds",
+            "Smoothed RTT of retained samples, by service and listening port",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((svc, port), a) in &agg {
+            let buckets: Vec<(f64, u64)> = RTT_BUCKETS_S
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(a.rtt.iter().copied())
+                .collect();
+            let count = a.rtt.iter().sum();
+            d.encode_family(&[("service", svc.as_str()), ("port", port.as_str())])?
+                .encode_histogram::<NoLabelSet>(a.rtt_sum, count, &buckets, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// The registry rendered as OpenMetrics text (what Prometheus asks for).
+///
+/// # Errors
+/// Formatting failed (it does not, writing to a String).
+pub fn render(r: &Registry) -> Result<String, std::fmt::Error> {
+    let mut s = String::with_capacity(16 << 10);
+    prometheus_client::encoding::text::encode(&mut s, r)?;
+    Ok(s)
+}
+
+/// OpenMetrics text rewritten as Prometheus text format 0.0.4, for clients that do not ask
+/// for OpenMetrics (curl, `promtool check metrics`). prometheus-client writes only
+/// OpenMetrics, where a counter family `x` has samples `x_total`; format 0.0.4 names the
+/// family `x_total` too, and has no `# EOF`.
+pub fn to_prometheus_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut help: Option<&str> = None;
+    for line in om.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            if let Some(h) = help.replace(line) {
+                out.push_str(h);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let h = help.take();
+            if kind == "counter" {
+                if let Some(h) = h {
+                    let text = h.strip_prefix("# HELP ").and_then(|t| t.strip_prefix(name));
+                    out.push_str(&format!("# HELP {name}_total{}\n", text.unwrap_or("")));
+                }
+                out.push_str(&format!("# TYPE {name}_total counter\n"));
+            } else {
+                if let Some(h) = h {
+                    out.push_str(h);
+                    out.push('\n');
+                }
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account(cgroup_id: u64, port: u16, acked: u64) -> Account {
+        let mut a = crate::tracker::accounts::Accounts::default();
+        let slot = a.slot(cgroup_id, port);
+        let mut c = crate::tracker::accounts::Counted { slot, ..Default::default() };
+        a.count(&mut c, acked, 0, 0);
+        a.get_mut(slot).opened = 1;
+        a.get_mut(slot).observe_rtt(20_000);
+        let mut v = a.all()[slot as usize].clone();
+        v.port = port;
+        v
+    }
+
+    #[test]
+    fn services_beyond_top_k_share_other_and_labels_stay_put() {
+        let accounts =
+            Arc::new(Mutex::new(vec![account(1, 0, 100), account(2, 0, 200), account(3, 0, 300)]));
+        let ex =
+            Arc::new(Exporter::new(Arc::default(), accounts.clone(), Services::with_root(None), 2));
+        let text = render(&ex.clone().registry()).unwrap();
+        assert!(
+            text.contains("cgmon_flow_acked_bytes_total{service=\"cgroup-1\",port=\"0\"} 100"),
+            "{text}"
+        );
+        assert!(text.contains("cgmon_flow_acked_bytes_total{service=\"cgroup-2\",port=\"0\"} 200"));
+        assert!(text.contains("cgmon_flow_acked_bytes_total{service=\"other\",port=\"0\"} 300"));
+        assert!(
+            text.contains(
+                "cgmon_flow_rtt_seconds_bucket{le=\"0.025\",service=\"cgroup-1\",port=\"0\"} 1"
+            ) || text.contains(
+                "cgmon_flow_rtt_seconds_bucket{service=\"cgroup-1\",port=\"0\",le=\"0.025\"} 1"
+            ),
+            "{text}"
+        );
+        // A fourth service later still goes to "other"; the first two keep their labels.
+        accounts.lock().unwrap().push(account(4, 0, 5));
+        let text = render(&ex.registry()).unwrap();
+        assert!(
+            text.contains("cgmon_flow_acked_bytes_total{service=\"other\",port=\"0\"} 305"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+        let plain = to_prometheus_text(&text);
+        assert!(plain.contains("# HELP cgmon_dumps_total sock_diag dumps taken\n# TYPE cgmon_dumps_total counter\ncgmon_dumps_total 0\n"), "{plain}");
+        assert!(plain.contains("# TYPE cgmon_flow_rtt_seconds histogram\n"));
+        assert!(!plain.contains("# EOF"));
+    }
+}

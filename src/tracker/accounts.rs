@@ -1,0 +1,201 @@
+//! Traffic per service: counters the tracker keeps per (cgroup, local listening port), for
+//! the Prometheus flow aggregates.
+//!
+//! Each flow is assigned an account slot when it opens. Bytes are counted as deltas of the
+//! kernel's cumulative counters each time a sample is retained (deduped samples carry no
+//! byte changes), and once more from the destroy event, so a flow that lived and died
+//! between two polls is counted in full. A flow born after the monitor started counts from
+//! its first byte; one already open at start counts from the first sample (its history
+//! before that is not the monitor's to report). Counters only ever grow.
+//!
+//! Cardinality is bounded here by [`MAX_ACCOUNTS`] slots; what comes after goes to an
+//! overflow slot. (Service names, and the top-K cap on them, are resolved at scrape time.)
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Upper bounds of the RTT histogram buckets, seconds.
+pub const RTT_BUCKETS_S: [f64; 14] =
+    [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// Most distinct (cgroup, port) accounts before the overflow slot takes the rest.
+pub const MAX_ACCOUNTS: usize = 4096;
+
+/// The cgroup id of the overflow account.
+pub const OVERFLOW_CGROUP: u64 = u64::MAX;
+
+/// One account's counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Account {
+    /// cgroup2 id of the sockets (0: the kernel sent none; [`OVERFLOW_CGROUP`]: overflow).
+    pub cgroup_id: u64,
+    /// Local port when it is a listening port (server side), else 0.
+    pub port: u16,
+    /// Flows opened.
+    pub opened: u64,
+    /// Flows closed (their socket is gone).
+    pub closed: u64,
+    /// tcpi_bytes_acked deltas.
+    pub bytes_acked: u64,
+    /// tcpi_bytes_received deltas.
+    pub bytes_received: u64,
+    /// tcpi_bytes_retrans deltas.
+    pub bytes_retrans: u64,
+    /// Retained samples per RTT bucket ([`RTT_BUCKETS_S`], then +Inf).
+    pub rtt_buckets: [u64; RTT_BUCKETS_S.len() + 1],
+    /// Sum of those RTTs, seconds.
+    pub rtt_sum_s: f64,
+}
+
+impl Account {
+    fn new(cgroup_id: u64, port: u16) -> Self {
+        Self {
+            cgroup_id,
+            port,
+            opened: 0,
+            closed: 0,
+            bytes_acked: 0,
+            bytes_received: 0,
+            bytes_retrans: 0,
+            rtt_buckets: [0; RTT_BUCKETS_S.len() + 1],
+            rtt_sum_s: 0.0,
+        }
+    }
+
+    /// Adds one retained sample's RTT (µs; 0 means none measured and is skipped).
+    pub fn observe_rtt(&mut self, rtt_us: u32) {
+        if rtt_us == 0 {
+            return;
+        }
+        let s = f64::from(rtt_us) / 1e6;
+        let i = RTT_BUCKETS_S.iter().position(|&b| s <= b).unwrap_or(RTT_BUCKETS_S.len());
+        self.rtt_buckets[i] += 1;
+        self.rtt_sum_s += s;
+    }
+}
+
+/// What a flow has been counted for so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Its account slot.
+    pub slot: u32,
+    /// bytes_acked counted.
+    pub acked: u64,
+    /// bytes_received counted.
+    pub received: u64,
+    /// bytes_retrans counted.
+    pub retrans: u64,
+}
+
+/// Every account, and the listening ports that decide the port label.
+#[derive(Debug)]
+pub struct Accounts {
+    slots: Vec<Account>,
+    index: FxHashMap<(u64, u16), u32>,
+    listening: FxHashSet<u16>,
+    next_listening: FxHashSet<u16>,
+}
+
+impl Default for Accounts {
+    fn default() -> Self {
+        Self {
+            // Slot 0 is the overflow account.
+            slots: vec![Account::new(OVERFLOW_CGROUP, 0)],
+            index: FxHashMap::default(),
+            listening: FxHashSet::default(),
+            next_listening: FxHashSet::default(),
+        }
+    }
+}
+
+impl Accounts {
+    /// The slot for a socket of `cgroup_id` with local port `sport`.
+    pub fn slot(&mut self, cgroup_id: u64, sport: u16) -> u32 {
+        let port = if self.listening.contains(&sport) { sport } else { 0 };
+        if let Some(&i) = self.index.get(&(cgroup_id, port)) {
+            return i;
+        }
+        if self.slots.len() > MAX_ACCOUNTS {
+            return 0;
+        }
+        let i = self.slots.len() as u32;
+        self.slots.push(Account::new(cgroup_id, port));
+        self.index.insert((cgroup_id, port), i);
+        i
+    }
+
+    /// Counts the growth of a flow's cumulative counters since the last call.
+    pub fn count(&mut self, c: &mut Counted, acked: u64, received: u64, retrans: u64) {
+        let a = &mut self.slots[c.slot as usize];
+        a.bytes_acked += acked.saturating_sub(c.acked);
+        a.bytes_received += received.saturating_sub(c.received);
+        a.bytes_retrans += retrans.saturating_sub(c.retrans);
+        c.acked = c.acked.max(acked);
+        c.received = c.received.max(received);
+        c.retrans = c.retrans.max(retrans);
+    }
+
+    /// The account at `slot`.
+    pub fn get_mut(&mut self, slot: u32) -> &mut Account {
+        &mut self.slots[slot as usize]
+    }
+
+    /// Every account (slot 0 is the overflow).
+    pub fn all(&self) -> &[Account] {
+        &self.slots
+    }
+
+    /// A listener seen in the current dump.
+    pub fn saw_listener(&mut self, port: u16) {
+        self.next_listening.insert(port);
+    }
+
+    /// The dump completed: its listeners become the listening set.
+    pub fn end_dump(&mut self) {
+        std::mem::swap(&mut self.listening, &mut self.next_listening);
+        self.next_listening.clear();
+    }
+
+    /// Ports listening as of the last complete dump.
+    pub fn listening(&self) -> &FxHashSet<u16> {
+        &self.listening
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_never_go_backwards_and_ports_follow_listeners() {
+        let mut a = Accounts::default();
+        a.saw_listener(80);
+        a.end_dump();
+        let s80 = a.slot(7, 80);
+        let client = a.slot(7, 51000);
+        assert_ne!(s80, client);
+        assert_eq!(a.all()[client as usize].port, 0);
+        let mut c = Counted { slot: s80, ..Counted::default() };
+        a.count(&mut c, 100, 10, 0);
+        a.count(&mut c, 90, 10, 0); // a stale, smaller value counts nothing
+        a.count(&mut c, 250, 30, 5);
+        let acc = &a.all()[s80 as usize];
+        assert_eq!((acc.bytes_acked, acc.bytes_received, acc.bytes_retrans), (250, 30, 5));
+    }
+
+    #[test]
+    fn rtt_buckets_and_overflow_slot() {
+        let mut acc = Account::new(1, 0);
+        acc.observe_rtt(0);
+        acc.observe_rtt(20_000); // 20 ms
+        acc.observe_rtt(9_000_000); // 9 s: +Inf
+        assert_eq!(acc.rtt_buckets.iter().sum::<u64>(), 2);
+        assert_eq!(acc.rtt_buckets[6], 1); // ≤ 25 ms
+        assert_eq!(acc.rtt_buckets[RTT_BUCKETS_S.len()], 1);
+        let mut a = Accounts::default();
+        for id in 0..(MAX_ACCOUNTS as u64 + 10) {
+            a.slot(id + 1, 0);
+        }
+        assert_eq!(a.all().len(), MAX_ACCOUNTS + 1);
+        assert_eq!(a.slot(999_999, 0), 0);
+    }
+}
