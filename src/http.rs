@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
-use crate::tracker::views::Query;
+use crate::tracker::views::{Query, view};
 
 /// Parses a listen address: `host:port`, `[v6]:port`, or Go's `:port` (every interface).
 ///
@@ -162,14 +162,14 @@ async fn ask<T>(c: &Ctx, q: impl FnOnce(oneshot::Sender<T>) -> Query) -> Result<
 
 async fn flows(State(c): State<Ctx>) -> Response {
     match ask(&c, Query::List).await {
-        Ok(v) => Json(v).into_response(),
+        Ok(v) => Json(v.iter().map(|f| view(f, false)).collect::<Vec<_>>()).into_response(),
         Err(r) => r,
     }
 }
 
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     match ask(&c, |tx| Query::Flow(cookie, tx)).await {
-        Ok(Some(v)) => Json(v).into_response(),
+        Ok(Some(f)) => Json(view(&f, true)).into_response(),
         Ok(None) => (StatusCode::NOT_FOUND, format!("no active flow with cookie {cookie}\n"))
             .into_response(),
         Err(r) => r,

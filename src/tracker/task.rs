@@ -117,11 +117,14 @@ async fn next_query(q: &mut Option<tokio::sync::mpsc::Receiver<Query>>) -> Optio
 fn answer(tracker: &mut Tracker, q: Query) {
     match q {
         Query::List(tx) => {
-            let v = tracker.flows().map(|f| views::view(f, false)).collect();
+            let v = tracker.flows().map(|f| views::snapshot(f, 1)).collect();
             let _ = tx.send(v);
         }
         Query::Flow(cookie, tx) => {
-            let v = tracker.flows().find(|f| f.key.cookie == cookie).map(|f| views::view(f, true));
+            let v = tracker
+                .flows()
+                .find(|f| f.key.cookie == cookie)
+                .map(|f| views::snapshot(f, views::RECENT_SAMPLES));
             let _ = tx.send(v);
         }
     }
