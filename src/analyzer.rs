@@ -243,6 +243,9 @@ pub struct FlowStats {
     /// cgroup2 id (directory inode); absent when the kernel sent none.
     #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
+    /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
+    #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<diagnosis::Diagnosis>,
 }
 
 pub(crate) fn ip(family: u8, raw: &[u8; 16]) -> String {
@@ -407,6 +410,22 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
 
     let span = f.last_ts_ns.saturating_sub(f.first_ts_ns);
     let last = &f.last;
+    let send_throughput_mbps =
+        throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
+    let rtt_summary = summary(&rtt.x, &o_rtt, rq);
+    let cwnd_summary = summary(&cwnd, &o_cwnd, wq);
+    let min_rtt_observed_ms = rtt.x.iter().copied().reduce(f64::min).unwrap_or(0.0);
+    let min_rtt_kernel_ms =
+        (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
+    let diagnosis = diagnosis::diagnose(
+        e,
+        diagnosis::Inputs {
+            throughput_mbps: send_throughput_mbps,
+            min_rtt_ms: min_rtt_kernel_ms.unwrap_or(min_rtt_observed_ms),
+            rtt_p50_ms: rtt_summary[3],
+            cwnd_p50_bytes: cwnd_summary[3],
+        },
+    );
     let has = |bit: u8| f.options & bit != 0;
     let partial_end = e.partial_end();
     FlowStats {
@@ -427,23 +446,19 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         sack: has(TCPI_OPT_SACK),
         ecn: has(TCPI_OPT_ECN),
         ecn_seen: has(TCPI_OPT_ECN_SEEN),
-        min_rtt_kernel_ms: (last.min_rtt_us != u32::MAX)
-            .then(|| f64::from(last.min_rtt_us) / 1000.0),
-        min_rtt_observed_ms: rtt.x.iter().copied().reduce(f64::min).unwrap_or(0.0),
+        min_rtt_kernel_ms,
+        min_rtt_observed_ms,
         max_pacing_rate_kernel_mbps: (last.max_pacing_rate != ABSENT_U64)
             .then(|| mbps(last.max_pacing_rate)),
         max_pacing_rate_observed_mbps: pacing.x.iter().copied().reduce(f64::max),
-        rtt_summary: summary(&rtt.x, &o_rtt, rq),
+        rtt_summary,
         rttvar_summary: summary(&rttvar, &o_var, rq),
         corr_rtt_cwnd: c_rtt.pearson,
         corr_retrans_cwnd: c_retrans.pearson,
         corr_pacing_cwnd: c_pacing.pearson,
         total_retransmits: last.total_retrans,
         bytes_acked: last.bytes_acked,
-        send_throughput_mbps: throughput_mbps(
-            last.bytes_acked.saturating_sub(f.first_bytes_acked),
-            span,
-        ),
+        send_throughput_mbps,
         delivered: last.delivered,
         delivered_ce: last.delivered_ce,
         partial_start: f.partial_start,
@@ -455,7 +470,7 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             EndReason::Shutdown => "shutdown",
             EndReason::Window => "window",
         },
-        cwnd_summary: summary(&cwnd, &o_cwnd, wq),
+        cwnd_summary,
         pacing_rate_summary: seven_number_sorted(&pacing.x, pq, &o_pacing, kind),
         delivery_rate_summary: seven_number_sorted(&delivery.x, dq, &o_delivery, kind),
         correlations: Correlations {
@@ -475,6 +490,7 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         final_state: state_name(last.state),
         cookie: f.key.cookie,
         cgroup_id: (f.cgroup_id != 0).then_some(f.cgroup_id),
+        diagnosis,
     }
 }
 
@@ -570,6 +586,7 @@ pub async fn run(
     Ok(())
 }
 
+pub mod diagnosis;
 pub mod samples;
 
 #[cfg(test)]

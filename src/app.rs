@@ -38,6 +38,9 @@ pub const EXIT_FAILURE: u8 = 1;
 
 /// Parses `args` (without the program name) and runs; the process's exit status.
 pub fn main(args: Vec<String>) -> ExitCode {
+    if args.first().is_some_and(|a| a == "diagnose") {
+        return crate::diagnose::main(args[1..].to_vec());
+    }
     let cfg = match cli::parse(args) {
         Ok(Parsed::Run(c)) => c,
         Ok(Parsed::Print(s)) => {

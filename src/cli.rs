@@ -19,6 +19,9 @@ use crate::stats::summary::QuantileKind;
 use crate::units::{ValueError, format_duration, parse_duration, parse_size};
 
 const EXAMPLES: &str = "\
+`cgmon-rs diagnose [--seconds N] [--json] [FILTER]` watches flows for a while and says what
+limited each (see `cgmon-rs diagnose --help`).
+
 Every long option may be spelled with one dash, as cgmon's are (-run-interval 1s), and
 booleans take a value only as -flag=false.
 

@@ -21,6 +21,7 @@ pub mod analyzer;
 pub mod app;
 pub mod cli;
 pub mod clock;
+pub mod diagnose;
 pub mod dumpcmd;
 pub mod filter;
 pub mod http;

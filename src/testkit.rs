@@ -242,6 +242,16 @@ impl SockBuilder {
         self.info[off..off + 8].copy_from_slice(&v.to_ne_bytes());
         self
     }
+    /// tcpi_busy_time, tcpi_rwnd_limited and tcpi_sndbuf_limited, µs.
+    pub fn chrono_us(mut self, busy: u64, rwnd: u64, sndbuf: u64) -> Self {
+        self.set64(168, busy).set64(176, rwnd).set64(184, sndbuf);
+        self
+    }
+    /// tcpi_snd_wnd.
+    pub fn snd_wnd(mut self, v: u32) -> Self {
+        self.set32(228, v);
+        self
+    }
     /// TCP state (both `idiag_state` and `tcpi_state`).
     pub fn state(mut self, s: u8) -> Self {
         self.msg.head[1] = s;

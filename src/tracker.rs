@@ -102,6 +102,27 @@ pub struct Last {
     pub bytes_sent: u64,
     /// tcpi_bytes_retrans.
     pub bytes_retrans: u64,
+    /// tcpi_busy_time, ms (busy + rwnd-limited + sndbuf-limited, since the connection
+    /// began); u32::MAX when the kernel does not report it.
+    pub busy_ms: u32,
+    /// tcpi_rwnd_limited, ms.
+    pub rwnd_limited_ms: u32,
+    /// tcpi_sndbuf_limited, ms.
+    pub sndbuf_limited_ms: u32,
+    /// tcpi_segs_out.
+    pub segs_out: u32,
+    /// tcpi_reord_seen.
+    pub reord_seen: u32,
+    /// tcpi_dsack_dups.
+    pub dsack_dups: u32,
+    /// tcpi_snd_wnd: the peer's advertised receive window, bytes.
+    pub snd_wnd: u32,
+    /// Largest tcpi_snd_wnd seen in any retained sample.
+    pub snd_wnd_max: u32,
+    /// SO_SNDBUF from SKMEMINFO, bytes; 0 when not sent.
+    pub sndbuf: u32,
+    /// tcpi_total_rto.
+    pub total_rto: u16,
 }
 
 /// Why a flow (or a window of it) was handed on.
@@ -178,6 +199,9 @@ pub struct Flow {
     pub samples: Vec<Retained>,
     /// Its traffic account and what was counted into it.
     pub counted: accounts::Counted,
+    /// busy_time, rwnd_limited and sndbuf_limited (ms) at the window's first sample: the
+    /// diagnosis uses their growth over the sampled span.
+    pub first_chrono: [u32; 3],
 }
 
 /// A flow handed on for analysis.
@@ -268,6 +292,16 @@ struct Snap {
     options: u8,
 }
 
+/// busy_time in ms, 0 when absent.
+fn l_busy(l: &Last) -> u32 {
+    if l.busy_ms == u32::MAX { 0 } else { l.busy_ms }
+}
+
+/// µs → ms, saturating below u32::MAX (the "absent" mark).
+fn ms(us: u64) -> u32 {
+    (us / 1000).min(u64::from(u32::MAX - 1)) as u32
+}
+
 fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
     let state = s.msg().state();
     let retained = Retained {
@@ -292,6 +326,16 @@ fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
         bytes_received: t.bytes_received().unwrap_or(0),
         bytes_sent: t.bytes_sent().unwrap_or(0),
         bytes_retrans: t.bytes_retrans().unwrap_or(0),
+        busy_ms: t.busy_time().map_or(u32::MAX, ms),
+        rwnd_limited_ms: t.rwnd_limited().map_or(0, ms),
+        sndbuf_limited_ms: t.sndbuf_limited().map_or(0, ms),
+        segs_out: t.segs_out().unwrap_or(0),
+        reord_seen: t.reord_seen().unwrap_or(0),
+        dsack_dups: t.dsack_dups().unwrap_or(0),
+        snd_wnd: t.snd_wnd().unwrap_or(0),
+        snd_wnd_max: t.snd_wnd().unwrap_or(0),
+        sndbuf: s.skmem().and_then(|m| m.sndbuf()).unwrap_or(0),
+        total_rto: t.total_rto().unwrap_or(0),
     };
     Snap { retained, last, options: t.options().unwrap_or(0) }
 }
@@ -585,6 +629,7 @@ impl Tracker {
             last: sn.last,
             samples: vec![sn.retained],
             counted: accounts::Counted::default(),
+            first_chrono: [l_busy(&sn.last), sn.last.rwnd_limited_ms, sn.last.sndbuf_limited_ms],
         };
         refresh_attrs(&mut f, s);
         // A flow open before we started counts from here; a new one from its first byte.
@@ -602,7 +647,12 @@ impl Tracker {
     }
 
     fn retain(f: &mut Flow, sn: &Snap, stats: &mut TrackerStats, acc: &mut accounts::Accounts) {
+        let wnd_max = f.last.snd_wnd_max.max(sn.last.snd_wnd);
+        // Destroy events carry no SKMEMINFO: keep the buffer size a dump reported.
+        let sndbuf = if sn.last.sndbuf == 0 { f.last.sndbuf } else { sn.last.sndbuf };
         f.last = sn.last;
+        f.last.snd_wnd_max = wnd_max;
+        f.last.sndbuf = sndbuf;
         f.samples.push(sn.retained);
         stats.samples_retained += 1;
         let l = &sn.last;
@@ -613,7 +663,10 @@ impl Tracker {
     /// Hands on the current window and starts the next with the sample that filled it, so
     /// consecutive windows share an edge and no interval is lost.
     fn cut_window(f: &mut Flow, edge: Retained) -> EndedFlow {
+        let l = &f.last;
+        let first_chrono = [l_busy(l), l.rwnd_limited_ms, l.sndbuf_limited_ms];
         let next = Flow {
+            first_chrono,
             seq: f.seq + 1,
             partial_start: true,
             first_ts_ns: edge.ts_ns,

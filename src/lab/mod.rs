@@ -119,6 +119,11 @@ pub const IFACE: &str = "lab0";
 /// M's TUN device towards B.
 pub const IFACE_B: &str = "lab1";
 
+/// Packets a TUN device holds for its reader. The default 500 overflowed in bursts (a
+/// forwarder thread injecting a batch of ACKs makes the sender emit a burst within that one
+/// write call); the lab's queues are meant to be tbf's alone.
+const TUN_QUEUE: &str = "10000";
+
 static SERIAL: AtomicU32 = AtomicU32::new(0);
 
 fn run(cmd: &mut Command) -> io::Result<()> {
@@ -206,7 +211,7 @@ impl Lab {
             (b, IFACE, "198.51.100.2/32", "2001:db8:b::2/128", "192.0.2.0/24", "2001:db8:a::/64"),
         ];
         for (ns, dev, v4, v6, to4, to6) in links {
-            sh(ns, "ip", &["link", "set", dev, "up"])?;
+            sh(ns, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
             sh(ns, "ip", &["addr", "add", v4, "dev", dev])?;
             sh(ns, "ip", &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
             sh(ns, "ip", &["route", "add", to4, "dev", dev])?;
@@ -216,7 +221,7 @@ impl Lab {
             (IFACE, "192.0.2.1/32", "2001:db8:a::1/128"),
             (IFACE_B, "198.51.100.2/32", "2001:db8:b::2/128"),
         ] {
-            sh(m, "ip", &["link", "set", dev, "up"])?;
+            sh(m, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
             sh(m, "ip", &["route", "add", v4, "dev", dev])?;
             sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
         }

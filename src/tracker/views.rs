@@ -44,6 +44,7 @@ pub fn snapshot(f: &Flow, keep: usize) -> Flow {
         last: f.last,
         samples: f.samples[from..].to_vec(),
         counted: f.counted,
+        first_chrono: f.first_chrono,
     }
 }
 

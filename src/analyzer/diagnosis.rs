@@ -1,0 +1,304 @@
+//! Why a flow was slow, the way NDT and web100 answered it: how the flow's time divided
+//! between being limited by the receiver's window, by its own send buffer, by the network
+//! (cwnd), and by the application (idle or app-limited); what each of those limits would
+//! allow; and a verdict in one sentence.
+//!
+//! Linux keeps web100's SndLimTime{Rwin,Snd,Cwnd} as `tcpi_busy_time` (all three),
+//! `tcpi_rwnd_limited` and `tcpi_sndbuf_limited`, cumulative since the connection began.
+//! Over the sampled span their growth splits the elapsed time: receiver window, send buffer,
+//! network = busy − rwnd − sndbuf, application = elapsed − busy. A flow seen in one sample
+//! only (e.g. just its destroy event) has no span: its lifetime counters are used with the
+//! busy time as the elapsed time, so the application share is then unknown and reported 0.
+
+use serde::Serialize;
+
+use crate::tracker::{EndedFlow, Last};
+
+/// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
+const MATHIS_C: f64 = 1.224_744_871_391_589;
+
+/// How the elapsed time divided, in percent (they sum to 100).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeShares {
+    /// Limited by the peer's advertised receive window.
+    #[serde(rename = "ReceiverWindowPct")]
+    pub receiver_window: f64,
+    /// Limited by our send buffer.
+    #[serde(rename = "SendBufferPct")]
+    pub send_buffer: f64,
+    /// Limited by the congestion window: the network.
+    #[serde(rename = "NetworkPct")]
+    pub network: f64,
+    /// Not busy: the application had nothing to send, or the connection was idle.
+    #[serde(rename = "ApplicationPct")]
+    pub application: f64,
+    /// `span` (growth over the sampled span) or `lifetime` (one sample: lifetime counters,
+    /// busy time as elapsed time).
+    #[serde(rename = "Basis")]
+    pub basis: &'static str,
+}
+
+/// What each limit allows, to compare with the achieved throughput.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caps {
+    /// Largest receive window the peer advertised, bytes.
+    #[serde(rename = "PeerWindowBytes")]
+    pub peer_window_bytes: u32,
+    /// Window cap: peer window ÷ min RTT, Mbit/s.
+    #[serde(rename = "WindowCapMbps", skip_serializing_if = "Option::is_none")]
+    pub window_cap_mbps: Option<f64>,
+    /// SO_SNDBUF as the kernel reports it (SKMEMINFO), bytes; half of it holds data.
+    #[serde(rename = "SendBufferBytes", skip_serializing_if = "Option::is_none")]
+    pub send_buffer_bytes: Option<u32>,
+    /// Send-buffer cap: half the send buffer ÷ min RTT, Mbit/s.
+    #[serde(rename = "SendBufferCapMbps", skip_serializing_if = "Option::is_none")]
+    pub send_buffer_cap_mbps: Option<f64>,
+    /// Loss cap (Mathis): MSS ÷ RTT × √(3/2) ÷ √p, with p = retransmitted ÷ sent
+    /// segments and the median smoothed RTT, Mbit/s; absent without loss.
+    #[serde(rename = "LossCapMbps", skip_serializing_if = "Option::is_none")]
+    pub loss_cap_mbps: Option<f64>,
+    /// Bandwidth-delay product of the achieved rate at the min RTT, bytes.
+    #[serde(rename = "BDPBytes")]
+    pub bdp_bytes: f64,
+    /// Median congestion window, bytes.
+    #[serde(rename = "CwndBytes")]
+    pub cwnd_bytes: f64,
+}
+
+/// Other signals of trouble.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Signals {
+    /// Retransmitted ÷ sent segments, percent.
+    #[serde(rename = "LossPct")]
+    pub loss_pct: f64,
+    /// Reordering events (tcpi_reord_seen).
+    #[serde(rename = "ReorderingEvents")]
+    pub reordering: u32,
+    /// Spurious retransmissions: segments the peer reported twice (tcpi_dsack_dups).
+    #[serde(rename = "SpuriousRetransmits")]
+    pub spurious: u32,
+    /// CE-marked share of delivered segments, percent; absent with nothing delivered.
+    #[serde(rename = "CEMarkedPct", skip_serializing_if = "Option::is_none")]
+    pub ce_pct: Option<f64>,
+    /// Retransmission timeouts (tcpi_total_rto).
+    #[serde(rename = "RTOs")]
+    pub rtos: u16,
+}
+
+/// A flow's diagnosis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// Time shares.
+    #[serde(rename = "TimeShares")]
+    pub shares: TimeShares,
+    /// Caps.
+    #[serde(rename = "Caps")]
+    pub caps: Caps,
+    /// Other signals.
+    #[serde(rename = "Signals")]
+    pub signals: Signals,
+    /// The dominant limit: `receiver-window`, `send-buffer`, `network` or `application`.
+    #[serde(rename = "Verdict")]
+    pub verdict: &'static str,
+    /// One plain sentence with the numbers behind the verdict.
+    #[serde(rename = "Finding")]
+    pub finding: String,
+}
+
+/// What the analysis already computed that the diagnosis uses.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs {
+    /// Achieved send throughput, Mbit/s.
+    pub throughput_mbps: f64,
+    /// Minimum RTT, ms (0: unknown).
+    pub min_rtt_ms: f64,
+    /// Median smoothed RTT, ms.
+    pub rtt_p50_ms: f64,
+    /// Median cwnd, bytes.
+    pub cwnd_p50_bytes: f64,
+}
+
+fn kb(b: f64) -> String {
+    format!("{:.0} KB", b / 1000.0)
+}
+
+fn signals(l: &Last) -> Signals {
+    Signals {
+        loss_pct: if l.segs_out > 0 {
+            100.0 * f64::from(l.total_retrans) / f64::from(l.segs_out)
+        } else {
+            0.0
+        },
+        reordering: l.reord_seen,
+        spurious: l.dsack_dups,
+        ce_pct: (l.delivered > 0)
+            .then(|| 100.0 * f64::from(l.delivered_ce) / f64::from(l.delivered)),
+        rtos: l.total_rto,
+    }
+}
+
+/// The diagnosis of `e`; `None` when the kernel reports no busy time (before Linux 4.10).
+pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
+    let f = &e.flow;
+    let l = &f.last;
+    if l.busy_ms == u32::MAX {
+        return None;
+    }
+    let span_ms = f.last_ts_ns.saturating_sub(f.first_ts_ns) as f64 / 1e6;
+    let [b0, r0, s0] = f.first_chrono;
+    let (busy, rwnd, sndbuf, elapsed, basis) = if f.samples.len() >= 2 && span_ms > 0.0 {
+        let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
+        (d(l.busy_ms, b0), d(l.rwnd_limited_ms, r0), d(l.sndbuf_limited_ms, s0), span_ms, "span")
+    } else {
+        let busy = f64::from(l.busy_ms);
+        (busy, f64::from(l.rwnd_limited_ms), f64::from(l.sndbuf_limited_ms), busy, "lifetime")
+    };
+    // The kernel's chrono counters tick in jiffies and our timestamps at datagram arrival:
+    // clamp the small disagreements so the shares stay in [0, 100] and sum to 100.
+    let shares = if elapsed > 0.0 {
+        let busy = busy.min(elapsed);
+        let rwnd = rwnd.min(busy);
+        let sndbuf = sndbuf.min(busy - rwnd);
+        let pct = |v: f64| 100.0 * v / elapsed;
+        TimeShares {
+            receiver_window: pct(rwnd),
+            send_buffer: pct(sndbuf),
+            network: pct(busy - rwnd - sndbuf),
+            application: pct(elapsed - busy),
+            basis,
+        }
+    } else {
+        TimeShares {
+            receiver_window: 0.0,
+            send_buffer: 0.0,
+            network: 0.0,
+            application: 100.0,
+            basis,
+        }
+    };
+    let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
+    let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
+    let sig = signals(l);
+    let p = sig.loss_pct / 100.0;
+    let srtt_s = if x.rtt_p50_ms > 0.0 { x.rtt_p50_ms / 1000.0 } else { x.min_rtt_ms / 1000.0 };
+    let caps = Caps {
+        peer_window_bytes: l.snd_wnd_max,
+        window_cap_mbps: (l.snd_wnd_max > 0).then(|| mbps_over(f64::from(l.snd_wnd_max))).flatten(),
+        send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
+        send_buffer_cap_mbps: (l.sndbuf > 0)
+            .then(|| mbps_over(f64::from(l.sndbuf) / 2.0))
+            .flatten(),
+        loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
+            .then(|| f64::from(l.snd_mss) * 8.0 / srtt_s * MATHIS_C / p.sqrt() / 1e6),
+        bdp_bytes: rtt_s.map_or(0.0, |r| x.throughput_mbps * 1e6 / 8.0 * r),
+        cwnd_bytes: x.cwnd_p50_bytes,
+    };
+    let ranked = [
+        ("receiver-window", shares.receiver_window),
+        ("send-buffer", shares.send_buffer),
+        ("network", shares.network),
+        ("application", shares.application),
+    ];
+    let verdict = ranked.iter().fold(ranked[3], |best, &c| if c.1 > best.1 { c } else { best }).0;
+    let got = x.throughput_mbps;
+    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), |v| format!("{v:.1} Mbit/s"));
+    let finding = match verdict {
+        "receiver-window" => format!(
+            "receiver window {} at {:.0} ms RTT caps this flow at {}; it reached {got:.1} \
+             ({:.0} % of the time receiver-window limited)",
+            kb(f64::from(l.snd_wnd_max)),
+            x.min_rtt_ms,
+            cap(caps.window_cap_mbps),
+            shares.receiver_window
+        ),
+        "send-buffer" => format!(
+            "send buffer {} (about {} of data) at {:.0} ms RTT caps this flow at {}; it reached \
+             {got:.1} ({:.0} % of the time send-buffer limited)",
+            kb(f64::from(l.sndbuf)),
+            kb(f64::from(l.sndbuf) / 2.0),
+            x.min_rtt_ms,
+            cap(caps.send_buffer_cap_mbps),
+            shares.send_buffer
+        ),
+        // Loss explains the rate when its Mathis cap is near what was achieved; otherwise
+        // the bottleneck's rate did (and the RTT shows its queue).
+        "network" => match caps.loss_cap_mbps.filter(|&m| (got / 2.0..=2.0 * got).contains(&m)) {
+            Some(m) => format!(
+                "network limited {:.0} % of the time: {:.2} % loss at {:.0} ms RTT caps this flow \
+                 near {m:.1} Mbit/s (Mathis); it reached {got:.1}",
+                shares.network, sig.loss_pct, x.rtt_p50_ms
+            ),
+            None => format!(
+                "network limited {:.0} % of the time at the path's bottleneck: it reached \
+                 {got:.1} Mbit/s with the RTT at {:.0} ms over a {:.0} ms minimum (queueing) and \
+                 {:.2} % loss",
+                shares.network, x.rtt_p50_ms, x.min_rtt_ms, sig.loss_pct
+            ),
+        },
+        _ => format!(
+            "the application left the connection idle or app-limited {:.0} % of the time; it \
+             reached {got:.1} Mbit/s",
+            shares.application
+        ),
+    };
+    Some(Diagnosis { shares, caps, signals: sig, verdict, finding })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analyzer::{AnalyzerConfig, analyze};
+    use crate::testkit::{SockBuilder, ended_flow};
+
+    const S: u64 = 1_000_000_000;
+
+    /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms.
+    fn verdict(busy: u64, rwnd: u64, sndbuf: u64) -> super::Diagnosis {
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(50_000).min_rtt_us(50_000).snd_wnd(85_000);
+        let e = ended_flow(&[
+            (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
+            (11 * S, a.chrono_us(busy * 1000, rwnd * 1000, sndbuf * 1000).bytes_acked(16_500_001)),
+        ]);
+        analyze(&e, &AnalyzerConfig::default()).diagnosis.expect("the kernel reported busy time")
+    }
+
+    #[test]
+    fn each_limit_wins_when_it_dominates_and_shares_sum_to_100() {
+        for (busy, rwnd, sndbuf, want) in [
+            (9_800, 9_500, 0, "receiver-window"),
+            (9_800, 100, 9_000, "send-buffer"),
+            (9_900, 0, 0, "network"),
+            (2_000, 0, 0, "application"),
+        ] {
+            let d = verdict(busy, rwnd, sndbuf);
+            assert_eq!(d.verdict, want, "{d:?}");
+            let t = &d.shares;
+            let sum = t.receiver_window + t.send_buffer + t.network + t.application;
+            assert!((sum - 100.0).abs() < 1e-9, "{t:?}");
+            assert_eq!(t.basis, "span");
+        }
+    }
+
+    #[test]
+    fn the_receiver_window_finding_carries_its_numbers() {
+        // NDT's classic: an 85 KB window at 50 ms caps a flow at 13.6 Mbit/s.
+        let d = verdict(9_900, 9_800, 0);
+        assert_eq!(d.caps.peer_window_bytes, 85_000);
+        let cap = d.caps.window_cap_mbps.unwrap();
+        assert!((cap - 13.6).abs() < 1e-9, "{cap}");
+        assert!(
+            d.finding.starts_with(
+                "receiver window 85 KB at 50 ms RTT caps this flow at 13.6 Mbit/s; it reached 13.2"
+            ),
+            "{}",
+            d.finding
+        );
+    }
+
+    #[test]
+    fn counters_that_disagree_with_the_clock_are_clamped() {
+        // busy above the elapsed time, rwnd above busy: still in [0, 100].
+        let d = verdict(12_000, 13_000, 0);
+        assert_eq!(d.shares.receiver_window, 100.0);
+        assert_eq!(d.shares.application, 0.0);
+    }
+}
