@@ -338,14 +338,27 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     // A tcpi_rtt of 0 means no RTT was measured yet (e.g. in SYN-SENT): such samples are
     // left out of the RTT figures instead of reading as a 0 ms RTT.
     let has_rtt = |i: usize| s[i].rtt_us > 0;
-    let rtt = subset(&|i| has_rtt(i).then(|| (f64::from(s[i].rtt_us) / 1000.0, w[i])));
+    // Usually every sample has an RTT: then the full series serve as they are, uncopied.
+    let all_rtt = s.iter().all(|r| r.rtt_us > 0);
+    let rtt_sub = (!all_rtt)
+        .then(|| subset(&|i| has_rtt(i).then(|| (f64::from(s[i].rtt_us) / 1000.0, w[i]))));
+    let rtt_full: Vec<f64>;
+    let (rtt_x, rtt_cwnd, rtt_w): (&[f64], &[f64], &[f64]) = match &rtt_sub {
+        Some(sub) => (&sub.x, &sub.cwnd, &sub.w),
+        None => {
+            rtt_full = s.iter().map(|r| f64::from(r.rtt_us) / 1000.0).collect();
+            (&rtt_full, &cwnd, &w)
+        }
+    };
     let rttvar: Vec<f64> =
         (0..n).filter(|&i| has_rtt(i)).map(|i| f64::from(s[i].rttvar_us) / 1000.0).collect();
-    let (rq, rcw) =
-        (weights(cfg.unweighted_quantiles, &rtt), weights(cfg.unweighted_correlations, &rtt));
+    let (rq, rcw) = (
+        (!cfg.unweighted_quantiles).then_some(rtt_w),
+        (!cfg.unweighted_correlations).then_some(rtt_w),
+    );
     // Sorted by the integer counters the floats came from: same order, fewer radix passes.
     let rtt_u32 = |get: fn(&Retained) -> u32| -> Vec<u32> {
-        s.iter().filter(|r| r.rtt_us > 0).map(get).collect()
+        s.iter().filter(|r| all_rtt || r.rtt_us > 0).map(get).collect()
     };
     let o_rtt = sort_order_by(&rtt_u32(|r| r.rtt_us), rq);
     let o_var = sort_order_by(&rtt_u32(|r| r.rttvar_us), rq);
@@ -354,14 +367,17 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         seven_number_sorted(x, w, o, kind).unwrap_or([0.0; 7])
     };
     let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, n, wc);
+    let rtt_cwnd_ranks: Vec<f64>;
     let c_rtt = correlate_ranked(
-        &rtt.x,
-        &rtt.cwnd,
-        &ranks_of_subset(&rtt.x, &o_rtt, None, rtt.x.len(), rcw),
-        &if rtt.x.len() == n {
-            cwnd_ranks.clone() // every sample has an RTT: same subset, same weights
-        } else {
-            ranks_of_subset(&cwnd, &o_cwnd, Some(&rtt.slot), rtt.x.len(), rcw)
+        rtt_x,
+        rtt_cwnd,
+        &ranks_of_subset(rtt_x, &o_rtt, None, rtt_x.len(), rcw),
+        match &rtt_sub {
+            None => &cwnd_ranks, // every sample has an RTT: same subset, same weights
+            Some(sub) => {
+                rtt_cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, Some(&sub.slot), sub.x.len(), rcw);
+                &rtt_cwnd_ranks
+            }
         },
         rcw,
         adjust,
@@ -386,14 +402,17 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     };
     let o_pacing = sort_order_u64(&raw(|r| r.pacing_rate), pq);
     let o_delivery = sort_order_u64(&raw(|r| r.delivery_rate), dq);
+    let pacing_cwnd_ranks: Vec<f64>;
     let c_pacing = correlate_ranked(
         &pacing.x,
         &pacing.cwnd,
         &ranks_of_subset(&pacing.x, &o_pacing, None, pacing.x.len(), pc),
-        &if pacing.x.len() == n && pc.is_some() == wc.is_some() {
-            cwnd_ranks.clone() // every sample has a pacing rate: same subset, same weights
+        if pacing.x.len() == n && pc.is_some() == wc.is_some() {
+            &cwnd_ranks // every sample has a pacing rate: same subset, same weights
         } else {
-            ranks_of_subset(&cwnd, &o_cwnd, Some(&pacing.slot), pacing.x.len(), pc)
+            pacing_cwnd_ranks =
+                ranks_of_subset(&cwnd, &o_cwnd, Some(&pacing.slot), pacing.x.len(), pc);
+            &pacing_cwnd_ranks
         },
         pc,
         adjust,
@@ -412,9 +431,9 @@ pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     let last = &f.last;
     let send_throughput_mbps =
         throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
-    let rtt_summary = summary(&rtt.x, &o_rtt, rq);
+    let rtt_summary = summary(rtt_x, &o_rtt, rq);
     let cwnd_summary = summary(&cwnd, &o_cwnd, wq);
-    let min_rtt_observed_ms = rtt.x.iter().copied().reduce(f64::min).unwrap_or(0.0);
+    let min_rtt_observed_ms = rtt_x.iter().copied().reduce(f64::min).unwrap_or(0.0);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
     let diagnosis = diagnosis::diagnose(
