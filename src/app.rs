@@ -29,7 +29,9 @@ use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY, TaskConfig
 use crate::tracker::{Tracker, TrackerConfig};
 use crate::units::format_duration;
 use crate::writer::file::FileConfig;
-use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterConfig};
+use crate::writer::{
+    self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterConfig, WriterError,
+};
 
 /// Exit status for a usage error.
 pub const EXIT_USAGE: u8 = 2;
@@ -275,10 +277,8 @@ pub async fn run(cfg: Config) -> u8 {
             }
             r = &mut tracker_task => {
                 tracker_done = true;
-                match r {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => { tracing::error!("run failed: {e}"); code = EXIT_FAILURE; }
-                    Err(e) => { tracing::error!("sampling task failed: {e}"); code = EXIT_FAILURE; }
+                if !stage_ok("sampling", r.map(|r| r.map(drop))) {
+                    code = EXIT_FAILURE;
                 }
                 break;
             }
@@ -292,43 +292,17 @@ pub async fn run(cfg: Config) -> u8 {
     let _ = stop_tx.send(true);
     drop(wtx); // the analyzer's sender is the writer's last one
     let drain = async {
-        let mut code = code;
+        let mut ok = code == 0;
         if !tracker_done {
-            match tracker_task.await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::error!("sampling stopped with an error: {e}");
-                    code = EXIT_FAILURE;
-                }
-                Err(e) => {
-                    tracing::error!("sampling task failed: {e}");
-                    code = EXIT_FAILURE;
-                }
-            }
+            ok &= stage_ok("sampling", tracker_task.await.map(|r| r.map(drop)));
         }
-        match analyzer_task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!("analyzer stopped with an error: {e}");
-                code = EXIT_FAILURE;
-            }
-            Err(e) => {
-                tracing::error!("analyzer task failed: {e}");
-                code = EXIT_FAILURE;
-            }
-        }
-        match tokio::task::spawn_blocking(move || writer_thread.join()).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => {
-                tracing::error!("writer: {e}");
-                code = EXIT_FAILURE;
-            }
-            _ => {
-                tracing::error!("writer thread failed");
-                code = EXIT_FAILURE;
-            }
-        }
-        code
+        ok &= stage_ok("analyzer", analyzer_task.await);
+        let writer = tokio::task::spawn_blocking(move || writer_thread.join()).await;
+        ok &= match writer {
+            Ok(Ok(r)) => stage_ok("writer", Ok::<_, &str>(r)),
+            _ => stage_ok::<WriterError>("writer", Err("the thread panicked")),
+        };
+        if ok { 0 } else { EXIT_FAILURE }
     };
     let code = tokio::select! {
         code = drain => code,
@@ -345,4 +319,23 @@ pub async fn run(cfg: Config) -> u8 {
         tracing::info!("successful termination");
     }
     code
+}
+
+/// Logs how a stage ended; true when it ended well. `outer` is the task's own failure
+/// (a panic), the inner result the stage's.
+fn stage_ok<E: std::fmt::Display>(
+    stage: &str,
+    outer: Result<Result<(), E>, impl std::fmt::Display>,
+) -> bool {
+    match outer {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::error!("{stage} stopped with an error: {e}");
+            false
+        }
+        Err(e) => {
+            tracing::error!("{stage} failed: {e}");
+            false
+        }
+    }
 }

@@ -97,6 +97,25 @@ fn states(s: &str) -> Result<StateSet, String> {
     StateSet::parse(s).map_err(|e| e.to_string())
 }
 
+/// Go's boolean flag syntax on every boolean option: `-flag` alone means true, and a value is
+/// taken only as `-flag=false` (a separate word after it is not its value). Applied to the
+/// derived command here rather than repeated on each field.
+pub fn command() -> clap::Command {
+    Cli::command().mut_args(|a| {
+        if !matches!(a.get_action(), ArgAction::SetTrue) {
+            return a;
+        }
+        a.action(ArgAction::Set)
+            .value_parser(go_bool)
+            .value_name("BOOL")
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .default_value("false")
+            .hide_default_value(true)
+    })
+}
+
 fn go_bool(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
@@ -119,16 +138,18 @@ fn go_bool(s: &str) -> Result<bool, String> {
 pub struct Cli {
     // ---- Analyzer ----
     /// Adjust each correlation by Olkin-Pratt, r*(1+(1-r^2)/(2n)), clamped to [-1,1]
-    #[arg(long = "analyzer-adjusted-correlation-1", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_1",
-          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
-          help_heading = "Analyzer")]
+    #[arg(
+        long = "analyzer-adjusted-correlation-1",
+        env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_1",
+        help_heading = "Analyzer"
+    )]
     pub adjusted_correlation_1: bool,
     /// Adjust each correlation to sign(r)*sqrt(max(0,1-(1-r^2)(n-1)/(n-2)))
-    #[arg(long = "analyzer-adjusted-correlation-2", env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_2",
-          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
-          help_heading = "Analyzer")]
+    #[arg(
+        long = "analyzer-adjusted-correlation-2",
+        env = "CGMON_ANALYZER_ADJUSTED_CORRELATION_2",
+        help_heading = "Analyzer"
+    )]
     pub adjusted_correlation_2: bool,
     /// Quantile method of the seven-number summaries
     #[arg(
@@ -140,48 +161,38 @@ pub struct Cli {
     )]
     pub cumulant_kind: CumulantKind,
     /// Weigh every sample equally in the correlations (default: by the time it held)
-    #[arg(long = "analyzer-unweighted-correlations", env = "CGMON_ANALYZER_UNWEIGHTED_CORRELATIONS",
-          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
-          help_heading = "Analyzer")]
+    #[arg(
+        long = "analyzer-unweighted-correlations",
+        env = "CGMON_ANALYZER_UNWEIGHTED_CORRELATIONS",
+        help_heading = "Analyzer"
+    )]
     pub unweighted_correlations: bool,
     /// Weigh every sample equally in the summaries (default: by the time it held)
-    #[arg(long = "analyzer-unweighted-quantiles", env = "CGMON_ANALYZER_UNWEIGHTED_QUANTILES",
-          value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set,
-          help_heading = "Analyzer")]
+    #[arg(
+        long = "analyzer-unweighted-quantiles",
+        env = "CGMON_ANALYZER_UNWEIGHTED_QUANTILES",
+        help_heading = "Analyzer"
+    )]
     pub unweighted_quantiles: bool,
 
     // ---- Logging ----
     /// Turn on every -log-<stage> switch
-    #[arg(long = "log-all", env = "CGMON_LOG_ALL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", default_value = "false",
-          action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-all", env = "CGMON_LOG_ALL", help_heading = "Logging")]
     pub log_all: bool,
     /// Log each analyzed batch (debug level of target cgmon_rs::analyzer)
-    #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", help_heading = "Logging")]
     pub log_analyzer: bool,
     /// Log each dump: time, sockets, datagrams, bytes (target cgmon_rs::sampler)
-    #[arg(long = "log-netlink", env = "CGMON_LOG_NETLINK", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-netlink", env = "CGMON_LOG_NETLINK", help_heading = "Logging")]
     pub log_netlink: bool,
     /// Log to syslog through /dev/log as well (a warning, not an error, when it is missing)
-    #[arg(long = "log-syslog", env = "CGMON_LOG_SYSLOG", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-syslog", env = "CGMON_LOG_SYSLOG", help_heading = "Logging")]
     pub log_syslog: bool,
     /// Log each dump's flow table changes (target cgmon_rs::tracker)
-    #[arg(long = "log-tracker", env = "CGMON_LOG_TRACKER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-tracker", env = "CGMON_LOG_TRACKER", help_heading = "Logging")]
     pub log_tracker: bool,
     /// Log each written batch, file opens and rotations (target cgmon_rs::writer)
-    #[arg(long = "log-writer", env = "CGMON_LOG_WRITER", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Logging")]
+    #[arg(long = "log-writer", env = "CGMON_LOG_WRITER", help_heading = "Logging")]
     pub log_writer: bool,
     /// Log line format on stderr (under systemd, logs go to the journal natively)
     #[arg(
@@ -200,13 +211,11 @@ pub struct Cli {
     // ---- Netlink ----
     /// Only flows whose remote port is in LIST, e.g. 80,443,8000-8080 (in the kernel)
     #[arg(long = "netlink-dport", visible_alias = "dport", env = "CGMON_NETLINK_DPORT", value_name = "LIST",
-          value_parser = port_list, default_value = "", hide_default_value = true,
-          help_heading = "Netlink")]
+          value_parser = port_list, default_value = "", help_heading = "Netlink")]
     pub dport: String,
     /// Only flows whose local port is in LIST (in the kernel)
     #[arg(long = "netlink-sport", visible_alias = "sport", env = "CGMON_NETLINK_SPORT", value_name = "LIST",
-          value_parser = port_list, default_value = "", hide_default_value = true,
-          help_heading = "Netlink")]
+          value_parser = port_list, default_value = "", help_heading = "Netlink")]
     pub sport: String,
     /// Initial receive buffer per datagram in bytes; it grows when a datagram is larger
     #[arg(long = "netlink-read-bufsize", env = "CGMON_NETLINK_READ_BUFSIZE", value_name = "SIZE",
@@ -222,8 +231,7 @@ pub struct Cli {
     pub receive_bufsize_force: u64,
     /// How long to wait for each datagram of a dump before failing it
     #[arg(long = "netlink-receive-timeout", env = "CGMON_NETLINK_RECEIVE_TIMEOUT",
-          value_name = "DURATION", value_parser = positive_duration, default_value = "1s",
-          help_heading = "Netlink")]
+          value_name = "DURATION", value_parser = positive_duration, default_value = "1s", help_heading = "Netlink")]
     pub receive_timeout: Duration,
 
     // ---- Run ----
@@ -249,23 +257,19 @@ pub struct Cli {
     )]
     pub max_errors: u32,
     /// Run every stage on one thread
-    #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Run")]
+    #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", help_heading = "Run")]
     pub serial: bool,
     /// Listen address of the HTTP status server, e.g. 127.0.0.1:9090 or :9090 (off by default)
     #[arg(
         long = "run-http-server", visible_alias = "http",
         env = "CGMON_RUN_HTTP_SERVER",
         value_name = "ADDR",
-        value_parser = crate::http::parse_addr,
-        help_heading = "Run"
+        value_parser = crate::http::parse_addr, help_heading = "Run"
     )]
     pub http_server: Option<std::net::SocketAddr>,
     /// How long a stop signal waits for the pipeline to drain before exiting 1
     #[arg(long = "run-shutdown-timeout", visible_alias = "shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
-          value_name = "DURATION", value_parser = positive_duration, default_value = "15s",
-          help_heading = "Run")]
+          value_name = "DURATION", value_parser = positive_duration, default_value = "15s", help_heading = "Run")]
     pub shutdown_timeout: Duration,
 
     /// Distinct service label values in /metrics; later services share "other"
@@ -335,28 +339,26 @@ pub struct Cli {
     )]
     pub file: Option<String>,
     /// Accepted for cgmon; records are always flushed (stdout per record, files every second)
-    #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
+    #[arg(long = "writer-flush", env = "CGMON_WRITER_FLUSH", help_heading = "Writer")]
     pub flush: bool,
     /// Rotate the file this often, kept by a timer (files only); 0 = never
     #[arg(long = "writer-rotate-interval", visible_alias = "rotate-interval", env = "CGMON_WRITER_ROTATE_INTERVAL",
-          value_name = "DURATION", value_parser = parse_duration, default_value = "15m",
-          help_heading = "Writer")]
+          value_name = "DURATION", value_parser = parse_duration, default_value = "15m", help_heading = "Writer")]
     pub rotate_interval: Duration,
     /// Rotate the file when it reaches SIZE bytes on disk (after compression), e.g. 10M
     #[arg(long = "writer-rotate-size", visible_alias = "rotate-size", env = "CGMON_WRITER_ROTATE_SIZE", value_name = "SIZE",
           value_parser = size, help_heading = "Writer")]
     pub rotate_size: Option<u64>,
-    /// Also write partial records: flows open at startup or shutdown, and interim windows
-    #[arg(long = "writer-partial", visible_alias = "partial", env = "CGMON_WRITER_PARTIAL", value_parser = go_bool, value_name = "BOOL", hide_default_value = true,
-          num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          default_value = "false", action = ArgAction::Set, help_heading = "Writer")]
+    /// Also write partial records: flows open at startup, or still open at shutdown
+    #[arg(
+        long = "writer-partial",
+        visible_alias = "partial",
+        env = "CGMON_WRITER_PARTIAL",
+        help_heading = "Writer"
+    )]
     pub partial: bool,
     /// Indent records with tabs, one object after another (cgmon's output style)
-    #[arg(long = "pretty", env = "CGMON_PRETTY", value_parser = go_bool, value_name = "BOOL", hide_default_value = true, num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", default_value = "false",
-          action = ArgAction::Set, help_heading = "Writer")]
+    #[arg(long = "pretty", env = "CGMON_PRETTY", help_heading = "Writer")]
     pub pretty: bool,
     /// Also write every retained sample of every written flow to FILE as JSON lines
     /// (gzip when it ends in .gz)
@@ -376,8 +378,7 @@ pub struct Cli {
     // ---- Selection ----
     /// TCP states to sample, comma-separated ss names (established, syn-sent, fin-wait-1,
     /// ..., time-wait, closing, all); default all but listen
-    #[arg(long = "states", env = "CGMON_STATES", value_name = "LIST", value_parser = states,
-          help_heading = "Selection")]
+    #[arg(long = "states", env = "CGMON_STATES", value_name = "LIST", value_parser = states, help_heading = "Selection")]
     pub states: Option<StateSet>,
     /// Filter expression in ss syntax, e.g. 'dport 443 or (sport 22 and dst 10.0.0.0/8)'
     #[arg(long = "filter", env = "CGMON_FILTER", value_name = "EXPR", help_heading = "Selection")]
@@ -393,7 +394,7 @@ pub struct Cli {
 /// duration) is read as the value. Short flags (`-h`, `-V`) and everything after `--` pass
 /// through.
 pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
-    let cmd = Cli::command();
+    let cmd = command();
     fn names(a: &clap::Arg) -> Vec<&str> {
         a.get_long_and_visible_aliases().unwrap_or_default()
     }
@@ -474,7 +475,7 @@ pub enum Parsed {
 /// The first bad flag or value, as one line.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageError> {
     let argv = std::iter::once("cgmon-rs".to_string()).chain(normalize(args));
-    let m = match Cli::command().try_get_matches_from(argv) {
+    let m = match command().try_get_matches_from(argv) {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind;
