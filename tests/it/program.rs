@@ -21,6 +21,23 @@ fn monitor(args: &[&str]) -> Monitor {
     Monitor::spawn(c)
 }
 
+/// A monitor writing `file` in `dir`, sampling every 50 ms the flows of port `a`.
+fn file_monitor(dir: &Path, file: &str, a: SocketAddr, extra: &[&str]) -> Monitor {
+    let filter = port_filter(a);
+    let mut args = vec![
+        "-run-interval",
+        "50ms",
+        "-writer-dir",
+        dir.to_str().unwrap(),
+        "-writer-file",
+        file,
+        "--filter",
+        &filter,
+    ];
+    args.extend_from_slice(extra);
+    monitor(&args)
+}
+
 fn listener() -> (TcpListener, SocketAddr) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
@@ -268,16 +285,7 @@ fn files_rotate_by_size_and_by_time_and_every_file_is_valid_gzip() {
 fn sigkill_loses_nothing_flushed_a_second_before() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-writer-dir",
-        dir.path().to_str().unwrap(),
-        "-writer-file",
-        "f.json.gz",
-        "--filter",
-        &port_filter(a),
-    ]);
+    let m = file_monitor(dir.path(), "f.json.gz", a, &[]);
     for _ in 0..20 {
         exchange_and_close(&l, a, 5000);
     }
@@ -294,16 +302,7 @@ fn sigkill_loses_nothing_flushed_a_second_before() {
 fn sighup_rotates_the_file() {
     let (l, a) = listener();
     let dir = tempfile::tempdir().unwrap();
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-writer-dir",
-        dir.path().to_str().unwrap(),
-        "-writer-file",
-        "f.json.gz",
-        "--filter",
-        &port_filter(a),
-    ]);
+    let m = file_monitor(dir.path(), "f.json.gz", a, &[]);
     exchange_and_close(&l, a, 1000);
     std::thread::sleep(Duration::from_millis(500));
     m.signal(libc::SIGHUP);
@@ -325,18 +324,7 @@ fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     // Every write to /dev/full fails with ENOSPC.
     std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-writer-dir",
-        dir.path().to_str().unwrap(),
-        "-writer-file",
-        "f.json",
-        "-run-shutdown-timeout",
-        "2s",
-        "--filter",
-        &port_filter(a),
-    ]);
+    let m = file_monitor(dir.path(), "f.json", a, &["-run-shutdown-timeout", "2s"]);
     exchange_and_close(&l, a, 1000);
     m.wait_log("write failed", Duration::from_secs(10));
     m.signal(libc::SIGTERM);
@@ -379,16 +367,7 @@ fn a_disk_that_fills_and_frees_again_loses_nothing() {
     let chunk = vec![0u8; 4096];
     while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
     drop(f);
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-writer-dir",
-        mnt.to_str().unwrap(),
-        "-writer-file",
-        "f.json",
-        "--filter",
-        &port_filter(a),
-    ]);
+    let m = file_monitor(&mnt, "f.json", a, &[]);
     for _ in 0..5 {
         exchange_and_close(&l, a, 1000);
     }
