@@ -222,13 +222,18 @@ pub struct SockBuilder {
     msg: MsgBuilder,
     info: [u8; 280],
     cong: Option<String>,
+    sndbuf: Option<u32>,
 }
 
 impl SockBuilder {
     /// 127.0.0.1:`sport` → 127.0.0.1:`dport`, cookie `cookie`.
     pub fn new(cookie: u64, sport: u16, dport: u16) -> Self {
-        let mut b =
-            Self { msg: MsgBuilder::v4(0, cookie, sport, dport), info: [0; 280], cong: None };
+        let mut b = Self {
+            msg: MsgBuilder::v4(0, cookie, sport, dport),
+            info: [0; 280],
+            cong: None,
+            sndbuf: None,
+        };
         b.info[0] = 1;
         b.set32(68, 10_000).set32(80, 10).set32(16, 1448).set64(104, u64::MAX).set64(112, u64::MAX);
         b.set32(148, u32::MAX);
@@ -338,6 +343,11 @@ impl SockBuilder {
         self.cong = Some(name.to_string());
         self
     }
+    /// INET_DIAG_SKMEMINFO with this SO_SNDBUF (bytes, as the kernel reports it).
+    pub fn sndbuf(mut self, v: u32) -> Self {
+        self.sndbuf = Some(v);
+        self
+    }
     /// Without tcp_info, as TIME-WAIT minisockets are dumped.
     pub fn minisock(&self) -> Vec<u8> {
         let mut m = self.msg.clone();
@@ -354,6 +364,15 @@ impl SockBuilder {
             let mut v = c.as_bytes().to_vec();
             v.push(0);
             m = m.attr(attr::INET_DIAG_CONG, &v);
+        }
+        if let Some(b) = self.sndbuf {
+            // SK_MEMINFO_*: rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd_alloc, wmem_queued,
+            // optmem, backlog, drops.
+            let mem: Vec<u8> = [0, 131_072, 0, b, 0, 0, 0, 0, 0]
+                .iter()
+                .flat_map(|v: &u32| v.to_ne_bytes())
+                .collect();
+            m = m.attr(attr::INET_DIAG_SKMEMINFO, &mem);
         }
         m.build()
     }

@@ -162,14 +162,12 @@ pub fn send(lab: &Lab, side: Side, to: SocketAddr, s: &Bulk) -> io::Result<Sent>
         }
         if let Some(b) = s.sndbuf {
             sock.set_send_buffer_size(b)?;
-            eprintln!("DEBUG sndbuf set {b} -> {:?}", sock.send_buffer_size());
         }
         Ok(sock)
     })?;
     let start = Instant::now();
     sock.connect_timeout(&to.into(), Duration::from_secs(10))?;
     let mut c: TcpStream = sock.into();
-    eprintln!("DEBUG after connect sndbuf {:?}", socket2::SockRef::from(&c).send_buffer_size());
     let local = c.local_addr()?;
     let chunk = vec![0x5au8; s.chunk.max(1)];
     let mut sent = 0u64;
