@@ -460,12 +460,7 @@ fn prefetch_ahead(slab: &[Flow], slot: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let far = slab.as_ptr().wrapping_add(slot + 2 * PREFETCH_AHEAD).cast::<i8>();
-        // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
-        // whatever the address (here: within the flow table, or just past its end).
-        for line in (0..size_of::<Flow>()).step_by(64) {
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(far.wrapping_add(line)) };
-        }
+        prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
         if let Some(f) = slab.get(slot + PREFETCH_AHEAD) {
             let at = f.samples.as_ptr().wrapping_add(f.samples.len()).cast::<i8>();
             // SAFETY: as above (within or one past the flow's sample block).
@@ -473,6 +468,22 @@ fn prefetch_ahead(slab: &[Flow], slot: usize) {
                 _mm_prefetch::<_MM_HINT_T0>(at);
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(size_of::<Retained>() - 1));
             }
+        }
+    }
+}
+
+/// Asks the CPU to fetch the lines of the flow at `slot` that a changed sample writes
+/// (see [`Flow`]'s layout); `slot` may be past the end.
+#[inline]
+fn prefetch_flow(slab: &[Flow], slot: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let at = slab.as_ptr().wrapping_add(slot).cast::<i8>();
+        for line in (0..std::mem::offset_of!(Flow, key)).step_by(64) {
+            // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
+            // whatever the address (here: within the flow table, or just past its end).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line)) };
         }
     }
 }
@@ -606,6 +617,8 @@ impl Tracker {
                 self.stats.samples_deduped += 1;
                 return;
             }
+            // Its flow's lines are needed now; fetch them while the sample is read.
+            prefetch_flow(&self.slab, slot);
             if tuple != h.tuple {
                 // Same cookie, other tuple: a socket reconnected after a failed connect.
                 // Keep the flow as it was; the new destination is not this flow.
@@ -614,8 +627,8 @@ impl Tracker {
             }
             h.fp = fp;
             prefetch_ahead(&self.slab, slot);
-            let f = &mut self.slab[slot];
             let sn = snap(s, &t);
+            let f = &mut self.slab[slot];
             Self::retain(f, &sn, &mut self.stats, &mut self.accounts);
             refresh_attrs(f, s);
             if f.samples.len() >= self.cfg.window_samples {
