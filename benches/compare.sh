@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Side-by-side tracker and analysis figures for an older commit and the working tree.
+#
+#   benches/compare.sh OLD_COMMIT [ROUNDS]
+#
+# The machine this project runs on is shared, and its speed swings between runs by up to
+# 2x. So figures are only compared when taken in one session, alternating the two builds:
+# this builds OLD_COMMIT's tracker bench in a temporary worktree and this tree's, then runs
+# them in turn ROUNDS times (default 8). Each run prints the paired per-socket figures and the
+# best-of-300 analysis time. Only the part outside criterion runs: the filter `none-` matches
+# no criterion bench. Prints the minimum and median of each figure per build.
+set -euo pipefail
+old=${1:?usage: benches/compare.sh OLD_COMMIT [ROUNDS]}
+rounds=${2:-8}
+here=$(git rev-parse --show-toplevel)
+wt=$(mktemp -d /tmp/cgmon-compare.XXXXXX)
+trap 'git -C "$here" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
+git -C "$here" worktree add --detach "$wt" "$old" >/dev/null
+bench_bin() { (cd "$1" && cargo bench --bench tracker --no-run 2>&1) |
+    sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
+old_bin="$wt/$(bench_bin "$wt")"
+new_bin="$here/$(bench_bin "$here")"
+out=$(mktemp)
+for _ in $(seq "$rounds"); do
+    for b in old new; do
+        bin=old_bin; [ "$b" = new ] && bin=new_bin
+        dir=$wt; [ "$b" = new ] && dir=$here
+        # Run from the crate's directory: the bench reads its fixture relative to it.
+        (cd "$dir" && "${!bin}" --bench none- 2>&1) |
+            grep -E "tracker per socket|analyze 10k samples" | sed "s/^/$b /" >> "$out"
+    done
+done
+python3 - "$out" <<'PY'
+import collections, re, statistics, sys
+pats = {
+    "steady ns": r"steady ([0-9.]+) ns",
+    "changed ns": r"every sample changed ([0-9.]+) ns",
+    "10th changed ns": r"every 10th sample changed ([0-9.]+) ns",
+    "analysis ms": r"best of 300 runs ([0-9.]+)(ms|µs)",
+}
+vals = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    build = line.split()[0]
+    for name, pat in pats.items():
+        m = re.search(pat, line)
+        if m:
+            x = float(m.group(1))
+            if name == "analysis ms" and m.group(2) == "µs":
+                x /= 1000
+            vals[(name, build)].append(x)
+for name in pats:
+    row = [f"{name:>16}"]
+    for build in ("old", "new"):
+        v = vals.get((name, build))
+        row.append(f"{build}: min {min(v):8.3f} median {statistics.median(v):8.3f}" if v else f"{build}: -")
+    print("  ".join(row))
+PY
+rm -f "$out"
