@@ -36,6 +36,7 @@ pats = {
     "steady ns": r"steady ([0-9.]+) ns",
     "changed ns": r"every sample changed ([0-9.]+) ns",
     "10th changed ns": r"every 10th sample changed ([0-9.]+) ns",
+    "floor ns": r"memory traffic alone ([0-9.]+) ns",
     "analysis ms": r"best of 300 runs ([0-9.]+)(ms|µs)",
 }
 vals = collections.defaultdict(list)
