@@ -174,16 +174,17 @@ pub fn print_table(records: &[FlowStats], out: &mut impl Write) -> std::io::Resu
     )?;
     for r in records {
         let flow = format!("{}:{} > {}:{}", r.id.src_ip, r.id.src_port, r.id.dst_ip, r.id.dst_port);
-        let (limit, finding) = r
-            .diagnosis
-            .as_ref()
-            .map_or(("-", "no busy-time counters on this kernel".to_string()), |d| {
-                (d.verdict, d.finding.clone())
-            });
+        // The diagnosis's rate: for a flow seen only once, its rate while busy (its record's
+        // throughput over a zero span is 0).
+        let (rate, limit, finding) = r.diagnosis.as_ref().map_or(
+            (r.send_throughput_mbps, "-", "no busy-time counters on this kernel".to_string()),
+            |d| (d.achieved_mbps, d.verdict, d.finding.clone()),
+        );
         writeln!(
             out,
-            "{flow:<47} {:>9.2} {:>8.1} {:>7} {limit:<15} {finding}",
-            r.send_throughput_mbps, r.rtt_summary[3], r.total_retransmits
+            "{flow:<47} {rate:>9.2} {:>8} {:>7} {limit:<15} {finding}",
+            crate::analyzer::diagnosis::ms_text(r.rtt_summary[3]),
+            r.total_retransmits
         )?;
     }
     Ok(())

@@ -119,6 +119,11 @@ pub struct Diagnosis {
     /// Other signals.
     #[serde(rename = "Signals")]
     pub signals: Signals,
+    /// The rate the verdict and caps are judged against, Mbit/s: the record's
+    /// SendThroughputMbps, or for a flow seen in a single sample, its bytes acked over its
+    /// busy time.
+    #[serde(rename = "AchievedMbps")]
+    pub achieved_mbps: f64,
     /// The dominant limit: `receiver-window`, `send-buffer`, `network` or `application`.
     #[serde(rename = "Verdict")]
     pub verdict: &'static str,
@@ -138,6 +143,20 @@ pub struct Inputs {
     pub rtt_p50_ms: f64,
     /// Median cwnd, bytes.
     pub cwnd_p50_bytes: f64,
+}
+
+/// A median RTT above this multiple of the minimum counts as a queue in the finding.
+const QUEUE_RTT_RATIO: f64 = 1.25;
+
+/// Milliseconds with as many decimals as they need to show (loopback RTTs are µs).
+pub(crate) fn ms_text(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 fn kb(b: f64) -> String {
@@ -198,6 +217,14 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             basis,
         }
     };
+    // A flow seen in a single sample (typically only its destroy event: it lived between two
+    // polls) has no span to divide its bytes by, and its record's SendThroughputMbps is 0.
+    // Its rate while busy is the one to judge it by.
+    let got = if basis == "lifetime" && busy > 0.0 {
+        l.bytes_acked as f64 * 8.0 / (busy / 1000.0) / 1e6
+    } else {
+        x.throughput_mbps
+    };
     let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
     let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
     let sig = signals(l);
@@ -210,7 +237,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
         loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
             .then(|| f64::from(l.snd_mss) * 8.0 / srtt_s * MATHIS_C / p.sqrt() / 1e6),
-        bdp_bytes: rtt_s.map_or(0.0, |r| x.throughput_mbps * 1e6 / 8.0 * r),
+        bdp_bytes: rtt_s.map_or(0.0, |r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
     let ranked = [
@@ -221,7 +248,6 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     ];
     let mut verdict =
         ranked.iter().fold(ranked[3], |best, &c| if c.1 > best.1 { c } else { best }).0;
-    let got = x.throughput_mbps;
     let near_sndbuf_cap =
         caps.send_buffer_cap_mbps.is_some_and(|c| c > 0.0 && got >= SNDBUF_CAP_FRACTION * c);
     if verdict == "network" && shares.send_buffer >= SNDBUF_MIN_SHARE_PCT && near_sndbuf_cap {
@@ -230,18 +256,18 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), |v| format!("{v:.1} Mbit/s"));
     let finding = match verdict {
         "receiver-window" => format!(
-            "receiver window {} at {:.0} ms RTT caps this flow at {}; it reached {got:.1} \
+            "receiver window {} at {} ms RTT caps this flow at {}; it reached {got:.1} \
              ({:.0} % of the time receiver-window limited)",
             kb(f64::from(l.snd_wnd_max)),
-            x.min_rtt_ms,
+            ms_text(x.min_rtt_ms),
             cap(caps.window_cap_mbps),
             shares.receiver_window
         ),
         "send-buffer" => format!(
-            "send buffer {} at {:.0} ms RTT caps this flow at {}; it reached {got:.1} ({:.0} % \
+            "send buffer {} at {} ms RTT caps this flow at {}; it reached {got:.1} ({:.0} % \
              of the time send-buffer limited{})",
             kb(f64::from(l.sndbuf)),
-            x.min_rtt_ms,
+            ms_text(x.min_rtt_ms),
             cap(caps.send_buffer_cap_mbps),
             shares.send_buffer,
             if shares.network > shares.send_buffer {
@@ -254,15 +280,31 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         // the bottleneck's rate did (and the RTT shows its queue).
         "network" => match caps.loss_cap_mbps.filter(|&m| (got / 2.0..=2.0 * got).contains(&m)) {
             Some(m) => format!(
-                "network limited {:.0} % of the time: {:.2} % loss at {:.0} ms RTT caps this flow \
+                "network limited {:.0} % of the time: {:.2} % loss at {} ms RTT caps this flow \
                  near {m:.1} Mbit/s (Mathis); it reached {got:.1}",
-                shares.network, sig.loss_pct, x.rtt_p50_ms
+                shares.network,
+                sig.loss_pct,
+                ms_text(x.rtt_p50_ms)
             ),
+            // A median RTT well above the minimum is a queue at the bottleneck.
+            None if x.min_rtt_ms > 0.0 && x.rtt_p50_ms > QUEUE_RTT_RATIO * x.min_rtt_ms => {
+                format!(
+                    "network limited {:.0} % of the time at the path's bottleneck: it reached \
+                     {got:.1} Mbit/s with the RTT at {} ms over a {} ms minimum (queueing) and \
+                     {:.2} % loss",
+                    shares.network,
+                    ms_text(x.rtt_p50_ms),
+                    ms_text(x.min_rtt_ms),
+                    sig.loss_pct
+                )
+            }
             None => format!(
-                "network limited {:.0} % of the time at the path's bottleneck: it reached \
-                 {got:.1} Mbit/s with the RTT at {:.0} ms over a {:.0} ms minimum (queueing) and \
-                 {:.2} % loss",
-                shares.network, x.rtt_p50_ms, x.min_rtt_ms, sig.loss_pct
+                "network limited {:.0} % of the time: it reached {got:.1} Mbit/s with the RTT \
+                 at {} ms, near its {} ms minimum (no queue), and {:.2} % loss",
+                shares.network,
+                ms_text(x.rtt_p50_ms),
+                ms_text(x.min_rtt_ms),
+                sig.loss_pct
             ),
         },
         _ => format!(
@@ -271,7 +313,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             shares.application
         ),
     };
-    Some(Diagnosis { shares, caps, signals: sig, verdict, finding })
+    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, finding })
 }
 
 #[cfg(test)]
@@ -358,6 +400,31 @@ mod tests {
         assert_eq!(at(38.0, 0.3), "network");
         // Rarely limited by the buffer: the network.
         assert_eq!(at(15.0, 1.0), "network");
+    }
+
+    #[test]
+    fn a_flow_seen_once_is_judged_by_its_rate_while_busy() {
+        // A loopback transfer that lived between two polls: only its destroy event was seen.
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(28).min_rtt_us(2);
+        let e = ended_flow(&[(S, a.clone().chrono_us(100_000, 0, 0).bytes_acked(1_250_002))]);
+        let r = analyze(&e, &AnalyzerConfig::default());
+        assert_eq!(r.send_throughput_mbps, 0.0, "no span: the record's throughput is 0");
+        let d = r.diagnosis.unwrap();
+        assert_eq!(d.shares.basis, "lifetime");
+        assert!((d.achieved_mbps - 100.00016).abs() < 1e-9, "{}", d.achieved_mbps);
+        assert_eq!(
+            d.finding,
+            "network limited 100 % of the time at the path's bottleneck: it reached 100.0 \
+             Mbit/s with the RTT at 0.028 ms over a 0.002 ms minimum (queueing) and 0.00 % loss"
+        );
+        // Near its minimum, the finding says there was no queue.
+        let e = ended_flow(&[(S, a.min_rtt_us(25).chrono_us(100_000, 0, 0).bytes_acked(2))]);
+        let d = analyze(&e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert!(
+            d.finding.contains("at 0.028 ms, near its 0.025 ms minimum (no queue)"),
+            "{}",
+            d.finding
+        );
     }
 
     #[test]
