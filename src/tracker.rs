@@ -449,8 +449,8 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> (u64, u32) {
 }
 
 /// Asks the CPU to fetch, ahead of need, the memory the changed path touches: the flow at
-/// `slot + 2 × PREFETCH_AHEAD` (its own lines: key, latest values, sample block header)
-/// and the cache line the flow at `slot + PREFETCH_AHEAD` writes its next sample to (its
+/// `slot + 2 × PREFETCH_AHEAD` (the lines a changed sample writes: sample block header,
+/// account, latest values) and the cache line the flow at `slot + PREFETCH_AHEAD` writes its next sample to (its
 /// header was fetched `PREFETCH_AHEAD` sockets ago). Flows are kept in walk order, so those
 /// are likely the sockets due then. Without this, each changed socket waited on two cache
 /// misses in a row (the flow, then its sample block), most of its cost. Only the changed
@@ -463,7 +463,8 @@ fn prefetch_ahead(slab: &[Flow], slot: usize) {
         prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
         if let Some(f) = slab.get(slot + PREFETCH_AHEAD) {
             let at = f.samples.as_ptr().wrapping_add(f.samples.len()).cast::<i8>();
-            // SAFETY: as above (within or one past the flow's sample block).
+            // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
+            // whatever the address (here: within or one past the flow's sample block).
             unsafe {
                 _mm_prefetch::<_MM_HINT_T0>(at);
                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(size_of::<Retained>() - 1));
