@@ -13,11 +13,11 @@
 //! One correction to the largest-share rule: Linux's busy time, unlike web100's
 //! SndLimTimeCwnd, also holds the time a paced sender spends sending out what it has. A flow
 //! whose send buffer was fixed too small therefore shows only part of its time as send-buffer
-//! limited: 36–40 % in the lab (BBR, SO_SNDBUF 16 or 64 KiB, 50 and 100 ms RTT), the rest
+//! limited: 34–40 % in the lab (BBR, SO_SNDBUF 16 or 64 KiB, 50 and 100 ms RTT), the rest
 //! spent pacing out what the buffer allowed. What gives it away is the rate: a buffer the
 //! kernel autotunes holds at least twice the congestion window (`tcp_sndbuf_expand`:
 //! 2 × segments × per-segment memory), so an autotuned flow reaches at most half of
-//! sndbuf ÷ min RTT, while those lab flows reached 0.51–1.17 of it. So a flow that was
+//! sndbuf ÷ min RTT, while those lab flows reached 0.51–1.18 of it. So a flow that was
 //! send-buffer limited for at least [`SNDBUF_MIN_SHARE_PCT`] of the time and reached at
 //! least [`SNDBUF_CAP_FRACTION`] of its send-buffer cap is called send-buffer limited rather
 //! than network limited.
