@@ -457,6 +457,8 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> (u64, u32) {
 /// path asks: the steady path never touches the flows themselves.
 #[inline]
 fn prefetch_ahead(slab: &[Flow], slot: usize) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slab, slot);
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -477,6 +479,8 @@ fn prefetch_ahead(slab: &[Flow], slot: usize) {
 /// (see [`Flow`]'s layout); `slot` may be past the end.
 #[inline]
 fn prefetch_flow(slab: &[Flow], slot: usize) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slab, slot);
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};

@@ -68,54 +68,22 @@ pub struct Correlation {
 
 /// Weighted Pearson's r; NaN when undefined. Exposed for tests and benches.
 pub fn pearson(x: &[f64], y: &[f64], w: Option<&[f64]>) -> f64 {
-    let n = x.len().min(y.len());
-    match w {
-        Some(w) => pearson_with(&x[..n], &y[..n], |i| w[i]),
-        None => pearson_with(&x[..n], &y[..n], |_| 1.0),
-    }
-}
-
-/// Two-pass weighted Pearson (mean first, then centred moments: stable where a one-pass
-/// formula cancels). Each sum is kept in four interleaved lanes, so the additions do not
-/// wait on each other: as one chain of dependent additions it was a tenth of an analysis.
-#[inline(always)]
-fn pearson_with(x: &[f64], y: &[f64], wt: impl Fn(usize) -> f64) -> f64 {
-    let n = x.len();
-    let body = n - n % 4;
-    let (mut sw, mut sx, mut sy) = ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4]);
-    for i in (0..body).step_by(4) {
-        for l in 0..4 {
-            let wi = wt(i + l);
-            sw[l] += wi;
-            sx[l] += wi * x[i + l];
-            sy[l] += wi * y[i + l];
-        }
-    }
-    for i in body..n {
+    let wt = |i: usize| w.map_or(1.0, |w| w[i]);
+    let (mut sw, mut sx, mut sy) = (0.0, 0.0, 0.0);
+    for i in 0..x.len() {
         let wi = wt(i);
-        sw[0] += wi;
-        sx[0] += wi * x[i];
-        sy[0] += wi * y[i];
+        sw += wi;
+        sx += wi * x[i];
+        sy += wi * y[i];
     }
-    let total = |a: [f64; 4]| (a[0] + a[1]) + (a[2] + a[3]);
-    let (sw, sx, sy) = (total(sw), total(sx), total(sy));
     let (mx, my) = (sx / sw, sy / sw);
-    let (mut sxx, mut syy, mut sxy) = ([0.0f64; 4], [0.0f64; 4], [0.0f64; 4]);
-    for i in (0..body).step_by(4) {
-        for l in 0..4 {
-            let (dx, dy, wi) = (x[i + l] - mx, y[i + l] - my, wt(i + l));
-            sxx[l] += wi * dx * dx;
-            syy[l] += wi * dy * dy;
-            sxy[l] += wi * dx * dy;
-        }
-    }
-    for i in body..n {
+    let (mut sxx, mut syy, mut sxy) = (0.0, 0.0, 0.0);
+    for i in 0..x.len() {
         let (dx, dy, wi) = (x[i] - mx, y[i] - my, wt(i));
-        sxx[0] += wi * dx * dx;
-        syy[0] += wi * dy * dy;
-        sxy[0] += wi * dx * dy;
+        sxx += wi * dx * dx;
+        syy += wi * dy * dy;
+        sxy += wi * dx * dy;
     }
-    let (sxx, syy, sxy) = (total(sxx), total(syy), total(sxy));
     // Rounding can push |r| a hair past 1.
     (sxy / (sxx * syy).sqrt()).clamp(-1.0, 1.0)
 }
