@@ -5,10 +5,14 @@
 #
 # The machine this project runs on is shared, and its speed swings between runs by up to
 # 2x. So figures are only compared when taken in one session, alternating the two builds:
-# this builds OLD_COMMIT's tracker bench in a temporary worktree and this tree's, then runs
+# this builds the tracker bench in a temporary worktree of OLD_COMMIT and in this tree, then runs
 # them in turn ROUNDS times (default 8). Each run prints the paired per-socket figures and the
 # best-of-300 analysis time. Only the part outside criterion runs: the filter `none-` matches
 # no criterion bench. Prints the minimum and median of each figure per build.
+#
+# Both builds run this tree's bench source when it compiles against OLD_COMMIT's library (it
+# uses only the public tracker and analyzer API), so that both measure the same things;
+# otherwise OLD_COMMIT's own bench runs, and figures it does not print show as "-".
 set -euo pipefail
 old=${1:?usage: benches/compare.sh OLD_COMMIT [ROUNDS]}
 rounds=${2:-8}
@@ -18,7 +22,14 @@ trap 'git -C "$here" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 git -C "$here" worktree add --detach "$wt" "$old" >/dev/null
 bench_bin() { (cd "$1" && cargo bench --bench tracker --no-run 2>&1) |
     sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
-old_bin="$wt/$(bench_bin "$wt")"
+cp "$here/benches/tracker.rs" "$wt/benches/tracker.rs"
+old_rel=$(bench_bin "$wt")
+if [ -z "$old_rel" ]; then
+    echo "this tree's bench does not build against $old: running $old's own" >&2
+    git -C "$wt" checkout -- benches/tracker.rs
+    old_rel=$(bench_bin "$wt")
+fi
+old_bin="$wt/$old_rel"
 new_bin="$here/$(bench_bin "$here")"
 out=$(mktemp)
 for _ in $(seq "$rounds"); do
@@ -35,6 +46,7 @@ import collections, re, statistics, sys
 pats = {
     "steady ns": r"steady ([0-9.]+) ns",
     "changed ns": r"every sample changed ([0-9.]+) ns",
+    "changed, hour ns": r"/ ([0-9.]+) ns \(hour windows\)",
     "10th changed ns": r"every 10th sample changed ([0-9.]+) ns",
     "floor ns": r"memory traffic alone ([0-9.]+) ns",
     "analysis ms": r"best of 300 runs ([0-9.]+)(ms|µs)",

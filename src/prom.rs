@@ -139,7 +139,7 @@ impl Exporter {
             for (t, v) in g.rtt.iter_mut().zip(&a.rtt_buckets) {
                 *t += v;
             }
-            g.rtt_sum += a.rtt_sum_s;
+            g.rtt_sum += a.rtt_sum_us as f64 / 1e6;
         }
         out
     }

@@ -17,6 +17,13 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub const RTT_BUCKETS_S: [f64; 14] =
     [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
+/// [`RTT_BUCKETS_S`] in whole µs, for sorting a sample's RTT (µs) into its bucket with
+/// integer compares: this runs on every retained sample.
+const RTT_BUCKETS_US: [u32; RTT_BUCKETS_S.len()] = [
+    100, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000,
+];
+
 /// Most distinct (cgroup, port) accounts before the overflow slot takes the rest.
 pub const MAX_ACCOUNTS: usize = 4096;
 
@@ -42,8 +49,10 @@ pub struct Account {
     pub bytes_retrans: u64,
     /// Retained samples per RTT bucket ([`RTT_BUCKETS_S`], then +Inf).
     pub rtt_buckets: [u64; RTT_BUCKETS_S.len() + 1],
-    /// Sum of those RTTs, seconds.
-    pub rtt_sum_s: f64,
+    /// Sum of those RTTs, µs: an integer add per retained sample, where adding seconds in
+    /// f64 chained each sample's add on the previous one's (u64 µs overflows after 584,000
+    /// years of summed RTT).
+    pub rtt_sum_us: u64,
 }
 
 impl Account {
@@ -57,7 +66,7 @@ impl Account {
             bytes_received: 0,
             bytes_retrans: 0,
             rtt_buckets: [0; RTT_BUCKETS_S.len() + 1],
-            rtt_sum_s: 0.0,
+            rtt_sum_us: 0,
         }
     }
 
@@ -66,10 +75,10 @@ impl Account {
         if rtt_us == 0 {
             return;
         }
-        let s = f64::from(rtt_us) / 1e6;
-        let i = RTT_BUCKETS_S.iter().position(|&b| s <= b).unwrap_or(RTT_BUCKETS_S.len());
+        // The bucket is the first bound ≥ the RTT: the number of bounds below it.
+        let i = RTT_BUCKETS_US.iter().filter(|&&b| b < rtt_us).count();
         self.rtt_buckets[i] += 1;
-        self.rtt_sum_s += s;
+        self.rtt_sum_us += u64::from(rtt_us);
     }
 }
 
@@ -180,6 +189,20 @@ mod tests {
         a.count(&mut c, 250, 30, 5);
         let acc = &a.all()[s80 as usize];
         assert_eq!((acc.bytes_acked, acc.bytes_received, acc.bytes_retrans), (250, 30, 5));
+    }
+
+    #[test]
+    fn integer_bounds_sort_as_the_published_bounds_at_every_edge() {
+        // Prometheus buckets are "≤ bound": an RTT equal to a bound is in that bucket, one
+        // µs more is in the next.
+        for (i, (&us, &s)) in RTT_BUCKETS_US.iter().zip(&RTT_BUCKETS_S).enumerate() {
+            assert_eq!(f64::from(us) / 1e6, s);
+            for (rtt, want) in [(us - 1, i), (us, i), (us + 1, i + 1)] {
+                let mut acc = Account::new(1, 0);
+                acc.observe_rtt(rtt);
+                assert_eq!(acc.rtt_buckets[want], 1, "rtt {rtt} µs");
+            }
+        }
     }
 
     #[test]

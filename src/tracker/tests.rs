@@ -281,3 +281,87 @@ fn a_cookie_seen_with_another_tuple_does_not_change_its_flow() {
     assert_eq!((f.key.dport, f.samples.len(), f.samples[0].rtt_us), (80, 1, 10_000));
     assert_eq!((t.stats().tuple_conflicts, t.stats().flows_refused), (1, 0));
 }
+
+#[test]
+fn staged_samples_are_never_lost_or_reordered() {
+    // Samples wait in a stage of STAGED before they move to their flow's block. Against a
+    // plain model, drive flows through every path that must flush or hand on a stage:
+    // window cuts, flows missed by a dump, destroy events, reordered walks, stages reused by
+    // new flows, and `flows()` read while samples are staged.
+    let window = 5;
+    let mut t = Tracker::new(TrackerConfig { window_samples: window, ..TrackerConfig::default() });
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    // Live flows: cookie → (its socket, RTT now, RTTs retained so far).
+    let mut live: Vec<(u64, u32, Vec<u32>)> = Vec::new();
+    let mut want: Vec<(u64, Vec<u32>)> = Vec::new(); // ended flows: every RTT retained
+    let mut got: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+    let record = |got: &mut FxHashMap<u64, Vec<u32>>, ended: Vec<EndedFlow>| {
+        for e in ended {
+            let all = got.entry(e.flow.key.cookie).or_default();
+            // A window after the first starts with the sample that closed the one before.
+            let skip = usize::from(e.flow.seq > 0);
+            all.extend(e.flow.samples[skip..].iter().map(|r| r.rtt_us));
+            assert_eq!(e.flow.stage, StageRef::NONE, "a flow handed on holds no stage");
+        }
+    };
+    let sock = |cookie: u64, rtt: u32| SockBuilder::new(cookie, cookie as u16, 80).rtt_us(rtt);
+    let mut cookie = 0;
+    for round in 0..400u64 {
+        while live.len() < 12 {
+            cookie += 1;
+            live.push((cookie, 10_000, Vec::new()));
+        }
+        // Each flow changes half the time; a tenth of them miss the dump (and end).
+        let mut order: Vec<usize> = (0..live.len()).filter(|_| next(10) != 0).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, next(i as u64 + 1) as usize);
+        }
+        let mut socks = Vec::new();
+        for &i in &order {
+            let (c, rtt, kept) = &mut live[i];
+            if next(2) == 0 || kept.is_empty() {
+                *rtt += 1;
+                kept.push(*rtt);
+            }
+            socks.push(sock(*c, *rtt));
+        }
+        let ended = dump(&mut t, round * S, &socks.iter().collect::<Vec<_>>(), true);
+        record(&mut got, ended);
+        let seen: Vec<u64> = order.iter().map(|&i| live[i].0).collect();
+        for (c, _, kept) in live.iter().filter(|(c, ..)| !seen.contains(c)) {
+            if !kept.is_empty() {
+                want.push((*c, kept.clone())); // a socket never seen never was a flow
+            }
+        }
+        live.retain(|(c, ..)| seen.contains(c));
+        // Now and then a flow closes: its destroy event (state CLOSE) is retained.
+        if !live.is_empty() && next(4) == 0 {
+            let (c, rtt, mut kept) = live.swap_remove(next(live.len() as u64) as usize);
+            kept.push(rtt);
+            record(&mut got, destroy(&mut t, round * S + 1, &sock(c, rtt)));
+            want.push((c, kept));
+        }
+        // What a view shows mid-window: the current window's samples, staged ones included.
+        for f in t.flows() {
+            let (_, _, kept) = live.iter().find(|(c, ..)| *c == f.key.cookie).unwrap();
+            let upto = got.get(&f.key.cookie).map_or(0, Vec::len);
+            let expect = &kept[upto.saturating_sub(usize::from(f.seq > 0))..];
+            let shown: Vec<u32> = f.samples.iter().map(|r| r.rtt_us).collect();
+            assert_eq!(shown, expect, "flow {} in round {round}", f.key.cookie);
+        }
+    }
+    let mut out = Vec::new();
+    t.finish(&mut out);
+    record(&mut got, out);
+    want.extend(live.into_iter().map(|(c, _, kept)| (c, kept)));
+    assert!(want.len() > 300, "{} flows", want.len());
+    for (c, kept) in want {
+        assert_eq!(got.get(&c), Some(&kept), "flow {c}");
+    }
+}

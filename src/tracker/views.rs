@@ -31,6 +31,7 @@ pub fn snapshot(f: &Flow, keep: usize) -> Flow {
     Flow {
         key: f.key,
         cc: f.cc,
+        stage: crate::tracker::StageRef::NONE,
         cgroup_id: f.cgroup_id,
         seq: f.seq,
         partial_start: f.partial_start,
