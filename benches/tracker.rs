@@ -7,7 +7,7 @@
 //! - `tracker/replay+changing_20k`: every sample changed (every sample retained; 64-sample
 //!   windows keep memory bounded, so cuts are included);
 //! - (paired figures only) every sample changed with the default hour-long windows (3,600
-//!   samples: blocks grow large, no cuts); every 10th sample changed; and the memory
+//!   samples: no cuts, and blocks larger than a page); every 10th sample changed; and the memory
 //!   traffic of the changed path alone (`MemoryFloor`);
 //! - the tracker's cost per socket is (replay+X − replay_only) / 20,000;
 //! - `analyze/10k_samples`: one flow record from 10,000 retained samples.
@@ -223,7 +223,14 @@ fn main() {
         };
         let mut mixed =
             Tracker::new(TrackerConfig { window_samples: 64, ..TrackerConfig::default() });
+        // Hour windows, aged by 120 changed dumps first: blocks of a flow changing every
+        // poll then hold 120-180 samples (6-9 KB, more than a page each), as they do
+        // minutes into such a flow's life.
         let mut hour = Tracker::new(TrackerConfig::default());
+        for k in 0..120 {
+            out.clear();
+            run_dump(&mut hour, if k % 2 == 0 { &b } else { &a }, &mut out);
+        }
         let mut floor = MemoryFloor::new(n as usize);
         let (mut ds, mut dc, mut dm, mut df) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut dh = Vec::new();

@@ -11,9 +11,10 @@
 //! - **Dedup.** A sample equal to the last retained one in every value the analysis uses
 //!   (and in state, bytes_acked, bytes_received, bytes_sent) is counted, not retained. The
 //!   option flags of every sample are OR'd, retained or not (cgmon lost them: B11).
-//! - **Bounded memory.** A retained sample is a 48-byte [`Retained`]. At `window_samples`
-//!   retained samples a flow emits an interim record and goes on in a fresh window, with the
-//!   next sequence number.
+//! - **Bounded memory.** A retained sample is a 48-byte [`Retained`]. A changing flow's
+//!   newest samples wait in a 192-byte [`Stage`] and reach its block four at a time. At
+//!   `window_samples` retained samples a flow emits an interim record and goes on in a
+//!   fresh window, with the next sequence number.
 //! - **Limits.** `max_flows` caps the flows being recorded. It counts recorded flows only, and
 //!   a flow refused for the limit is counted and stays refused for its life (cgmon: B13).
 //!   `min_samples` drops short flows, counted.

@@ -365,3 +365,36 @@ fn staged_samples_are_never_lost_or_reordered() {
         assert_eq!(got.get(&c), Some(&kept), "flow {c}");
     }
 }
+
+#[test]
+fn a_dump_never_ended_and_a_view_read_mid_dump_lose_no_samples() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let socks: Vec<SockBuilder> = (1..=3u64).map(|c| SockBuilder::new(c, c as u16, 80)).collect();
+    dump(&mut t, 0, &socks.iter().collect::<Vec<_>>(), true);
+    let changed = |k: u32| -> Vec<SockBuilder> {
+        (1..=3u32).zip(&socks).map(|(c, s)| s.clone().rtt_us(20_000 + 100 * c + k)).collect()
+    };
+    let mut out = Vec::new();
+    // A dump that is never ended (its caller gave up), then one in the reverse order (it
+    // moves flows), read before it ends.
+    for k in 0..2 {
+        let mut socks = changed(k);
+        if k == 1 {
+            socks.reverse();
+        }
+        let b = batch(&socks.iter().map(|s| (S, s.build())).collect::<Vec<_>>());
+        t.begin_dump();
+        for s in b.iter() {
+            t.observe(&s, &mut out);
+        }
+    }
+    let mut last: Vec<(u64, usize, Vec<u32>)> = t
+        .flows()
+        .map(|f| (f.key.cookie, f.samples.len(), f.samples.iter().map(|r| r.rtt_us).collect()))
+        .collect();
+    last.sort();
+    let want = |c| (c, 3, vec![10_000, 20_000 + 100 * c as u32, 20_001 + 100 * c as u32]);
+    assert_eq!(last, [want(1), want(2), want(3)]);
+    t.end_dump(true, 2 * S, &mut out);
+    assert!(out.is_empty());
+}
