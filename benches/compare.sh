@@ -20,16 +20,18 @@ here=$(git rev-parse --show-toplevel)
 wt=$(mktemp -d /tmp/cgmon-compare.XXXXXX)
 trap 'git -C "$here" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 git -C "$here" worktree add --detach "$wt" "$old" >/dev/null
-bench_bin() { (cd "$1" && cargo bench --bench tracker --no-run 2>&1) |
-    sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
+# OLD_COMMIT builds into a target directory of its own that outlives the worktree, so a
+# second comparison against it does not rebuild everything.
+old_target=/tmp/cgmon-compare-target-$(git -C "$here" rev-parse --short "$old")
+bench_bin() { (cd "$1" && CARGO_TARGET_DIR=${2:-$1/target} cargo bench --bench tracker \
+    --no-run 2>&1) | sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
 cp "$here/benches/tracker.rs" "$wt/benches/tracker.rs"
-old_rel=$(bench_bin "$wt")
-if [ -z "$old_rel" ]; then
+old_bin=$(bench_bin "$wt" "$old_target")
+if [ -z "$old_bin" ]; then
     echo "this tree's bench does not build against $old: running $old's own" >&2
     git -C "$wt" checkout -- benches/tracker.rs
-    old_rel=$(bench_bin "$wt")
+    old_bin=$(bench_bin "$wt" "$old_target")
 fi
-old_bin="$wt/$old_rel"
 new_bin="$here/$(bench_bin "$here")"
 out=$(mktemp)
 for _ in $(seq "$rounds"); do

@@ -1,0 +1,111 @@
+//! The tracker alone on the captured 20,000-socket dump, kept in memory (no replay, no
+//! sampler): nanoseconds per socket per dump, for looking into the tracker's own costs.
+//!
+//! Unlike `benches/tracker.rs`, the figures include walking the dump's bytes (which are not
+//! in cache at 20,000 sockets: 10 MB); compare builds or settings with each other, not with
+//! that bench's per-socket figures. Settings, from the environment:
+//!
+//! - `SECS` (default 3): how long to run; each round is one steady dump (every sample
+//!   deduped) and one changing dump;
+//! - `WINDOW` (default 3600): the changing tracker's `window_samples`;
+//! - `EVERY` (default 1): every EVERY-th socket changes in each changing dump;
+//! - `LIMIT`: use only the first LIMIT sockets (1000 keeps everything in cache, leaving
+//!   the instructions' cost);
+//! - `SEQ`: also print the first 140 changing dumps' costs, in order.
+//!
+//! ```sh
+//! cargo bench --bench kept
+//! LIMIT=1000 WINDOW=64 cargo bench --bench kept
+//! ```
+
+use std::hint::black_box;
+use std::io::Read;
+
+use cgmon_rs::sampler::source::parse_datagrams;
+use cgmon_rs::sampler::{Dump, scan_datagram};
+use cgmon_rs::tracker::{Tracker, TrackerConfig};
+use cgmon_rs::wire::sock::Datagram;
+
+fn load_dump() -> Dump {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dump20k.bin.gz");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
+    let mut d = Dump::default();
+    for (i, dg) in parse_datagrams(&raw).unwrap().into_iter().enumerate() {
+        scan_datagram(&dg.bytes, 1, i as u32, "bench", &mut d).unwrap();
+        d.batch.datagrams.push(dg);
+    }
+    d
+}
+
+/// The same dump with the RTT of every `every`-th socket one µs higher.
+fn bumped(d: &Dump, every: usize) -> Dump {
+    let mut e = d.clone();
+    for idx in e.batch.index.clone().iter().step_by(every) {
+        let dg: &mut Datagram = &mut e.batch.datagrams[idx.dgram as usize];
+        let start = idx.payload_off as usize;
+        let payload = &dg.bytes[start..start + usize::from(idx.payload_len)];
+        let view = cgmon_rs::wire::sock::Sample::new(0, payload, idx);
+        let info = view.tcp_info().unwrap();
+        let off = info.as_bytes().as_ptr() as usize - dg.bytes.as_ptr() as usize + 68; // tcpi_rtt
+        let rtt = u32::from_ne_bytes(dg.bytes[off..off + 4].try_into().unwrap());
+        dg.bytes[off..off + 4].copy_from_slice(&(rtt + 1).to_ne_bytes());
+    }
+    e
+}
+
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")),
+        Err(_) => default,
+    }
+}
+
+fn main() {
+    let mut a = load_dump();
+    if let Ok(l) = std::env::var("LIMIT") {
+        a.batch.index.truncate(l.parse().expect("LIMIT: a number of sockets"));
+    }
+    let b = bumped(&a, setting("EVERY", 1usize));
+    let n = a.batch.len() as f64;
+    let secs: f64 = setting("SECS", 3.0);
+    let window: usize = setting("WINDOW", 3600);
+    let mut steady = Tracker::new(TrackerConfig::default());
+    let mut changing =
+        Tracker::new(TrackerConfig { window_samples: window, ..TrackerConfig::default() });
+    let mut out = Vec::new();
+    let run = |t: &mut Tracker, d: &Dump, out: &mut Vec<_>| {
+        let st = std::time::Instant::now();
+        t.begin_dump();
+        for s in d.batch.iter() {
+            t.observe(&s, out);
+        }
+        t.end_dump(true, 1, out);
+        st.elapsed().as_secs_f64() * 1e9 / n
+    };
+    run(&mut steady, &a, &mut out);
+    let (mut vs, mut vc) = (vec![], vec![]);
+    let start = std::time::Instant::now();
+    let mut k = 0;
+    while start.elapsed().as_secs_f64() < secs {
+        out.clear();
+        vs.push(run(&mut steady, &a, &mut out));
+        out.clear();
+        vc.push(run(&mut changing, if k % 2 == 0 { &b } else { &a }, &mut out));
+        black_box(out.len());
+        k += 1;
+    }
+    if std::env::var("SEQ").is_ok() {
+        let seq: Vec<String> = vc.iter().take(140).map(|x| format!("{x:.0}")).collect();
+        println!("changing dumps in order (ns/socket): {}", seq.join(" "));
+    }
+    let min_med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[0], v[v.len() / 2])
+    };
+    let ((s0, s1), (c0, c1)) = (min_med(vs), min_med(vc));
+    println!(
+        "kept dump, {n} sockets, window {window}: steady min {s0:.1} median {s1:.1}; \
+         changing min {c0:.1} median {c1:.1} ns/socket ({k} rounds)"
+    );
+}
