@@ -18,16 +18,19 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::io::Read;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use cgmon_rs::analyzer::{AnalyzerConfig, analyze};
-use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions, parse_datagrams};
-use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig, scan_datagram};
+use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
+use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig};
 use cgmon_rs::testkit::{ConnHolder, SockBuilder, batch};
 use cgmon_rs::tracker::{Flow, Retained, Tracker, TrackerConfig};
 use cgmon_rs::wire::sock::Datagram;
 use criterion::{BatchSize, Criterion, Throughput};
+
+#[path = "common/fixture.rs"]
+mod fixture;
+use fixture::{bumped, load_dump};
 
 /// Counts live heap bytes, so memory per flow is measured rather than estimated.
 struct Counting;
@@ -50,34 +53,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn load_dump() -> Dump {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dump20k.bin.gz");
-    let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_end(&mut raw).unwrap();
-    let mut d = Dump::default();
-    for (i, dg) in parse_datagrams(&raw).unwrap().into_iter().enumerate() {
-        scan_datagram(&dg.bytes, 1, i as u32, "bench", &mut d).unwrap();
-        d.batch.datagrams.push(dg);
-    }
-    d
-}
-
-/// The same dump with the RTT of every `every`-th socket one µs higher.
-fn bumped(d: &Dump, every: usize) -> Dump {
-    let mut e = d.clone();
-    for idx in e.batch.index.clone().iter().step_by(every) {
-        let dg: &mut Datagram = &mut e.batch.datagrams[idx.dgram as usize];
-        let start = idx.payload_off as usize;
-        let payload = &dg.bytes[start..start + usize::from(idx.payload_len)];
-        let view = cgmon_rs::wire::sock::Sample::new(0, payload, idx);
-        let info = view.tcp_info().unwrap();
-        let off = info.as_bytes().as_ptr() as usize - dg.bytes.as_ptr() as usize + 68; // tcpi_rtt
-        let rtt = u32::from_ne_bytes(dg.bytes[off..off + 4].try_into().unwrap());
-        dg.bytes[off..off + 4].copy_from_slice(&(rtt + 1).to_ne_bytes());
-    }
-    e
-}
 
 fn run_dump(t: &mut Tracker, d: &Dump, out: &mut Vec<cgmon_rs::tracker::EndedFlow>) {
     t.begin_dump();
