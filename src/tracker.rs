@@ -50,7 +50,7 @@ struct Stage([Retained; STAGED]);
 /// A flow's place in the stage pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StageRef {
-    /// Slot in the pool; [`StageRef::NONE`]'s when the flow has none.
+    /// Slot in the pool; `u32::MAX` when the flow has none.
     idx: u32,
     /// Samples in it.
     staged: u8,
@@ -537,8 +537,8 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> (u64, u32) {
 /// in. Flows are kept in walk order, so those are likely the sockets due then. Without
 /// this, each changed socket waited on cache misses in a row (the flow, then where its
 /// sample goes), most of its cost. Only the changed path asks: the steady path never
-/// touches the flows themselves. (Prefetching the block tail a full stage moves to, one
-/// sample in four, measured no faster: those are stores, which do not wait.)
+/// touches the flows themselves. (Also prefetching the block tail that a full stage moves
+/// to, one sample in four, measured no faster.)
 #[inline]
 fn prefetch_ahead(slab: &[Flow], stages: &StagePool, slot: usize) {
     #[cfg(not(target_arch = "x86_64"))]
