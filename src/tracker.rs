@@ -712,7 +712,6 @@ impl Tracker {
             }
             h.fp = fp;
             prefetch_ahead(&self.slab, &self.stages, slot);
-            let h = &mut self.hot[slot];
             let sn = snap(s, &t);
             let f = &mut self.slab[slot];
             Self::note(f, &sn, &mut self.stats, &mut self.accounts);
