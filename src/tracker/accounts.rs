@@ -13,16 +13,23 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// Upper bounds of the RTT histogram buckets, seconds.
-pub const RTT_BUCKETS_S: [f64; 14] =
-    [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
-
-/// [`RTT_BUCKETS_S`] in whole µs, for sorting a sample's RTT (µs) into its bucket with
-/// integer compares: this runs on every retained sample.
-const RTT_BUCKETS_US: [u32; RTT_BUCKETS_S.len()] = [
+/// Upper bounds of the RTT histogram buckets, whole µs: a sample's RTT (µs) is sorted into
+/// its bucket with integer compares, on every retained sample.
+const RTT_BUCKETS_US: [u32; 14] = [
     100, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
     2_500_000, 5_000_000,
 ];
+
+/// The same bounds in seconds, as the metrics publish them.
+pub const RTT_BUCKETS_S: [f64; RTT_BUCKETS_US.len()] = {
+    let mut s = [0.0; RTT_BUCKETS_US.len()];
+    let mut i = 0;
+    while i < s.len() {
+        s[i] = RTT_BUCKETS_US[i] as f64 / 1e6;
+        i += 1;
+    }
+    s
+};
 
 /// Most distinct (cgroup, port) accounts before the overflow slot takes the rest.
 pub const MAX_ACCOUNTS: usize = 4096;
@@ -195,8 +202,11 @@ mod tests {
     fn integer_bounds_sort_as_the_published_bounds_at_every_edge() {
         // Prometheus buckets are "≤ bound": an RTT equal to a bound is in that bucket, one
         // µs more is in the next.
-        for (i, (&us, &s)) in RTT_BUCKETS_US.iter().zip(&RTT_BUCKETS_S).enumerate() {
-            assert_eq!(f64::from(us) / 1e6, s);
+        let published = [
+            0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ];
+        assert_eq!(RTT_BUCKETS_S, published, "the `le` labels of the metrics");
+        for (i, &us) in RTT_BUCKETS_US.iter().enumerate() {
             for (rtt, want) in [(us - 1, i), (us, i), (us + 1, i + 1)] {
                 let mut acc = Account::new(1, 0);
                 acc.observe_rtt(rtt);
