@@ -26,6 +26,7 @@ old_target=/tmp/cgmon-compare-target-$(git -C "$here" rev-parse --short "$old")
 bench_bin() { (cd "$1" && CARGO_TARGET_DIR=${2:-$1/target} cargo bench --bench tracker \
     --no-run 2>&1) | sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
 cp "$here/benches/tracker.rs" "$wt/benches/tracker.rs"
+cp -r "$here/benches/common" "$wt/benches/" # the fixture module the bench includes
 old_bin=$(bench_bin "$wt" "$old_target")
 if [ -z "$old_bin" ]; then
     echo "this tree's bench does not build against $old: running $old's own" >&2

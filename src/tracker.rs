@@ -234,8 +234,8 @@ impl CcName {
 /// A tracked flow (or one window of it).
 ///
 /// Laid out in C order, aligned to a cache line, with what a changed sample writes
-/// (samples, account, latest values, congestion control) first: a changed socket then
-/// touches three cache lines of its flow, not all five. The changed path is bound by memory
+/// (samples, account, latest values, congestion control, stage reference) first: a changed
+/// socket then touches three cache lines of its flow, not all five. The changed path is bound by memory
 /// traffic (see `prefetch_ahead`).
 #[derive(Debug, Clone, PartialEq)]
 #[repr(C, align(64))]
