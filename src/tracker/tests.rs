@@ -284,13 +284,37 @@ fn a_cookie_seen_with_another_tuple_does_not_change_its_flow() {
 
 #[test]
 fn staged_samples_are_never_lost_or_reordered() {
-    // Samples wait in a stage of STAGED before they move to their flow's block. Against a
-    // plain model, drive flows through every path that must flush or hand on a stage:
-    // window cuts, flows missed by a dump, destroy events, reordered walks, stages reused by
-    // new flows, and `flows()` read while samples are staged.
-    let window = 5;
+    // Samples wait in a stage of STAGED, then in pool blocks, until their flow is handed on
+    // or viewed. Against a plain model, drive flows through every path that must gather or
+    // hand on a flow's samples: window cuts, flows missed by a dump, destroy events,
+    // reordered walks, stages and blocks reused by new flows, and `flows()` read while
+    // samples are staged. Short windows with a view every round; long ones (chains of up to
+    // 15 blocks) with a view now and then.
+    check_against_model(Model { window: 5, view_one_in: 1, miss_one_in: 10, rounds: 400, seed: 1 });
+    check_against_model(Model {
+        window: 61,
+        view_one_in: 9,
+        miss_one_in: 200,
+        rounds: 1500,
+        seed: 2,
+    });
+}
+
+/// Settings of one run of [`check_against_model`].
+struct Model {
+    window: usize,
+    /// Read `flows()` in one round in this many.
+    view_one_in: u64,
+    /// A flow misses a dump (and ends) once in this many.
+    miss_one_in: u64,
+    rounds: u64,
+    seed: u64,
+}
+
+fn check_against_model(m: Model) {
+    let Model { window, view_one_in, miss_one_in, rounds, seed } = m;
     let mut t = Tracker::new(TrackerConfig { window_samples: window, ..TrackerConfig::default() });
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = 0x2545_f491_4f6c_dd1du64 ^ seed;
     let mut next = move |n: u64| {
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -312,13 +336,13 @@ fn staged_samples_are_never_lost_or_reordered() {
     };
     let sock = |cookie: u64, rtt: u32| SockBuilder::new(cookie, cookie as u16, 80).rtt_us(rtt);
     let mut cookie = 0;
-    for round in 0..400u64 {
+    for round in 0..rounds {
         while live.len() < 12 {
             cookie += 1;
             live.push((cookie, 10_000, Vec::new()));
         }
         // Each flow changes half the time; a tenth of them miss the dump (and end).
-        let mut order: Vec<usize> = (0..live.len()).filter(|_| next(10) != 0).collect();
+        let mut order: Vec<usize> = (0..live.len()).filter(|_| next(miss_one_in) != 0).collect();
         for i in (1..order.len()).rev() {
             order.swap(i, next(i as u64 + 1) as usize);
         }
@@ -348,6 +372,9 @@ fn staged_samples_are_never_lost_or_reordered() {
             want.push((c, kept));
         }
         // What a view shows mid-window: the current window's samples, staged ones included.
+        if next(view_one_in) != 0 {
+            continue;
+        }
         for f in t.flows() {
             let (_, _, kept) = live.iter().find(|(c, ..)| *c == f.key.cookie).unwrap();
             let upto = got.get(&f.key.cookie).map_or(0, Vec::len);
@@ -361,6 +388,8 @@ fn staged_samples_are_never_lost_or_reordered() {
     record(&mut got, out);
     want.extend(live.into_iter().map(|(c, _, kept)| (c, kept)));
     assert!(want.len() > 300, "{} flows", want.len());
+    let longest = want.iter().map(|(_, kept)| kept.len()).max().unwrap_or(0);
+    assert!(longest > window + STAGED, "the longest flow kept {longest} samples");
     for (c, kept) in want {
         assert_eq!(got.get(&c), Some(&kept), "flow {c}");
     }
