@@ -6,9 +6,10 @@
 # The machine this project runs on is shared, and its speed swings between runs by up to
 # 2x. So figures are only compared when taken in one session, alternating the two builds:
 # this builds the tracker bench in a temporary worktree of OLD_COMMIT and in this tree, then runs
-# them in turn ROUNDS times (default 8). Each run prints the paired per-socket figures and the
-# best-of-300 analysis time. Only the part outside criterion runs: the filter `none-` matches
-# no criterion bench. Prints the minimum and median of each figure per build.
+# them in turn ROUNDS times (default 8). Each run prints the paired per-socket figures (their
+# medians, then their means) and the best-of-300 analysis time. Only the part outside
+# criterion runs: the filter `none-` matches no criterion bench. Prints the minimum and median
+# of each figure per build.
 #
 # Both builds run this tree's bench source when it compiles against OLD_COMMIT's library (it
 # uses only the public tracker and analyzer API), so that both measure the same things;
@@ -57,15 +58,21 @@ pats = {
 vals = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     build = line.split()[0]
+    # The bench prints the paired figures twice: medians, then means.
+    tag = ", mean" if "x60, mean" in line else ""
     for name, pat in pats.items():
         m = re.search(pat, line)
         if m:
             x = float(m.group(1))
             if name == "analysis ms" and m.group(2) == "µs":
                 x /= 1000
-            vals[(name, build)].append(x)
-for name in pats:
-    row = [f"{name:>16}"]
+            vals[(name + tag, build)].append(x)
+names = []
+for name, _ in vals:
+    if name not in names:
+        names.append(name)
+for name in names:
+    row = [f"{name:>22}"]
     for build in ("old", "new"):
         v = vals.get((name, build))
         row.append(f"{build}: min {min(v):8.3f} median {statistics.median(v):8.3f}" if v else f"{build}: -")
