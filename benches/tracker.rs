@@ -305,8 +305,9 @@ fn main() {
     let mut t = Tracker::new(TrackerConfig::default());
     let mut out = Vec::new();
     run_dump(&mut t, &a, &mut out);
-    let heap = LIVE.load(Ordering::Relaxed) - before;
+    // `flows()` first: it gathers staged samples into `samples`, allocating.
     let samples: usize = t.flows().map(|f| f.samples.capacity() * size_of::<Retained>()).sum();
+    let heap = LIVE.load(Ordering::Relaxed) - before;
     let flows = t.active();
     eprintln!(
         "memory: size_of Flow {} B, Retained {} B; tracker heap {} B for {flows} flows = {:.0} B/flow, \
@@ -320,13 +321,22 @@ fn main() {
     );
     // One more dump in which every flow changes: each takes its stage (192 B).
     run_dump(&mut t, &b, &mut out);
-    let heap = LIVE.load(Ordering::Relaxed) - before;
     let samples: usize = t.flows().map(|f| f.samples.capacity() * size_of::<Retained>()).sum();
+    let heap = LIVE.load(Ordering::Relaxed) - before;
     eprintln!(
         "memory after every flow changed once: {:.0} B/flow besides retained samples (stage \
          included)",
         (heap as f64 - samples as f64) / flows as f64,
     );
+    // 40 more changed dumps, read before anything gathers them: what a retained sample costs
+    // where it waits (pool blocks and their lists).
+    let (heap_then, kept_then) = (heap, t.stats().samples_retained);
+    for k in 0..40 {
+        run_dump(&mut t, if k % 2 == 0 { &a } else { &b }, &mut out);
+    }
+    let grown = (LIVE.load(Ordering::Relaxed) - before - heap_then) as f64;
+    let kept = (t.stats().samples_retained - kept_then) as f64;
+    eprintln!("memory per retained sample while it waits in the pool: {:.1} B", grown / kept);
     drop(t);
 }
 

@@ -154,36 +154,19 @@ impl Default for StageRef {
     }
 }
 
-/// Blocks of four samples, in segments of fixed size so that growing the pool never moves a
-/// block (one `Vec` of blocks would copy every flow's samples each time it doubled). Freed
-/// blocks are reused, last freed first: the pool keeps its largest size, as an allocator
-/// would.
+/// Slots of four samples, numbered from 0, in segments of fixed size: growing never moves a
+/// slot (one `Vec` of them would copy every sample each time it doubled) and leaves at most
+/// one segment unused (a doubling `Vec` of stages held 1.6 times the stages of 20,000 flows:
+/// 315 bytes a flow where 192 were used).
 #[derive(Debug, Default)]
-struct BlockPool {
+struct Segments {
     segments: Vec<Box<[Stage; SEGMENT_BLOCKS]>>,
-    /// Blocks handed out so far, free ones included.
+    /// Slots handed out so far.
     used: usize,
-    free: Vec<u32>,
-    /// The next blocks [`take`](Self::take) gives, fetched when they joined.
-    ready: std::collections::VecDeque<u32>,
 }
 
-impl BlockPool {
-    /// A free block. Which block a flow gets is known well before it needs one, so the
-    /// block is fetched into cache then: it joins `ready` [`READY_BLOCKS`] takes earlier.
-    #[inline]
-    fn take(&mut self) -> u32 {
-        while self.ready.len() <= READY_BLOCKS {
-            let b = match self.free.pop() {
-                Some(b) => b,
-                None => self.grow(),
-            };
-            self.prefetch(b);
-            self.ready.push_back(b);
-        }
-        self.ready.pop_front().expect("filled just above")
-    }
-
+impl Segments {
+    /// A slot never handed out before.
     fn grow(&mut self) -> u32 {
         if self.used == self.segments.len() * SEGMENT_BLOCKS {
             self.segments.push(Stage::zeroed_segment());
@@ -204,6 +187,42 @@ impl BlockPool {
         &mut self.segments[i / SEGMENT_BLOCKS][i % SEGMENT_BLOCKS]
     }
 
+    /// Where slot `b` lies, for a prefetch; any address when `b` is not a slot.
+    #[inline]
+    fn addr(&self, b: u32) -> *const i8 {
+        let i = b as usize;
+        self.segments
+            .get(i / SEGMENT_BLOCKS)
+            .map_or(std::ptr::null(), |s| s.as_ptr().wrapping_add(i % SEGMENT_BLOCKS).cast::<i8>())
+    }
+}
+
+/// The blocks of full stages. Freed blocks are reused, last freed first: the pool keeps its
+/// largest size, as an allocator would.
+#[derive(Debug, Default)]
+struct BlockPool {
+    slots: Segments,
+    free: Vec<u32>,
+    /// The next blocks [`take`](Self::take) gives, fetched when they joined.
+    ready: std::collections::VecDeque<u32>,
+}
+
+impl BlockPool {
+    /// A free block. Which block a flow gets is known well before it needs one, so the
+    /// block is fetched into cache then: it joins `ready` [`READY_BLOCKS`] takes earlier.
+    #[inline]
+    fn take(&mut self) -> u32 {
+        while self.ready.len() <= READY_BLOCKS {
+            let b = match self.free.pop() {
+                Some(b) => b,
+                None => self.slots.grow(),
+            };
+            self.prefetch(b);
+            self.ready.push_back(b);
+        }
+        self.ready.pop_front().expect("filled just above")
+    }
+
     #[inline]
     fn prefetch(&self, b: u32) {
         #[cfg(not(target_arch = "x86_64"))]
@@ -211,7 +230,7 @@ impl BlockPool {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let at = std::ptr::from_ref(self.get(b)).cast::<i8>();
+            let at = self.slots.addr(b);
             for line in (0..size_of::<Stage>()).step_by(64) {
                 // SAFETY: a prefetch is a hint; it never faults and has no effect on
                 // memory (here: within the block).
@@ -225,18 +244,17 @@ impl BlockPool {
 /// blocks their full stages went to.
 #[derive(Debug, Default)]
 struct StagePool {
-    slots: Vec<Stage>,
+    slots: Segments,
     free: Vec<u32>,
     blocks: BlockPool,
 }
 
 impl StagePool {
     fn take(&mut self) -> u32 {
-        if let Some(i) = self.free.pop() {
-            return i;
+        match self.free.pop() {
+            Some(i) => i,
+            None => self.slots.grow(),
         }
-        self.slots.push(Stage([Retained::default(); STAGED]));
-        (self.slots.len() - 1) as u32
     }
 
     /// Stages one sample of a flow; a full stage moves to a block.
@@ -246,12 +264,12 @@ impl StagePool {
         if st.idx == u32::MAX {
             st.idx = self.take();
         }
-        let stage = &mut self.slots[st.idx as usize];
+        let stage = self.slots.get_mut(st.idx);
         stage.0[usize::from(st.staged)] = r;
         st.staged += 1;
         if usize::from(st.staged) == STAGED {
             let b = self.blocks.take();
-            *self.blocks.get_mut(b) = *stage;
+            *self.blocks.slots.get_mut(b) = *stage;
             st.push_full(b);
             st.staged = 0;
         }
@@ -271,9 +289,9 @@ impl StagePool {
             if let Some(&ahead) = full.get(i + 4) {
                 self.blocks.prefetch(ahead);
             }
-            f.samples.extend_from_slice(&self.blocks.get(b).0);
+            f.samples.extend_from_slice(&self.blocks.slots.get(b).0);
         }
-        f.samples.extend_from_slice(&self.slots[st.idx as usize].0[..usize::from(st.staged)]);
+        f.samples.extend_from_slice(&self.slots.get(st.idx).0[..usize::from(st.staged)]);
         self.blocks.free.extend_from_slice(full);
         st.drop_full();
         st.staged = 0;
@@ -763,7 +781,7 @@ fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
         }
         if let Some(f) = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD))
         {
-            let at = stages.slots.as_ptr().wrapping_add(f.stage.idx as usize).cast::<i8>();
+            let at = stages.slots.addr(f.stage.idx);
             let at = at.wrapping_add(usize::from(f.stage.staged) * size_of::<Retained>());
             // A sample is 48 bytes: it may span two lines.
             // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
