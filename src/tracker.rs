@@ -282,7 +282,8 @@ impl StagePool {
         if st.idx == u32::MAX {
             return;
         }
-        f.samples.reserve_exact(st.len());
+        // Amortized, not exact: `flows()` gathers every time a view is read.
+        f.samples.reserve(st.len());
         // The blocks are cold, and each copy would wait for its block: fetch a few ahead.
         let full = st.full();
         for (i, &b) in full.iter().enumerate() {
