@@ -21,6 +21,16 @@ use monitor::Monitor;
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 const MBIT: u64 = 1_000_000;
 
+/// Runs the lab tests one at a time. The path emulator is user-space threads, so two tests
+/// at once on a 2-core machine perturbed each other's paths: a CI run measured 3.94 Mbit/s
+/// at 25 ms one-way delay where 7.2–7.8 is usual alone, and failed an ordering check. (A
+/// sweep's labs still run together, by design.)
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed holding it leaves it poisoned; the lock itself is still sound.
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Builds a lab, or explains why not (and fails under CI).
 fn lab(cfg: LabConfig) -> Option<Lab> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
@@ -76,6 +86,7 @@ fn within(x: f64, lo: f64, hi: f64) -> bool {
 
 #[test]
 fn min_rtt_is_twice_the_one_way_delay() {
+    let _one = one_at_a_time();
     let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(20))) else { return };
     let (r, _) = measured(&lab, &Bulk::bytes(300_000), false, None);
     let (kernel, observed) = (f(&r, "MinRTTKernelms"), f(&r, "MinRTTObservedms"));
@@ -90,6 +101,7 @@ fn min_rtt_is_twice_the_one_way_delay() {
 
 #[test]
 fn bulk_throughput_matches_the_bottleneck_and_the_generator_exactly_acked() {
+    let _one = one_at_a_time();
     let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(20 * MBIT, 1 << 20);
     let Some(lab) = lab(cfg) else { return };
     // A 128 KiB receive buffer keeps the window (at most 256 KiB) under the 1 MiB queue:
@@ -121,6 +133,7 @@ fn bulk_throughput_matches_the_bottleneck_and_the_generator_exactly_acked() {
 
 #[test]
 fn deep_cubic_queue_raises_rtt_with_cwnd() {
+    let _one = one_at_a_time();
     // 10 Mbit/s, 10 ms base RTT, a 500 KB queue (400 ms at the rate): cubic fills it.
     let cfg = LabConfig::default().delay(Duration::from_millis(5)).rate(10 * MBIT, 500_000);
     let Some(lab) = lab(cfg) else { return };
@@ -152,6 +165,7 @@ fn sweep(cfgs: Vec<LabConfig>, bulk: &Bulk) -> Option<Vec<Value>> {
 
 #[test]
 fn goodput_falls_as_loss_rises() {
+    let _one = one_at_a_time();
     let base = LabConfig::default().delay(Duration::from_millis(10)).rate(30 * MBIT, 128 << 10);
     let cfgs = [0.0, 0.01, 0.05]
         .iter()
@@ -174,6 +188,7 @@ fn goodput_falls_as_loss_rises() {
 
 #[test]
 fn goodput_falls_as_delay_rises() {
+    let _one = one_at_a_time();
     // 0.5 % loss makes the window loss-bound, so goodput follows 1/RTT (Mathis).
     let base = LabConfig::default().rate(30 * MBIT, 256 << 10);
     let cfgs = [5, 25, 100]
@@ -197,6 +212,7 @@ fn goodput_falls_as_delay_rises() {
 
 #[test]
 fn ipv6_gives_the_same_results_as_ipv4() {
+    let _one = one_at_a_time();
     let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(20 * MBIT, 256 << 10);
     let (Some(l4), Some(l6)) = (lab(cfg.clone()), lab(cfg)) else { return };
     let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
@@ -220,6 +236,7 @@ fn ipv6_gives_the_same_results_as_ipv4() {
 
 #[test]
 fn a_connection_between_two_samples_is_recorded_with_exact_bytes() {
+    let _one = one_at_a_time();
     let cfg = LabConfig::default().delay(Duration::from_millis(5)).rate(20 * MBIT, 256 << 10);
     let Some(lab) = lab(cfg) else { return };
     let sink = Sink::start(&lab, Side::B, 0, None).unwrap();
@@ -248,6 +265,7 @@ fn a_connection_between_two_samples_is_recorded_with_exact_bytes() {
 
 #[test]
 fn port_flag_and_filter_expression_show_only_the_named_flows() {
+    let _one = one_at_a_time();
     let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(5))) else { return };
     let (s1, s2) = (
         Sink::start(&lab, Side::B, 0, None).unwrap(),
@@ -280,6 +298,7 @@ fn port_flag_and_filter_expression_show_only_the_named_flows() {
 
 #[test]
 fn ecn_negotiated_end_to_end_sets_the_flag() {
+    let _one = one_at_a_time();
     let cfg = LabConfig::default().delay(Duration::from_millis(5));
     let (Some(on), Some(off)) = (lab(cfg.clone()), lab(cfg)) else { return };
     // A requests ECN; B accepts it when asked (the default, tcp_ecn = 2).
@@ -314,6 +333,7 @@ fn report(name: &str, r: &Value) {
 
 #[test]
 fn diagnosis_small_receive_window_on_a_long_path() {
+    let _one = one_at_a_time();
     let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(25))) else { return };
     let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
     let (r, _) = measured(&lab, &bulk, false, Some(16 << 10));
@@ -329,6 +349,7 @@ fn diagnosis_small_receive_window_on_a_long_path() {
 
 #[test]
 fn diagnosis_slow_writer_is_the_application() {
+    let _one = one_at_a_time();
     let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(10))) else { return };
     // 16 KB every ~160 ms: each write is in flight for one 20 ms RTT, then the
     // connection waits for the application.
@@ -346,6 +367,7 @@ fn diagnosis_slow_writer_is_the_application() {
 
 #[test]
 fn diagnosis_narrow_bottleneck_is_the_network() {
+    let _one = one_at_a_time();
     let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(10 * MBIT, 256 << 10);
     let Some(lab) = lab(cfg) else { return };
     let (r, _) =
@@ -365,6 +387,7 @@ fn diagnosis_narrow_bottleneck_is_the_network() {
 /// send-buffer verdict itself is covered by `analyzer::diagnosis` unit tests.
 #[test]
 fn diagnosis_small_send_buffer_on_a_long_path() {
+    let _one = one_at_a_time();
     // BBR, because on this kernel (6.18) a cubic sender's queue overshoots SO_SNDBUF: with
     // 16 KiB asked for (32 KiB granted) it held 212 KB and reached 21.7 Mbit/s at 50 ms, and
     // the kernel counted no send-buffer-limited time. A paced BBR sender is held to it.
@@ -393,6 +416,7 @@ fn diagnosis_small_send_buffer_on_a_long_path() {
 
 #[test]
 fn diagnosis_mathis_bound_tracks_a_lossy_path() {
+    let _one = one_at_a_time();
     let cfg = LabConfig {
         loss_ab: 0.02,
         seed: 7,
@@ -411,6 +435,7 @@ fn diagnosis_mathis_bound_tracks_a_lossy_path() {
 
 #[test]
 fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
+    let _one = one_at_a_time();
     let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(25))) else { return };
     let sink = Sink::start(&lab, Side::B, 0, Some(16 << 10)).unwrap();
     for json in [false, true] {
