@@ -33,7 +33,8 @@ const PREFETCH_AHEAD: usize = 8;
 
 /// A dump prefetches for busy flows when at least one sample in this many changed in the
 /// dump before: looking ahead costs every socket some 2.5 ns (measured with 1,000 flows in
-/// cache), and saves a changed socket's cache misses, some 200 ns.
+/// cache), and saves a changed socket's cache misses, about 200 ns (with every 10th sample
+/// changing at 20,000 flows, 60 ns per socket fell to 41).
 const LOOKAHEAD_SHARE: u64 = 64;
 
 /// Retained samples per stage and per block (see [`Stage`]).
