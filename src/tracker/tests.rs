@@ -446,3 +446,29 @@ fn a_flow_destroyed_mid_dump_does_not_hide_one_the_dump_missed() {
     assert_eq!(ended, [(1, EndReason::Destroyed), (3, EndReason::Gone)]);
     assert_eq!(t.flows().map(|f| f.key.cookie).collect::<Vec<_>>(), [2]);
 }
+
+#[test]
+fn the_congestion_control_follows_the_retained_samples() {
+    // The tracker compares the raw attribute with the name it holds before it looks for the
+    // NUL; a name with bytes after its NUL must still read as the name alone.
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80);
+    let steps = [
+        ("cubic", "cubic"),
+        ("bbr", "bbr"),
+        ("dctcp\0xyz", "dctcp"),
+        ("dctcp\0xyz", "dctcp"),
+        ("dctcp", "dctcp"),
+        ("sixteen_chars___", "sixteen_chars___"),
+        ("cubic", "cubic"),
+    ];
+    for (k, (sent, want)) in steps.into_iter().enumerate() {
+        let s = a.clone().rtt_us(10_000 + k as u32).cong(sent);
+        dump(&mut t, k as u64 * S, &[&s], true);
+        let f = t.flows().next().unwrap();
+        // The stored word itself, NUL-padded: records and views compare flows whole.
+        let mut padded = [0u8; 16];
+        padded[..want.len()].copy_from_slice(want.as_bytes());
+        assert_eq!((f.cc.as_str(), f.cc.0), (want, padded), "dump {k}, sent {sent:?}");
+    }
+}

@@ -286,26 +286,29 @@ impl<'a> Sample<'a> {
     /// store-forwarding stall that showed in the same profiles.
     #[inline]
     pub fn cong_word(&self) -> Option<u128> {
+        self.cong_raw().map(nul_terminated)
+    }
+
+    /// The attribute's first 16 bytes, zero past its end, little-endian in a `u128`. The
+    /// kernel sends the name and one NUL, so this usually equals
+    /// [`cong_word`](Self::cong_word); it differs when bytes follow a NUL inside the
+    /// attribute. It is cheaper, so a caller holding a word that `cong_word` gave can test
+    /// this first: when the two are equal, `cong_word` would give that word again.
+    #[inline]
+    pub fn cong_raw(&self) -> Option<u128> {
         let span = self.idx.spans[S_CONG];
         let raw = span.get(self.payload)?;
         let start = usize::from(span.off);
         let Some(&fixed) = self.payload.get(start..).and_then(|b| b.first_chunk::<16>()) else {
             // Fewer than 16 bytes left in the message: copy what there is.
             let mut w = [0u8; 16];
-            let n = raw.iter().position(|&b| b == 0).unwrap_or(raw.len()).min(16);
+            let n = raw.len().min(16);
             w[..n].copy_from_slice(&raw[..n]);
             return Some(u128::from_le_bytes(w));
         };
         let mut v = u128::from_le_bytes(fixed);
         if raw.len() < 16 {
             v &= (1u128 << (8 * raw.len())) - 1; // bytes past the attribute
-        }
-        // The lowest zero byte (a NUL) and everything above it are cleared. `x - 0x01… & !x
-        // & 0x80…` marks the lowest zero byte exactly (marks above it may be false).
-        const ONES: u128 = u128::MAX / 255;
-        let zeros = v.wrapping_sub(ONES) & !v & (ONES << 7);
-        if zeros != 0 {
-            v &= (1u128 << (zeros.trailing_zeros() & !7)) - 1;
         }
         Some(v)
     }
@@ -588,6 +591,20 @@ impl Serialize for FieldMap<'_> {
     }
 }
 
+/// `v` (16 bytes, little-endian) with its lowest zero byte, a NUL, and every byte above it
+/// cleared.
+#[inline]
+pub fn nul_terminated(mut v: u128) -> u128 {
+    // `x - 0x01… & !x & 0x80…` marks the lowest zero byte exactly (marks above it may be
+    // false).
+    const ONES: u128 = u128::MAX / 255;
+    let zeros = v.wrapping_sub(ONES) & !v & (ONES << 7);
+    if zeros != 0 {
+        v &= (1u128 << (zeros.trailing_zeros() & !7)) - 1;
+    }
+    v
+}
+
 #[cfg(all(test, target_endian = "little"))]
 mod tests {
     use super::*;
@@ -626,6 +643,11 @@ mod tests {
                 let idx = index(payload(m)).unwrap();
                 let s = Sample::new(0, payload(m), &idx);
                 assert_eq!(s.cong_word(), Some(u128::from_le_bytes(padded)), "{name:?}");
+                // The raw word is the attribute's bytes, whatever follows a NUL in it.
+                let mut raw = [0u8; 16];
+                let n = name.len().min(16);
+                raw[..n].copy_from_slice(&name[..n]);
+                assert_eq!(s.cong_raw(), Some(u128::from_le_bytes(raw)), "{name:?}");
                 assert_eq!(s.cong_bytes().unwrap(), &want[..], "{name:?}");
             }
         }
