@@ -33,8 +33,9 @@ const PREFETCH_AHEAD: usize = 8;
 
 /// A dump prefetches for busy flows when at least one sample in this many changed in the
 /// dump before: looking ahead costs every socket some 2.5 ns (measured with 1,000 flows in
-/// cache), and saves a changed socket's cache misses, about 200 ns (with every 10th sample
-/// changing at 20,000 flows, 60 ns per socket fell to 41).
+/// cache), and saves a changed socket's cache misses, some 120–190 ns (`cargo bench --bench
+/// kept`, 20,000 flows, every 10th sample changing: minima 68.2–81.2 fell to 56.7–62.1 ns
+/// per socket).
 const LOOKAHEAD_SHARE: u64 = 64;
 
 /// Retained samples per stage and per block (see [`Stage`]).
@@ -68,26 +69,6 @@ const READY_BLOCKS: usize = 16;
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 struct Stage([Retained; STAGED]);
-
-impl Stage {
-    /// A segment of zeroed blocks, from zeroed memory: the allocator gets it from the
-    /// kernel as untouched pages, rather than this code writing 192 KiB of zeros that samples
-    /// then overwrite. (`Box::new([...; N])` wrote every block first: 12 % of the time of a
-    /// growing pool in a profile.)
-    fn zeroed_segment() -> Box<[Stage; SEGMENT_BLOCKS]> {
-        let layout = std::alloc::Layout::new::<[Stage; SEGMENT_BLOCKS]>();
-        // SAFETY: the layout is not zero-sized; all-zero bytes are a valid `Stage` (plain
-        // integers); the pointer comes from the global allocator with this very layout,
-        // which is what `Box` frees it with.
-        unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<[Stage; SEGMENT_BLOCKS]>();
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(p)
-        }
-    }
-}
 
 /// Where a flow's samples wait besides its `samples` (full blocks and a stage), and how
 /// many samples its window holds in all.
@@ -167,10 +148,28 @@ struct Segments {
 }
 
 impl Segments {
+    /// A segment of zeroed blocks, from zeroed memory: the allocator gets it from the
+    /// kernel as untouched pages, rather than this code writing 192 KiB of zeros that samples
+    /// then overwrite. (`Box::new([...; N])` wrote every block first: 12 % of the time of a
+    /// growing pool in a profile.)
+    fn zeroed() -> Box<[Stage; SEGMENT_BLOCKS]> {
+        let layout = std::alloc::Layout::new::<[Stage; SEGMENT_BLOCKS]>();
+        // SAFETY: the layout is not zero-sized; all-zero bytes are a valid `Stage` (plain
+        // integers); the pointer comes from the global allocator with this very layout,
+        // which is what `Box` frees it with.
+        unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<[Stage; SEGMENT_BLOCKS]>();
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(p)
+        }
+    }
+
     /// A slot never handed out before.
     fn grow(&mut self) -> u32 {
         if self.used == self.segments.len() * SEGMENT_BLOCKS {
-            self.segments.push(Stage::zeroed_segment());
+            self.segments.push(Self::zeroed());
         }
         self.used += 1;
         (self.used - 1) as u32
@@ -226,17 +225,9 @@ impl BlockPool {
 
     #[inline]
     fn prefetch(&self, b: u32) {
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = b;
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let at = self.slots.addr(b);
-            for line in (0..size_of::<Stage>()).step_by(64) {
-                // SAFETY: a prefetch is a hint; it never faults and has no effect on
-                // memory (here: within the block).
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line)) };
-            }
+        let at = self.slots.addr(b);
+        for line in (0..size_of::<Stage>()).step_by(64) {
+            prefetch_line(at.wrapping_add(line));
         }
     }
 }
@@ -772,28 +763,17 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> (u64, u32) {
 /// ([`LOOKAHEAD_SHARE`]), so a host of idle flows pays nothing.
 #[inline]
 fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (slab, hot, stages, slot);
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let changed = |i: usize| hot.get(i).is_some_and(|h| h.changed);
-        if changed(slot + 2 * PREFETCH_AHEAD) {
-            prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
-        }
-        if let Some(f) = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD))
-        {
-            let at = stages.slots.addr(f.stage.idx);
-            let at = at.wrapping_add(usize::from(f.stage.staged) * size_of::<Retained>());
-            // A sample is 48 bytes: it may span two lines.
-            // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
-            // whatever the address (here: in the stage pool, or anywhere for a flow with no
-            // block yet).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(at);
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(size_of::<Retained>() - 1));
-            }
-        }
+    let changed = |i: usize| hot.get(i).is_some_and(|h| h.changed);
+    if changed(slot + 2 * PREFETCH_AHEAD) {
+        prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
+    }
+    if let Some(f) = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD)) {
+        // Where its next sample goes (anywhere for a flow with no stage yet). A sample is 48
+        // bytes: it may span two lines.
+        let at = stages.slots.addr(f.stage.idx);
+        let at = at.wrapping_add(usize::from(f.stage.staged) * size_of::<Retained>());
+        prefetch_line(at);
+        prefetch_line(at.wrapping_add(size_of::<Retained>() - 1));
     }
 }
 
@@ -801,18 +781,25 @@ fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
 /// (see [`Flow`]'s layout); `slot` may be past the end.
 #[inline]
 fn prefetch_flow(slab: &[Flow], slot: usize) {
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (slab, slot);
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let at = slab.as_ptr().wrapping_add(slot).cast::<i8>();
-        for line in (0..std::mem::offset_of!(Flow, samples)).step_by(64) {
-            // SAFETY: a prefetch is a hint; it never faults and has no effect on memory,
-            // whatever the address (here: within the flow table, or just past its end).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line)) };
-        }
+    let at = slab.as_ptr().wrapping_add(slot).cast::<i8>();
+    for line in (0..std::mem::offset_of!(Flow, samples)).step_by(64) {
+        prefetch_line(at.wrapping_add(line));
     }
+}
+
+/// Asks the CPU to fetch the cache line holding `at` (nothing on other architectures). Any
+/// address will do: the callers compute addresses past a table's end, or from a flow with no
+/// stage, rather than branch.
+#[inline(always)]
+fn prefetch_line(at: *const i8) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+    // SAFETY: a prefetch is a hint; it never faults and has no effect on memory, whatever
+    // the address.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at)
+    };
 }
 
 /// The socket's 4-tuple and family equal the flow's (the cookie already matched).
@@ -1084,7 +1071,7 @@ impl Tracker {
     fn cut_window(f: &mut Flow, edge: Retained) -> EndedFlow {
         let l = &f.last;
         let first_chrono = [l_busy(l), l.rwnd_limited_ms, l.sndbuf_limited_ms];
-        let next = Flow {
+        let mut next = Flow {
             first_chrono,
             seq: f.seq + 1,
             partial_start: true,
@@ -1093,9 +1080,9 @@ impl Tracker {
             first_bytes_received: f.last.bytes_received,
             deduped: 0,
             samples: vec![edge],
-            stage: StageRef { window: 1, ..f.stage.clone() },
             ..f.clone_header()
         };
+        next.stage.window = 1;
         let mut done = std::mem::replace(f, next);
         done.stage = StageRef::NONE; // flushed by the caller; the stage stays with `f`
         EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window }
