@@ -271,6 +271,33 @@ fn walk_order_changes_never_confuse_flows() {
 }
 
 #[test]
+fn a_new_tuple_is_noticed_even_when_every_value_is_the_same() {
+    // The fingerprint mixes the tuple's bytes into the values' words rather than hashing
+    // them apart: a change to any one byte of ports and addresses must still count as a
+    // change, and be refused as another tuple, never deduped into the old flow.
+    let nl = crate::wire::nlmsg::NLMSG_HDRLEN;
+    let a = SockBuilder::new(1, 5000, 80).rtt_us(10_000);
+    for byte in 4..40 {
+        let mut t = Tracker::new(TrackerConfig::default());
+        dump(&mut t, 0, &[&a], true);
+        let mut moved = a.build();
+        moved[nl + byte] ^= 0x10;
+        let b = batch(&[(S, moved)]);
+        let mut out = Vec::new();
+        t.begin_dump();
+        t.observe(&b.get(0).unwrap(), &mut out);
+        let st = t.stats();
+        assert_eq!((st.tuple_conflicts, st.samples_deduped), (1, 0), "byte {byte} of the message");
+        assert_eq!(t.flows().next().unwrap().key, a_key(&a), "byte {byte}");
+    }
+}
+
+fn a_key(s: &SockBuilder) -> SockKey {
+    let b = batch(&[(0, s.build())]);
+    b.get(0).unwrap().key()
+}
+
+#[test]
 fn a_cookie_seen_with_another_tuple_does_not_change_its_flow() {
     let mut t = Tracker::new(TrackerConfig::default());
     let a = SockBuilder::new(1, 5000, 80).rtt_us(10_000);
