@@ -1089,8 +1089,7 @@ impl Tracker {
     fn account(f: &mut Flow, rtt_us: u32, stats: &mut TrackerStats, acc: &mut accounts::Accounts) {
         stats.samples_retained += 1;
         let l = &f.last;
-        acc.count(&mut f.counted, l.bytes_acked, l.bytes_received, l.bytes_retrans);
-        acc.get_mut(f.counted.slot).observe_rtt(rtt_us);
+        acc.count_sample(&mut f.counted, l.bytes_acked, l.bytes_received, l.bytes_retrans, rtt_us);
     }
 
     /// Hands on the current window and starts the next with the sample that filled it, so
