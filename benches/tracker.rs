@@ -30,7 +30,7 @@ use criterion::{BatchSize, Criterion, Throughput};
 
 #[path = "common/fixture.rs"]
 mod fixture;
-use fixture::{bumped, load_dump};
+use fixture::{bumped, bumped_where, load_dump};
 
 /// Counts live heap bytes, so memory per flow is measured rather than estimated.
 struct Counting;
@@ -83,7 +83,6 @@ fn main() {
     let mut c = Criterion::default().configure_from_args().sample_size(30);
     let a = load_dump();
     let b = bumped(&a, 1);
-    let tenth = bumped(&a, 10);
     let n = a.batch.len() as u64;
 
     // Replayed through `Sampler::dump_with` as in the pipeline: each datagram is copied into
@@ -198,31 +197,41 @@ fn main() {
         };
         let mut mixed =
             Tracker::new(TrackerConfig { window_samples: 64, ..TrackerConfig::default() });
-        // Opening 20,000 flows is a one-time cost, not a dump's: it is timed apart, and the
-        // changing trackers are aged ten dumps before the paired ones (as `steady` is opened
-        // before them). Before, their first paired dump opened every flow, which only the
-        // means counted (for every 10th sample changed, about a third of the mean). Ten
-        // dumps in, the changing flows' 64-sample windows all end once within the 60 paired
-        // dumps, as they do once in any 64.
-        let base = timed(None, &b, &mut out);
-        let opening = (timed(Some(&mut changing), &b, &mut out) - base) / n as f64;
-        for k in 1..10 {
+        // Flows out of step, as on a real host. Flow i of the changing trackers is given
+        // i mod 64 extra samples first (flow 10j of the mixed one, j mod 64): in each dump
+        // then a quarter of the changing flows fill their stage and move it to a block, and
+        // a 64th end their 64-sample window. In step (every flow opened in one dump, then
+        // changing together), three dumps in four moved no stage and the median left out
+        // the fourth, while one dump in 64 ended every window, which only the mean counted.
+        // Opening 20,000 flows is a one-time cost, not a dump's: it is timed apart.
+        let all_from = |k: usize| bumped_where(&a, move |i| (i % 64).min(k) % 2 == 1);
+        let tenth_from =
+            |k: usize| bumped_where(&a, move |i| i % 10 == 0 && (i / 10 % 64).min(k) % 2 == 1);
+        let base = timed(None, &a, &mut out);
+        let opening = (timed(Some(&mut changing), &a, &mut out) - base) / n as f64;
+        let mut hour = Tracker::new(TrackerConfig::default());
+        run_dump(&mut hour, &a, &mut out);
+        run_dump(&mut mixed, &a, &mut out);
+        for k in 1..64 {
             out.clear();
-            run_dump(&mut changing, if k % 2 == 0 { &b } else { &a }, &mut out);
-        }
-        for k in 0..10 {
-            out.clear();
-            run_dump(&mut mixed, if k % 2 == 0 { &tenth } else { &a }, &mut out);
+            let d = all_from(k);
+            run_dump(&mut changing, &d, &mut out);
+            run_dump(&mut hour, &d, &mut out);
+            run_dump(&mut mixed, &tenth_from(k), &mut out);
         }
         eprintln!("tracker per socket, the dump that opens 20,000 flows: {opening:.1} ns");
-        // Hour windows, aged by 120 changed dumps first: blocks of a flow changing every
-        // poll then hold 120-180 samples (6-9 KB, more than a page each), as they do
-        // minutes into such a flow's life.
-        let mut hour = Tracker::new(TrackerConfig::default());
-        for k in 0..120 {
+        // Every flow changes in each dump from here (every 10th in the mixed one).
+        let (all_even, all_odd) = (all_from(64), bumped_where(&a, |i| i % 64 % 2 == 0));
+        let (tenth_even, tenth_odd) =
+            (tenth_from(64), bumped_where(&a, |i| i % 10 == 0 && i / 10 % 64 % 2 == 0));
+        // Hour windows, aged by 120 dumps in all: blocks of a flow changing every poll then
+        // hold 120-180 samples (6-9 KB, more than a page each), as they do minutes into such
+        // a flow's life.
+        for k in 0..56 {
             out.clear();
-            run_dump(&mut hour, if k % 2 == 0 { &b } else { &a }, &mut out);
+            run_dump(&mut hour, if k % 2 == 0 { &all_odd } else { &all_even }, &mut out);
         }
+        let retained_before = (changing.stats().samples_retained, mixed.stats().samples_retained);
         let mut floor = MemoryFloor::new(n as usize);
         let (mut ds, mut dc, mut dm, mut df) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut dh = Vec::new();
@@ -230,12 +239,12 @@ fn main() {
             out.clear();
             let base = timed(None, &a, &mut out);
             ds.push((timed(Some(&mut steady), &a, &mut out) - base) / n as f64);
-            let d = if k % 2 == 0 { &b } else { &a };
+            let d = if k % 2 == 0 { &all_odd } else { &all_even };
             let base = timed(None, d, &mut out);
             dc.push((timed(Some(&mut changing), d, &mut out) - base) / n as f64);
             let base = timed(None, d, &mut out);
             dh.push((timed(Some(&mut hour), d, &mut out) - base) / n as f64);
-            let d = if k % 2 == 0 { &tenth } else { &a };
+            let d = if k % 2 == 0 { &tenth_odd } else { &tenth_even };
             let base = timed(None, d, &mut out);
             dm.push((timed(Some(&mut mixed), d, &mut out) - base) / n as f64);
             let base = timed(None, &a, &mut out);
@@ -244,6 +253,10 @@ fn main() {
             rt.block_on(s.dump_with(|x| floor.touch(x.msg().cookie()))).unwrap();
             df.push((start.elapsed().as_secs_f64() * 1e9 - base) / n as f64);
         }
+        // Every socket changed in every dump (every 10th in the mixed one).
+        let retained = |t: &Tracker, before: u64| t.stats().samples_retained - before;
+        assert_eq!(retained(&changing, retained_before.0), 60 * n);
+        assert_eq!(retained(&mixed, retained_before.1), 60 * n.div_ceil(10));
         // The median resists the machine's noise; the mean also counts costs that come in
         // bursts (the 64-sample windows all end in one dump of the 60; a growing pool faults
         // in fresh pages every few dumps).

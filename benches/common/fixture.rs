@@ -21,8 +21,14 @@ pub fn load_dump() -> Dump {
 
 /// The same dump with the RTT of every `every`-th socket one µs higher.
 pub fn bumped(d: &Dump, every: usize) -> Dump {
+    bumped_where(d, |i| i % every == 0)
+}
+
+/// The same dump with the RTT of socket `i` (in dump order) one µs higher where `bump(i)`.
+pub fn bumped_where(d: &Dump, bump: impl Fn(usize) -> bool) -> Dump {
     let mut e = d.clone();
-    for idx in e.batch.index.clone().iter().step_by(every) {
+    let index = e.batch.index.clone();
+    for idx in index.iter().enumerate().filter(|(i, _)| bump(*i)).map(|(_, idx)| idx) {
         let dg: &mut Datagram = &mut e.batch.datagrams[idx.dgram as usize];
         let start = idx.payload_off as usize;
         let payload = &dg.bytes[start..start + usize::from(idx.payload_len)];
