@@ -3,7 +3,9 @@
 //!
 //! Unlike `benches/tracker.rs`, the figures include walking the dump's bytes (which are not
 //! in cache at 20,000 sockets: 10 MB); compare builds or settings with each other, not with
-//! that bench's per-socket figures. Settings, from the environment:
+//! that bench's per-socket figures. Its flows change in step: every fourth changing dump
+//! moves every flow's stage to a block (`SEQ` shows it), so its median is that of the other
+//! three; `benches/tracker.rs` puts flows out of step. Settings, from the environment:
 //!
 //! - `SECS` (default 3): how long to run; each round is one steady dump (every sample
 //!   deduped) and one changing dump;

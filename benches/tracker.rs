@@ -6,9 +6,11 @@
 //!   connections;
 //! - `tracker/replay+changing_20k`: every sample changed (every sample retained; 64-sample
 //!   windows keep memory bounded, so cuts are included);
-//! - (paired figures only) every sample changed with the default hour-long windows (3,600
-//!   samples: no cuts, and blocks larger than a page); every 10th sample changed; and the memory
-//!   traffic of the changed path alone (`MemoryFloor`);
+//! - (paired figures only, with flows out of step as on a real host: each dump fills a
+//!   quarter of the changing flows' stages and ends a 64th of their 64-sample windows) every
+//!   sample changed with 64-sample and with the default hour-long windows (3,600 samples: no
+//!   cuts); every 10th sample changed; the memory traffic of the changed path alone
+//!   (`MemoryFloor`); and, apart, the dump that opens 20,000 flows;
 //! - the tracker's cost per socket is (replay+X − replay_only) / 20,000;
 //! - `analyze/10k_samples`: one flow record from 10,000 retained samples.
 //!
