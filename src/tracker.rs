@@ -606,7 +606,7 @@ fn ms(us: u64) -> u32 {
 
 /// Bytes of `tcp_info` that hold every field [`decode_into`] reads (kernels since 6.7 send 248 or
 /// more).
-const SNAP_INFO_LEN: usize = 248;
+const DECODE_INFO_LEN: usize = 248;
 
 /// A sample's values, for a flow that has none yet.
 fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
@@ -627,7 +627,7 @@ fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
 fn decode_into(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &TcpInfo<'_>) {
     // Read through a view of fixed length when the kernel sent all of it: every offset is
     // then known to be in range and the compiler drops some 30 bounds checks.
-    match t.as_bytes().first_chunk::<SNAP_INFO_LEN>() {
+    match t.as_bytes().first_chunk::<DECODE_INFO_LEN>() {
         Some(fixed) => decode_from(r, l, s, &TcpInfo::new(fixed)),
         None => decode_from(r, l, s, t),
     }
@@ -1167,13 +1167,12 @@ impl Tracker {
             return;
         }
         let Some(t) = s.tcp_info() else { return };
-        let sn = snap(s, &t);
         let f = match self.index.get(&key.cookie).map(|&i| i as usize) {
             Some(slot) if same_socket(&self.slab[slot].key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let mut f = self.remove(key.cookie).expect("indexed just above");
                 f.last_ts_ns = s.ts_ns;
-                f.options |= sn.options;
+                f.options |= t.options().unwrap_or(0);
                 if same {
                     f.deduped += 1;
                     self.stats.samples_deduped += 1;
@@ -1195,7 +1194,7 @@ impl Tracker {
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                self.open(s, &sn, self.dumps_done == 0)
+                self.open(s, &snap(s, &t), self.dumps_done == 0)
             }
         };
         self.destroyed.insert(key.cookie, self.generation);

@@ -279,11 +279,10 @@ impl<'a> Sample<'a> {
     }
 
     /// The algorithm name as 16 bytes padded with NUL (TCP_CA_NAME_MAX is 16, the NUL
-    /// included), little-endian in a `u128`: equal names give equal words. The tracker
-    /// reads it on every retained sample, where finding the NUL and calling `memcmp`
-    /// profiled as about an eighth of the changed path. Inlined: called, its result went
-    /// through the stack as two 8-byte stores read back as one 16-byte load, a
-    /// store-forwarding stall that showed in the same profiles.
+    /// included), little-endian in a `u128`: equal names give equal words, compared without
+    /// finding a NUL or calling `memcmp`. The tracker holds this word per flow; on each
+    /// retained sample it compares [`cong_raw`](Self::cong_raw) with it first and applies
+    /// [`nul_terminated`] only when they differ.
     #[inline]
     pub fn cong_word(&self) -> Option<u128> {
         self.cong_raw().map(nul_terminated)
