@@ -786,7 +786,8 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
 /// Asks the CPU to fetch, ahead of need, the memory the changed path touches: the flow at
 /// `slot + 2 × PREFETCH_AHEAD` (the lines a changed sample writes: account, latest values,
 /// stage reference), and the lines of the stage pool that the flow at
-/// `slot + PREFETCH_AHEAD` (fetched `PREFETCH_AHEAD` sockets ago) stages its next sample in.
+/// `slot + PREFETCH_AHEAD` (fetched `PREFETCH_AHEAD` sockets ago) stages its next sample in,
+/// with, when that sample fills the stage, the end of the flow's list of blocks.
 /// Flows are kept in walk order, so those are likely the sockets due then. Without this,
 /// each changed socket waited on cache misses in a row (the flow, then where its sample
 /// goes), most of its cost.
@@ -810,6 +811,17 @@ fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
         let at = at.wrapping_add(usize::from(f.stage.staged) * size_of::<Retained>());
         prefetch_line(at);
         prefetch_line(at.wrapping_add(size_of::<Retained>() - 1));
+        // A sample that fills the stage also writes the number of the block it moves to
+        // into the flow's list of blocks, a heap allocation of its own, cold by then: 20,000
+        // flows out of step, medians of five alternations, 160.7 → 143.0 ns per changed
+        // socket with 64-sample windows and 126.2 → 100.9 with hour windows. (Fetching the
+        // stage's older lines, to be copied with it, gained a third of that: they are
+        // mostly still cached.)
+        if usize::from(f.stage.staged) == STAGED - 1
+            && let Some(room) = f.stage.room.as_deref()
+        {
+            prefetch_line(room.as_ptr().wrapping_add(f.stage.full_len as usize).cast::<i8>());
+        }
     }
 }
 
