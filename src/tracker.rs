@@ -813,10 +813,9 @@ fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
         prefetch_line(at.wrapping_add(size_of::<Retained>() - 1));
         // A sample that fills the stage also writes the number of the block it moves to
         // into the flow's list of blocks, a heap allocation of its own, cold by then: 20,000
-        // flows out of step, medians of five alternations, 160.7 → 143.0 ns per changed
-        // socket with 64-sample windows and 126.2 → 100.9 with hour windows. (Fetching the
-        // stage's older lines, to be copied with it, gained a third of that: they are
-        // mostly still cached.)
+        // flows out of step, minima of five alternations, 160.2 → 145.0 ns per changed
+        // socket with 64-sample windows and 124.4 → 101.6 with hour windows. (Fetching the
+        // stage's older lines too, to be copied with it, gained nothing more.)
         if usize::from(f.stage.staged) == STAGED - 1
             && let Some(room) = f.stage.room.as_deref()
         {
