@@ -260,8 +260,8 @@ fn main() {
         assert_eq!(retained(&changing, retained_before.0), 60 * n);
         assert_eq!(retained(&mixed, retained_before.1), 60 * n.div_ceil(10));
         // The median resists the machine's noise; the mean also counts costs that come in
-        // bursts (the 64-sample windows all end in one dump of the 60; a growing pool faults
-        // in fresh pages every few dumps).
+        // bursts (a growing pool faults in fresh pages every few dumps; `MemoryFloor`'s
+        // flows, unlike the trackers', fill their stages in step).
         let med = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
