@@ -308,7 +308,8 @@ fn main() {
         t.end_dump(true, 0, &mut ended);
     }
     t.finish(&mut ended);
-    let flow = ended.pop().unwrap();
+    let mut flow = ended.pop().unwrap();
+    flow.gather();
     assert_eq!(flow.flow.samples.len(), 10_000);
     let cfg = AnalyzerConfig::default();
     // As the analyzer stage does (see `keep_heap_for_reuse`).

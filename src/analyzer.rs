@@ -296,8 +296,9 @@ fn throughput_mbps(bytes: u64, span_ns: u64) -> f64 {
     if span_ns == 0 { 0.0 } else { bytes as f64 * 8.0 / (span_ns as f64 / 1e9) / 1e6 }
 }
 
-/// Computes a flow's record.
+/// Computes a flow's record, from a flow [gathered](EndedFlow::gather) first.
 pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
+    debug_assert!(e.gathered(), "samples still in the tracker's blocks");
     let f = &e.flow;
     let s = &f.samples;
     let w = time_weights(s);
@@ -572,14 +573,15 @@ pub async fn run(
     while let Some(ended) = ended_rx.recv().await {
         let start = std::time::Instant::now();
         let mut out = Batch::default();
-        for e in &ended {
-            if !cfg.writes(e) {
+        for mut e in ended {
+            if !cfg.writes(&e) {
                 metrics.records_partial_skipped.inc();
-                continue;
+                continue; // dropped ungathered: its blocks go back to the tracker
             }
-            let r = analyze(e, &cfg.analysis);
+            e.gather();
+            let r = analyze(&e, &cfg.analysis);
             if cfg.samples_out {
-                samples::write_lines(e, &r.id, &mut out.samples);
+                samples::write_lines(&e, &r.id, &mut out.samples);
             }
             out.records.push(r);
         }

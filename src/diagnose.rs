@@ -129,12 +129,16 @@ pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowSt
         realtime_offset_ns: crate::clock::realtime_offset_ns(),
         ..AnalyzerConfig::default()
     };
+    let record = |mut e: crate::tracker::EndedFlow| {
+        e.gather();
+        analyze(&e, &acfg)
+    };
     let mut records = Vec::new();
     let end = Instant::now() + Duration::from_secs(cli.seconds);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
-            Some(batch) = rx.recv() => records.extend(batch.iter().map(|e| analyze(e, &acfg))),
+            Some(batch) = rx.recv() => records.extend(batch.into_iter().map(record)),
             _ = tick.tick() => {
                 let all_ended = metrics.dumps.get() > 0
                     && metrics.flows_opened.get() > 0
@@ -147,7 +151,7 @@ pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowSt
     }
     let _ = stop_tx.send(true);
     while let Some(batch) = rx.recv().await {
-        records.extend(batch.iter().map(|e| analyze(e, &acfg)));
+        records.extend(batch.into_iter().map(record));
     }
     stage.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     records.sort_by_key(|r| std::cmp::Reverse(r.bytes_acked));

@@ -394,7 +394,8 @@ pub fn batch(msgs: &[(u64, Vec<u8>)]) -> crate::wire::sock::SockBatch {
 }
 
 /// Feeds one socket's samples (time, builder) through a tracker and ends the flow with a
-/// destroy event built from the last one (state CLOSE). The flow is not partial.
+/// destroy event built from the last one (state CLOSE). The flow is not partial, and it is
+/// gathered, as the analyzer stage has it.
 pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
     use crate::tracker::{Tracker, TrackerConfig};
     let mut t = Tracker::new(TrackerConfig::default());
@@ -411,7 +412,9 @@ pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
     let b = batch(&[(last_ts, last.state(7).build())]);
     t.destroyed(&b.get(0).expect("one socket"), &mut out);
     assert_eq!(out.len(), 1, "exactly the one flow ends");
-    out.pop().expect("one flow")
+    let mut e = out.pop().expect("one flow");
+    e.gather();
+    e
 }
 
 /// A record of a synthetic flow `i` (cookie `i + 1`, local port 5000 + i) of three samples.

@@ -12,8 +12,9 @@
 //!   (and in state, bytes_acked, bytes_received, bytes_sent) is counted, not retained. The
 //!   option flags of every sample are OR'd, retained or not (cgmon lost them: B11).
 //! - **Bounded memory.** A retained sample is a 48-byte [`Retained`]. A changing flow's
-//!   newest samples wait in a 192-byte [`Stage`]; four at a time they move to a block of a
-//!   shared pool, and are gathered into the flow's `samples` when it is handed on. At
+//!   newest samples wait in a 192-byte stage; four at a time they move to a block of a
+//!   shared pool (`tracker/pool.rs`). A flow handed on takes its blocks along, and the
+//!   analyzer gathers them into the flow's `samples` and gives them back. At
 //!   `window_samples` retained samples a flow emits an interim record and goes on in a
 //!   fresh window, with the next sequence number.
 //! - **Limits.** `max_flows` caps the flows being recorded. It counts recorded flows only, and
@@ -21,6 +22,9 @@
 //!   `min_samples` drops short flows, counted.
 
 use rustc_hash::FxHashMap;
+
+pub use pool::StageRef;
+use pool::{Held, STAGED, StagePool};
 
 use crate::wire::sock::{Sample, SockKey, nul_terminated};
 use crate::wire::tcp_info::TcpInfo;
@@ -37,276 +41,6 @@ const PREFETCH_AHEAD: usize = 8;
 /// kept`, 20,000 flows, every 10th sample changing: minima 68.2–81.2 fell to 56.7–62.1 ns
 /// per socket).
 const LOOKAHEAD_SHARE: u64 = 64;
-
-/// Retained samples per stage and per block (see [`Stage`]).
-const STAGED: usize = 4;
-
-/// Blocks per segment of the block pool: 1,024 blocks are 192 KiB.
-const SEGMENT_BLOCKS: usize = 1024;
-
-/// Free blocks kept fetched ahead of need (see [`BlockPool::take`]).
-const READY_BLOCKS: usize = 16;
-
-/// Four retained samples of one flow. As a *stage*, it holds a changing flow's newest
-/// samples; as a *block*, four older ones, in the block pool.
-///
-/// Stages sit together in one small pool (192 bytes a changing flow, mostly taken in walk
-/// order), so a dump writes its samples within a few megabytes rather than across every
-/// flow's storage. Appending each sample straight to its flow's own `Vec` cost a TLB miss
-/// and a cache miss per socket once the vectors outgrew a page: 265 ns per changed socket
-/// against 160 ns while they were small and adjacent. A flow takes a stage at its second
-/// retained sample, so idle flows cost nothing.
-///
-/// A full stage is copied, three whole cache lines at once, to a block of the block pool,
-/// and the flow notes the block's number. Blocks never move: a flow's samples are gathered
-/// into one `Vec` once, when it is handed on. (Each flow's own `Vec` doubled as it grew, so
-/// every sample was copied about once more by `realloc`, and all flows that change every dump
-/// doubled in the same dump: in a profile of the kept dump with hour windows, 17.6 % of all
-/// time went to `extend_from_slice`, 10.8 points of it in `realloc`. Writing samples
-/// straight into pool blocks, with no stage, was slower once blocks were reused, as reused
-/// blocks no longer lie in walk order: 200–235 ns against 126–175 ns per changed socket,
-/// medians at 20,000 flows with 64-sample windows.)
-#[derive(Debug, Clone, Copy)]
-#[repr(C, align(64))]
-struct Stage([Retained; STAGED]);
-
-/// Where a flow's samples wait besides its `samples` (full blocks and a stage), and how
-/// many samples its window holds in all.
-///
-/// The list of full blocks is a boxed slice and a `u32` length, rather than a `Vec<u32>`
-/// (24 bytes): with a `Vec`, a flow took six cache lines instead of five, and what a
-/// changed sample touches took four instead of three (both asserted below [`Flow`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StageRef {
-    /// Its slot in the stage pool; `u32::MAX` when it has none.
-    idx: u32,
-    /// Samples in the stage.
-    staged: u8,
-    /// Retained samples in the window: in `samples`, blocks and stage. Kept here, not
-    /// summed, so that the window check reads no line of the flow beyond this one.
-    window: u32,
-    /// How many of `room`'s entries are its full blocks.
-    full_len: u32,
-    /// Its full blocks in the block pool, oldest first, then spare room (none before the
-    /// first block).
-    room: Option<Box<[u32]>>,
-}
-
-impl StageRef {
-    /// No stage and no blocks: a flow handed on (or one not yet counted).
-    pub const NONE: StageRef =
-        StageRef { idx: u32::MAX, staged: 0, window: 0, full_len: 0, room: None };
-
-    /// Retained samples waiting in blocks and stage.
-    fn len(&self) -> usize {
-        self.full_len as usize * STAGED + usize::from(self.staged)
-    }
-
-    /// Its full blocks, oldest first.
-    fn full(&self) -> &[u32] {
-        self.room.as_deref().map_or(&[], |r| &r[..self.full_len as usize])
-    }
-
-    /// Appends a full block, doubling the room when there is none left (from 8 entries).
-    fn push_full(&mut self, b: u32) {
-        let n = self.full_len as usize;
-        let room = self.room.as_deref().map_or(0, <[u32]>::len);
-        if n == room {
-            let mut grown = vec![0u32; (2 * room).max(8)].into_boxed_slice();
-            grown[..n].copy_from_slice(self.full());
-            self.room = Some(grown);
-        }
-        if let Some(r) = self.room.as_deref_mut() {
-            r[n] = b;
-            self.full_len += 1;
-        }
-    }
-
-    /// Forgets its full blocks, and drops their list: a flow that changed once and then
-    /// idles for hours should not keep its memory.
-    fn drop_full(&mut self) {
-        self.room = None;
-        self.full_len = 0;
-    }
-}
-
-impl Default for StageRef {
-    fn default() -> Self {
-        Self::NONE
-    }
-}
-
-/// Slots of four samples, numbered from 0, in segments of fixed size: growing never moves a
-/// slot (one `Vec` of them would copy every sample each time it doubled) and leaves at most
-/// one segment unused (a doubling `Vec` of stages held 1.6 times the stages of 20,000 flows:
-/// 315 bytes a flow where 192 were used).
-#[derive(Debug, Default)]
-struct Segments {
-    segments: Vec<Box<[Stage; SEGMENT_BLOCKS]>>,
-    /// Slots handed out so far.
-    used: usize,
-}
-
-impl Segments {
-    /// A segment of zeroed blocks, from zeroed memory: the allocator gets it from the
-    /// kernel as untouched pages, rather than this code writing 192 KiB of zeros that samples
-    /// then overwrite. (`Box::new([...; N])` wrote every block first: 12 % of the time of a
-    /// growing pool in a profile.)
-    fn zeroed() -> Box<[Stage; SEGMENT_BLOCKS]> {
-        let layout = std::alloc::Layout::new::<[Stage; SEGMENT_BLOCKS]>();
-        // SAFETY: the layout is not zero-sized; all-zero bytes are a valid `Stage` (plain
-        // integers); the pointer comes from the global allocator with this very layout,
-        // which is what `Box` frees it with.
-        unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<[Stage; SEGMENT_BLOCKS]>();
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(p)
-        }
-    }
-
-    /// A slot never handed out before.
-    fn grow(&mut self) -> u32 {
-        if self.used == self.segments.len() * SEGMENT_BLOCKS {
-            self.segments.push(Self::zeroed());
-        }
-        self.used += 1;
-        (self.used - 1) as u32
-    }
-
-    #[inline]
-    fn get(&self, b: u32) -> &Stage {
-        let i = b as usize;
-        &self.segments[i / SEGMENT_BLOCKS][i % SEGMENT_BLOCKS]
-    }
-
-    #[inline]
-    fn get_mut(&mut self, b: u32) -> &mut Stage {
-        let i = b as usize;
-        &mut self.segments[i / SEGMENT_BLOCKS][i % SEGMENT_BLOCKS]
-    }
-
-    /// Where slot `b` lies, for a prefetch; any address when `b` is not a slot.
-    #[inline]
-    fn addr(&self, b: u32) -> *const i8 {
-        let i = b as usize;
-        self.segments
-            .get(i / SEGMENT_BLOCKS)
-            .map_or(std::ptr::null(), |s| s.as_ptr().wrapping_add(i % SEGMENT_BLOCKS).cast::<i8>())
-    }
-}
-
-/// The blocks of full stages. Freed blocks are reused, last freed first: the pool keeps its
-/// largest size, as an allocator would.
-#[derive(Debug, Default)]
-struct BlockPool {
-    slots: Segments,
-    free: Vec<u32>,
-    /// The next blocks [`take`](Self::take) gives, fetched when they joined.
-    ready: std::collections::VecDeque<u32>,
-}
-
-impl BlockPool {
-    /// A free block. Which block a flow gets is known well before it needs one, so the
-    /// block is fetched into cache then: it joins `ready` [`READY_BLOCKS`] takes earlier.
-    #[inline]
-    fn take(&mut self) -> u32 {
-        while self.ready.len() <= READY_BLOCKS {
-            let b = match self.free.pop() {
-                Some(b) => b,
-                None => self.slots.grow(),
-            };
-            self.prefetch(b);
-            self.ready.push_back(b);
-        }
-        self.ready.pop_front().expect("filled just above")
-    }
-
-    #[inline]
-    fn prefetch(&self, b: u32) {
-        let at = self.slots.addr(b);
-        for line in (0..size_of::<Stage>()).step_by(64) {
-            prefetch_line(at.wrapping_add(line));
-        }
-    }
-}
-
-/// The stages of the changing flows, with the free slots of flows that ended, and the
-/// blocks their full stages went to.
-#[derive(Debug, Default)]
-struct StagePool {
-    slots: Segments,
-    free: Vec<u32>,
-    blocks: BlockPool,
-}
-
-impl StagePool {
-    fn take(&mut self) -> u32 {
-        match self.free.pop() {
-            Some(i) => i,
-            None => self.slots.grow(),
-        }
-    }
-
-    /// Where the flow's next sample goes: the sample is decoded straight into its stage,
-    /// then [`commit`](Self::commit)ted. (Built first and copied in, its fields were stored
-    /// one by one and read back as whole lines: 69.2 against 71.7 ns per changed socket,
-    /// 1,000 flows in cache.)
-    #[inline]
-    fn next_slot(&mut self, st: &mut StageRef) -> &mut Retained {
-        if st.idx == u32::MAX {
-            st.idx = self.take();
-        }
-        &mut self.slots.get_mut(st.idx).0[usize::from(st.staged)]
-    }
-
-    /// Counts the sample [`next_slot`](Self::next_slot) gave as staged; a full stage moves
-    /// to a block.
-    #[inline]
-    fn commit(&mut self, st: &mut StageRef) {
-        st.window += 1;
-        st.staged += 1;
-        if usize::from(st.staged) == STAGED {
-            let b = self.blocks.take();
-            *self.blocks.slots.get_mut(b) = *self.slots.get(st.idx);
-            st.push_full(b);
-            st.staged = 0;
-        }
-    }
-
-    /// Moves the flow's blocks and staged samples, in order, to the end of `f.samples` and
-    /// frees the blocks; the stage stays the flow's.
-    fn flush(&mut self, f: &mut Flow) {
-        let st = &mut f.stage;
-        if st.idx == u32::MAX {
-            return;
-        }
-        // Amortized, not exact: `flows()` gathers every time a view is read.
-        f.samples.reserve(st.len());
-        // The blocks are cold, and each copy would wait for its block: fetch a few ahead.
-        let full = st.full();
-        for (i, &b) in full.iter().enumerate() {
-            if let Some(&ahead) = full.get(i + 4) {
-                self.blocks.prefetch(ahead);
-            }
-            f.samples.extend_from_slice(&self.blocks.slots.get(b).0);
-        }
-        f.samples.extend_from_slice(&self.slots.get(st.idx).0[..usize::from(st.staged)]);
-        self.blocks.free.extend_from_slice(full);
-        st.drop_full();
-        st.staged = 0;
-    }
-
-    /// Flushes the flow and gives its stage back.
-    fn release(&mut self, f: &mut Flow) {
-        self.flush(f);
-        if f.stage.idx != u32::MAX {
-            self.free.push(f.stage.idx);
-        }
-        f.stage = StageRef::NONE;
-    }
-}
 
 /// Tracker settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,18 +227,48 @@ const _: () = assert!(std::mem::offset_of!(Flow, samples) <= 3 * 64);
 const _: () = assert!(size_of::<Flow>() <= 5 * 64);
 
 /// A flow handed on for analysis.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// As the tracker hands it on, most of its samples may still lie in the tracker's pool
+/// blocks: [`gather`](Self::gather) brings them into `flow.samples`, on the thread that
+/// analyses it, rather than on the tracker's (see `tracker/pool.rs`).
+#[derive(Debug)]
 pub struct EndedFlow {
-    /// The flow's (window's) data.
+    /// The flow's (window's) data. Its `samples` are complete once gathered.
     pub flow: Flow,
     /// Why it ended.
     pub reason: EndReason,
     /// When: the destroy event's time, or the first datagram of the dump that missed it, or
     /// the last sample's time at shutdown and window ends.
     pub end_ts_ns: u64,
+    /// Its samples still in pool blocks, which come before `flow.samples`.
+    held: Option<Held>,
 }
 
 impl EndedFlow {
+    /// A flow whose samples are all in `flow.samples`.
+    pub fn new(flow: Flow, reason: EndReason, end_ts_ns: u64) -> Self {
+        Self { flow, reason, end_ts_ns, held: None }
+    }
+
+    /// Brings every sample into `flow.samples`, in order, and gives the pool blocks they
+    /// were in back to the tracker. Idempotent; a flow dropped ungathered gives its blocks
+    /// back too.
+    pub fn gather(&mut self) {
+        if let Some(h) = self.held.take() {
+            self.flow.samples = h.gather(&self.flow.samples);
+        }
+    }
+
+    /// Whether every sample is in `flow.samples`.
+    pub fn gathered(&self) -> bool {
+        self.held.is_none()
+    }
+
+    /// Retained samples, gathered or not.
+    pub fn sample_count(&self) -> usize {
+        self.flow.samples.len() + self.held.as_ref().map_or(0, Held::len)
+    }
+
     /// True when the end was not seen: shutdown, or a window cut.
     pub fn partial_end(&self) -> bool {
         matches!(self.reason, EndReason::Shutdown | EndReason::Window)
@@ -919,6 +683,7 @@ impl Tracker {
 
     /// Starts a dump: sockets observed until [`end_dump`](Self::end_dump) belong to it.
     pub fn begin_dump(&mut self) {
+        self.stages.blocks.reclaim();
         let (retained, deduped) = (self.stats.samples_retained, self.stats.samples_deduped);
         let changed = retained - self.at_begin.0;
         let seen = changed + deduped - self.at_begin.1;
@@ -1011,9 +776,9 @@ impl Tracker {
             Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);
             refresh_attrs(f, s);
             if f.stage.window as usize >= self.cfg.window_samples {
-                self.stages.flush(f);
+                let held = self.stages.detach(f);
                 sync(f, h);
-                out.push(Self::cut_window(f, edge));
+                out.push(Self::cut_window(f, edge, held));
                 h.deduped = 0;
                 h.options = t.options().unwrap_or(0);
                 self.stats.flows_ended += 1;
@@ -1105,7 +870,7 @@ impl Tracker {
 
     /// Hands on the current window and starts the next with the sample that filled it, so
     /// consecutive windows share an edge and no interval is lost.
-    fn cut_window(f: &mut Flow, edge: Retained) -> EndedFlow {
+    fn cut_window(f: &mut Flow, edge: Retained, held: Option<Held>) -> EndedFlow {
         let l = &f.last;
         let first_chrono = [l_busy(l), l.rwnd_limited_ms, l.sndbuf_limited_ms];
         let mut next = Flow {
@@ -1121,12 +886,13 @@ impl Tracker {
         };
         next.stage.window = 1;
         let mut done = std::mem::replace(f, next);
-        done.stage = StageRef::NONE; // flushed by the caller; the stage stays with `f`
-        EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window }
+        done.stage = StageRef::NONE; // detached by the caller; the stage stays with `f`
+        EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window, held }
     }
 
-    /// Takes a flow out of the table, brought up to date.
-    fn remove(&mut self, cookie: u64) -> Option<Flow> {
+    /// Takes a flow out of the table, brought up to date, with its samples still in pool
+    /// blocks (see [`StagePool::detach`]).
+    fn remove(&mut self, cookie: u64) -> Option<(Flow, Option<Held>)> {
         let slot = self.index.remove(&cookie)? as usize;
         let mut f = self.slab.swap_remove(slot);
         let h = self.hot.swap_remove(slot);
@@ -1136,9 +902,9 @@ impl Tracker {
         if let Some(moved) = self.hot.get(slot) {
             *self.index.get_mut(&moved.cookie).expect("every slot is indexed") = slot as u32;
         }
-        self.stages.release(&mut f);
+        let held = self.stages.release(&mut f);
         sync(&mut f, &h);
-        Some(f)
+        Some((f, held))
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
@@ -1160,8 +926,8 @@ impl Tracker {
             self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect()
         };
         for cookie in gone {
-            if let Some(f) = self.remove(cookie) {
-                self.hand_on(f, EndReason::Gone, dump_ts_ns, out);
+            if let Some((f, held)) = self.remove(cookie) {
+                self.hand_on(f, held, EndReason::Gone, dump_ts_ns, out);
             }
         }
         self.refused.retain(|_, g| *g == generation);
@@ -1178,24 +944,25 @@ impl Tracker {
             return;
         }
         let Some(t) = s.tcp_info() else { return };
-        let f = match self.index.get(&key.cookie).map(|&i| i as usize) {
+        let (f, held) = match self.index.get(&key.cookie).map(|&i| i as usize) {
             Some(slot) if same_socket(&self.slab[slot].key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
-                let mut f = self.remove(key.cookie).expect("indexed just above");
+                let (mut f, held) = self.remove(key.cookie).expect("indexed just above");
                 f.last_ts_ns = s.ts_ns;
                 f.options |= t.options().unwrap_or(0);
                 if same {
                     f.deduped += 1;
                     self.stats.samples_deduped += 1;
                 } else {
-                    // Off the dump's hot path: straight into the flow's samples.
+                    // Off the dump's hot path: straight into the flow's samples (after
+                    // those still held in blocks).
                     let mut r = Retained::default();
                     decode_into(&mut r, &mut f.last, s, &t);
                     Self::account(&mut f, r.rtt_us, &mut self.stats, &mut self.accounts);
                     f.samples.push(r);
                     refresh_attrs(&mut f, s);
                 }
-                f
+                (f, held)
             }
             Some(_) => return, // another socket owns the cookie's flow; not ours to end
             None => {
@@ -1205,34 +972,42 @@ impl Tracker {
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                self.open(s, &snap(s, &t), self.dumps_done == 0)
+                (self.open(s, &snap(s, &t), self.dumps_done == 0), None)
             }
         };
         self.destroyed.insert(key.cookie, self.generation);
-        self.hand_on(f, EndReason::Destroyed, s.ts_ns, out);
+        self.hand_on(f, held, EndReason::Destroyed, s.ts_ns, out);
     }
 
     /// Shutdown: every active flow is handed on as partial (end not seen).
     pub fn finish(&mut self, out: &mut Vec<EndedFlow>) {
         let cookies: Vec<u64> = self.hot.iter().map(|h| h.cookie).collect();
         for c in cookies {
-            if let Some(f) = self.remove(c) {
+            if let Some((f, held)) = self.remove(c) {
                 let ts = f.last_ts_ns;
-                self.hand_on(f, EndReason::Shutdown, ts, out);
+                self.hand_on(f, held, EndReason::Shutdown, ts, out);
             }
         }
     }
 
-    fn hand_on(&mut self, f: Flow, reason: EndReason, end_ts_ns: u64, out: &mut Vec<EndedFlow>) {
+    fn hand_on(
+        &mut self,
+        flow: Flow,
+        held: Option<Held>,
+        reason: EndReason,
+        end_ts_ns: u64,
+        out: &mut Vec<EndedFlow>,
+    ) {
         if reason != EndReason::Shutdown {
-            self.accounts.get_mut(f.counted.slot).closed += 1;
+            self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
-        if self.cfg.min_samples > 0 && f.samples.len() < self.cfg.min_samples {
+        let e = EndedFlow { flow, reason, end_ts_ns, held };
+        if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
             self.stats.flows_too_short += 1;
-            return;
+            return; // its blocks go back
         }
         self.stats.flows_ended += 1;
-        out.push(EndedFlow { flow: f, reason, end_ts_ns });
+        out.push(e);
     }
 }
 
@@ -1254,6 +1029,7 @@ impl Flow {
 }
 
 pub mod accounts;
+mod pool;
 pub mod task;
 pub mod views;
 

@@ -66,8 +66,10 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Appends `e`'s retained samples, oldest first, one JSON object per line.
+/// Appends `e`'s retained samples, oldest first, one JSON object per line; `e` must be
+/// [gathered](EndedFlow::gather).
 pub fn write_lines(e: &EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
+    debug_assert!(e.gathered(), "samples still in the tracker's blocks");
     for s in &e.flow.samples {
         // Serialising into a Vec cannot fail: every field is a number or a string.
         if serde_json::to_writer(&mut *out, &Line::new(&e.flow, id, s)).is_ok() {

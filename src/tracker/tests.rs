@@ -6,8 +6,13 @@ use crate::wire::tcp_info::{TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, TCPI_OPT_SACK};
 
 const S: u64 = 1_000_000_000;
 
-/// Runs one dump of the given sockets at time `ts`; returns the flows it ended.
+/// Runs one dump of the given sockets at time `ts`; returns the flows it ended, gathered.
 fn dump(t: &mut Tracker, ts: u64, socks: &[&SockBuilder], complete: bool) -> Vec<EndedFlow> {
+    gathered(dump_held(t, ts, socks, complete))
+}
+
+/// As [`dump`], with the ended flows' samples still in the tracker's blocks.
+fn dump_held(t: &mut Tracker, ts: u64, socks: &[&SockBuilder], complete: bool) -> Vec<EndedFlow> {
     let b = batch(&socks.iter().map(|s| (ts, s.build())).collect::<Vec<_>>());
     let mut out = Vec::new();
     t.begin_dump();
@@ -18,7 +23,16 @@ fn dump(t: &mut Tracker, ts: u64, socks: &[&SockBuilder], complete: bool) -> Vec
     out
 }
 
+fn gathered(mut ended: Vec<EndedFlow>) -> Vec<EndedFlow> {
+    ended.iter_mut().for_each(EndedFlow::gather);
+    ended
+}
+
 fn destroy(t: &mut Tracker, ts: u64, s: &SockBuilder) -> Vec<EndedFlow> {
+    gathered(destroy_held(t, ts, s))
+}
+
+fn destroy_held(t: &mut Tracker, ts: u64, s: &SockBuilder) -> Vec<EndedFlow> {
     let b = batch(&[(ts, s.clone().state(7).build())]);
     let mut out = Vec::new();
     t.destroyed(&b.get(0).unwrap(), &mut out);
@@ -317,14 +331,86 @@ fn staged_samples_are_never_lost_or_reordered() {
     // reordered walks, stages and blocks reused by new flows, and `flows()` read while
     // samples are staged. Short windows with a view every round; long ones (chains of up to
     // 15 blocks) with a view now and then.
-    check_against_model(Model { window: 5, view_one_in: 1, miss_one_in: 10, rounds: 400, seed: 1 });
+    check_against_model(Model {
+        window: 5,
+        view_one_in: 1,
+        miss_one_in: 10,
+        rounds: 400,
+        seed: 1,
+        gather_after: 0,
+    });
     check_against_model(Model {
         window: 61,
         view_one_in: 9,
         miss_one_in: 200,
         rounds: 1500,
         seed: 2,
+        gather_after: 0,
     });
+}
+
+#[test]
+fn blocks_handed_on_stay_intact_until_gathered_elsewhere() {
+    // Flows handed on keep their samples in the tracker's blocks until they are gathered,
+    // here on another thread, rounds later, while the tracker goes on writing and reusing
+    // blocks (a block reused before its flow was gathered would show as a wrong sample).
+    for (window, gather_after, miss_one_in, seed) in
+        [(5, 1, 20, 3), (9, 7, 20, 4), (61, 40, 200, 5)]
+    {
+        check_against_model(Model {
+            window,
+            view_one_in: 13,
+            miss_one_in,
+            rounds: 1_000,
+            seed,
+            gather_after,
+        });
+    }
+}
+
+#[test]
+fn blocks_come_back_whether_a_flow_is_gathered_or_dropped() {
+    // 12 flows change at every dump through 2,000 windows of 40 samples. Windows are
+    // gathered, dropped ungathered, or dropped after the tracker itself is gone.
+    let mut t = Tracker::new(TrackerConfig { window_samples: 40, ..TrackerConfig::default() });
+    let socks = |k: u32| -> Vec<SockBuilder> {
+        (1..=12u64).map(|c| SockBuilder::new(c, c as u16, 80).rtt_us(10_000 + k)).collect()
+    };
+    let mut ended = 0;
+    let mut blocks_after = Vec::new();
+    for k in 0..6_000u32 {
+        let s = socks(k);
+        let mut out = dump_held(&mut t, u64::from(k) * S, &s.iter().collect::<Vec<_>>(), true);
+        ended += out.len();
+        for (i, e) in out.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                e.gather();
+                assert_eq!(e.flow.samples.len(), 40);
+            }
+        }
+        drop(out);
+        if k % 1000 == 999 {
+            blocks_after.push(t.stages.blocks_made());
+        }
+    }
+    assert!(ended > 1_700, "{ended} windows");
+    // The pool stops growing once its first windows come back.
+    assert_eq!(blocks_after[1], blocks_after[5], "blocks in the pool: {blocks_after:?}");
+    // A window outlives its tracker: the blocks' memory goes with the last of them.
+    let mut last = Vec::new();
+    for k in 6_000..6_040u32 {
+        let s = socks(k);
+        last.extend(dump_held(&mut t, u64::from(k) * S, &s.iter().collect::<Vec<_>>(), true));
+    }
+    drop(t);
+    assert_eq!(last.len(), 12);
+    for mut e in last {
+        e.gather();
+        let rtts: Vec<u32> = e.flow.samples.iter().map(|r| r.rtt_us).collect();
+        let first = rtts[0];
+        assert!(first > 10_000 + 5_950, "{first}");
+        assert_eq!(rtts, (first..first + 40).collect::<Vec<_>>());
+    }
 }
 
 /// Settings of one run of [`check_against_model`].
@@ -336,10 +422,13 @@ struct Model {
     miss_one_in: u64,
     rounds: u64,
     seed: u64,
+    /// Ended flows are gathered this many rounds after they were handed on (on another
+    /// thread when not at once).
+    gather_after: u64,
 }
 
 fn check_against_model(m: Model) {
-    let Model { window, view_one_in, miss_one_in, rounds, seed } = m;
+    let Model { window, view_one_in, miss_one_in, rounds, seed, gather_after } = m;
     let mut t = Tracker::new(TrackerConfig { window_samples: window, ..TrackerConfig::default() });
     let mut rng = 0x2545_f491_4f6c_dd1du64 ^ seed;
     let mut next = move |n: u64| {
@@ -351,16 +440,7 @@ fn check_against_model(m: Model) {
     // Live flows: cookie → (its socket, RTT now, RTTs retained so far).
     let mut live: Vec<(u64, u32, Vec<u32>)> = Vec::new();
     let mut want: Vec<(u64, Vec<u32>)> = Vec::new(); // ended flows: every RTT retained
-    let mut got: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
-    let record = |got: &mut FxHashMap<u64, Vec<u32>>, ended: Vec<EndedFlow>| {
-        for e in ended {
-            let all = got.entry(e.flow.key.cookie).or_default();
-            // A window after the first starts with the sample that closed the one before.
-            let skip = usize::from(e.flow.seq > 0);
-            all.extend(e.flow.samples[skip..].iter().map(|r| r.rtt_us));
-            assert_eq!(e.flow.stage, StageRef::NONE, "a flow handed on holds no stage");
-        }
-    };
+    let mut got = Got { gather_after, ..Got::default() };
     let sock = |cookie: u64, rtt: u32| SockBuilder::new(cookie, cookie as u16, 80).rtt_us(rtt);
     let mut cookie = 0;
     for round in 0..rounds {
@@ -382,8 +462,8 @@ fn check_against_model(m: Model) {
             }
             socks.push(sock(*c, *rtt));
         }
-        let ended = dump(&mut t, round * S, &socks.iter().collect::<Vec<_>>(), true);
-        record(&mut got, ended);
+        let ended = dump_held(&mut t, round * S, &socks.iter().collect::<Vec<_>>(), true);
+        got.record(ended, round);
         let seen: Vec<u64> = order.iter().map(|&i| live[i].0).collect();
         for (c, _, kept) in live.iter().filter(|(c, ..)| !seen.contains(c)) {
             if !kept.is_empty() {
@@ -395,7 +475,7 @@ fn check_against_model(m: Model) {
         if !live.is_empty() && next(4) == 0 {
             let (c, rtt, mut kept) = live.swap_remove(next(live.len() as u64) as usize);
             kept.push(rtt);
-            record(&mut got, destroy(&mut t, round * S + 1, &sock(c, rtt)));
+            got.record(destroy_held(&mut t, round * S + 1, &sock(c, rtt)), round);
             want.push((c, kept));
         }
         // What a view shows mid-window: the current window's samples, staged ones included.
@@ -404,7 +484,7 @@ fn check_against_model(m: Model) {
         }
         for f in t.flows() {
             let (_, _, kept) = live.iter().find(|(c, ..)| *c == f.key.cookie).unwrap();
-            let upto = got.get(&f.key.cookie).map_or(0, Vec::len);
+            let upto = got.handed.get(&f.key.cookie).copied().unwrap_or(0);
             let expect = &kept[upto.saturating_sub(usize::from(f.seq > 0))..];
             let shown: Vec<u32> = f.samples.iter().map(|r| r.rtt_us).collect();
             assert_eq!(shown, expect, "flow {} in round {round}", f.key.cookie);
@@ -412,13 +492,59 @@ fn check_against_model(m: Model) {
     }
     let mut out = Vec::new();
     t.finish(&mut out);
-    record(&mut got, out);
+    got.record(out, rounds);
+    got.gather_upto(u64::MAX);
     want.extend(live.into_iter().map(|(c, _, kept)| (c, kept)));
     assert!(want.len() > 300, "{} flows", want.len());
     let longest = want.iter().map(|(_, kept)| kept.len()).max().unwrap_or(0);
     assert!(longest > window + STAGED, "the longest flow kept {longest} samples");
+    assert!(got.waiting.is_empty());
     for (c, kept) in want {
-        assert_eq!(got.get(&c), Some(&kept), "flow {c}");
+        assert_eq!(got.samples.get(&c), Some(&kept), "flow {c}");
+    }
+}
+
+/// What [`check_against_model`]'s flows handed on, gathered in turn.
+#[derive(Default)]
+struct Got {
+    gather_after: u64,
+    /// RTTs gathered per flow, windows joined.
+    samples: FxHashMap<u64, Vec<u32>>,
+    /// Samples handed on per flow, gathered or not.
+    handed: FxHashMap<u64, usize>,
+    /// Flows handed on in a round, waiting to be gathered.
+    waiting: std::collections::VecDeque<(u64, Vec<EndedFlow>)>,
+}
+
+impl Got {
+    fn record(&mut self, ended: Vec<EndedFlow>, round: u64) {
+        for e in &ended {
+            // A window after the first starts with the sample that closed the one before.
+            let skip = usize::from(e.flow.seq > 0);
+            *self.handed.entry(e.flow.key.cookie).or_default() += e.sample_count() - skip;
+            assert_eq!(e.flow.stage, StageRef::NONE, "a flow handed on holds no stage");
+        }
+        self.waiting.push_back((round, ended));
+        if let Some(due) = round.checked_sub(self.gather_after) {
+            self.gather_upto(due);
+        }
+    }
+
+    /// Gathers the flows handed on up to round `due`.
+    fn gather_upto(&mut self, due: u64) {
+        while self.waiting.front().is_some_and(|(r, _)| *r <= due) {
+            let Some((_, mut ended)) = self.waiting.pop_front() else { break };
+            if self.gather_after == 0 {
+                ended.iter_mut().for_each(EndedFlow::gather);
+            } else {
+                ended = std::thread::spawn(move || gathered(ended)).join().unwrap();
+            }
+            for e in ended {
+                let skip = usize::from(e.flow.seq > 0);
+                let all = self.samples.entry(e.flow.key.cookie).or_default();
+                all.extend(e.flow.samples[skip..].iter().map(|r| r.rtt_us));
+            }
+        }
     }
 }
 

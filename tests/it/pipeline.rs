@@ -119,3 +119,61 @@ async fn live_connection_record_counts_syn_and_fin() {
     assert!(metrics.dumps.get() >= 3);
     assert_eq!(metrics.dump_errors.get(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_handed_on_in_pool_blocks_are_analysed_whole() {
+    // Three flows change at every dump through windows of 10 samples. Each window leaves the
+    // tracker with most of its samples still in pool blocks; the analyzer stage gathers
+    // them on its own thread, while the tracker goes on reusing the blocks it gets back.
+    use cgmon_rs::testkit::{SockBuilder, batch};
+    const S: u64 = 1_000_000_000;
+    let mut t = Tracker::new(TrackerConfig { window_samples: 10, ..TrackerConfig::default() });
+    let (ended_tx, ended_rx) = mpsc::channel(ENDED_CHANNEL_CAPACITY);
+    let (rec_tx, rec_rx) = std::sync::mpsc::sync_channel(64);
+    let stage = analyzer::StageConfig {
+        write_partial: true,
+        samples_out: true,
+        ..analyzer::StageConfig::default()
+    };
+    let analyzer_task =
+        tokio::spawn(analyzer::run(stage, ended_rx, rec_tx, Arc::new(Metrics::default())));
+    for k in 0..95u64 {
+        let socks: Vec<(u64, Vec<u8>)> = (1..=3u64)
+            .map(|c| (k * S, SockBuilder::new(c, c as u16, 80).rtt_us(1_000 * c as u32 + k as u32)))
+            .map(|(ts, s)| (ts, s.build()))
+            .collect();
+        let b = batch(&socks);
+        let mut out = Vec::new();
+        t.begin_dump();
+        for s in b.iter() {
+            t.observe(&s, &mut out);
+        }
+        t.end_dump(true, k * S, &mut out);
+        if !out.is_empty() {
+            ended_tx.send(out).await.unwrap();
+        }
+        tokio::task::yield_now().await;
+    }
+    let mut out = Vec::new();
+    t.finish(&mut out);
+    ended_tx.send(out).await.unwrap();
+    drop((ended_tx, t));
+    analyzer_task.await.unwrap().unwrap();
+    let (mut records, mut lines) = (Vec::new(), Vec::new());
+    while let Ok(Msg::Batch(b)) = rec_rx.try_recv() {
+        records.extend(b.records);
+        lines
+            .extend(b.samples.split(|&c| c == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec));
+    }
+    // 95 samples a flow: windows 0..=9 of 10 samples (each after the first starting with its
+    // predecessor's last), and the 5 left at shutdown.
+    assert_eq!(records.len(), 3 * 11);
+    for r in &records {
+        let want = if r.end_reason == "shutdown" { 5 } else { 10 };
+        assert_eq!(r.samples, want, "{r:#?}");
+        // Window n holds the RTTs of dumps 9n to 9n + 9: c ms + k µs at dump k.
+        let first = r.cookie as f64 + 9.0 * f64::from(r.seq) / 1e3;
+        assert!((r.min_rtt_observed_ms - first).abs() < 1e-9, "{r:#?}");
+    }
+    assert_eq!(lines.len(), records.iter().map(|r| r.samples).sum::<usize>());
+}
