@@ -402,18 +402,26 @@ impl Held {
     pub(super) fn gather(mut self, tail: &[Retained]) -> Vec<Retained> {
         let mut v = std::mem::take(&mut self.head);
         v.reserve_exact(self.blocks as usize * STAGED + tail.len());
-        let blocks = &self.room[..self.blocks as usize];
-        {
-            let segments = self.store.segments.lock().unwrap_or_else(PoisonError::into_inner);
-            for (i, &b) in blocks.iter().enumerate() {
-                // The blocks are cold, and each copy would wait for its block.
-                if let Some(&ahead) = blocks.get(i + 4) {
-                    prefetch_stage(slot_ptr(&segments, ahead).cast::<i8>());
+        // The segment list is locked only to find where the next 64 blocks lie: a long
+        // window copied under the lock would hold up the tracker when its pool grows.
+        for group in self.room[..self.blocks as usize].chunks(64) {
+            let mut at = [std::ptr::null::<Stage>(); 64];
+            {
+                let segments = self.store.segments.lock().unwrap_or_else(PoisonError::into_inner);
+                for (p, &b) in at.iter_mut().zip(group) {
+                    *p = slot_ptr(&segments, b);
                 }
-                // SAFETY: the block was the pool's, so it lies in a segment listed here,
+            }
+            let at = &at[..group.len()];
+            for (i, &p) in at.iter().enumerate() {
+                // The blocks are cold, and each copy would wait for its block.
+                if let Some(&ahead) = at.get(i + 4) {
+                    prefetch_stage(ahead.cast::<i8>());
+                }
+                // SAFETY: the block was the pool's, so it lies in a segment of the list,
                 // which the store keeps alive; it is this holder's now, and only read (see
                 // `Store`).
-                v.extend_from_slice(&unsafe { &*slot_ptr(&segments, b) }.0);
+                v.extend_from_slice(&unsafe { &*p }.0);
             }
         }
         v.extend_from_slice(tail);

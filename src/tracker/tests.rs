@@ -625,3 +625,21 @@ fn the_congestion_control_follows_the_retained_samples() {
         assert_eq!((f.cc.as_str(), f.cc.0), (want, padded), "dump {k}, sent {sent:?}");
     }
 }
+
+#[test]
+fn a_long_window_is_gathered_whole_and_in_order() {
+    // 1,000 samples: 250 blocks, gathered in groups of 64 blocks.
+    let mut t = Tracker::new(TrackerConfig { window_samples: 1_000, ..TrackerConfig::default() });
+    let s = SockBuilder::new(1, 5000, 80);
+    let mut ended = Vec::new();
+    for k in 0..1_000u32 {
+        ended.extend(dump_held(&mut t, u64::from(k) * S, &[&s.clone().rtt_us(10_000 + k)], true));
+    }
+    assert_eq!(ended.len(), 1);
+    let mut e = ended.pop().unwrap();
+    assert!(!e.gathered());
+    assert_eq!(e.sample_count(), 1_000);
+    e.gather();
+    let rtts: Vec<u32> = e.flow.samples.iter().map(|r| r.rtt_us).collect();
+    assert_eq!(rtts, (10_000..11_000).collect::<Vec<_>>());
+}
