@@ -5,7 +5,9 @@
 //! ```text
 //! tracker task: DumpSource → Sampler::dump_with → Tracker::observe     (tracker::task)
 //!               DestroyListener → Tracker::destroyed
-//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: analyze              (analyzer::run)
+//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: gather, analyze      (analyzer::run)
+//!     (an ended flow's samples still lie in the tracker's pool blocks; the analyzer
+//!     copies them out and gives the blocks back: tracker/pool.rs)
 //!   ─ writer::Batch (std sync_channel) → writer thread: JSON → stdout | gzip files (writer)
 //! ```
 //!
