@@ -6,7 +6,7 @@
 # The machine this project runs on is shared, and its speed swings between runs by up to
 # 2x. So figures are only compared when taken in one session, alternating the two builds:
 # this builds the tracker bench in a temporary worktree of OLD_COMMIT and in this tree, then runs
-# them in turn ROUNDS times (default 8). Each run prints the paired per-socket figures (their
+# them in turn ROUNDS times (default 8), each going first in every other round. Each run prints the paired per-socket figures (their
 # medians, then their means) and the best-of-300 analysis time. Only the part outside
 # criterion runs: the filter `none-` matches no criterion bench. Prints the minimum and median
 # of each figure per build.
@@ -36,8 +36,11 @@ if [ -z "$old_bin" ]; then
 fi
 new_bin="$here/$(bench_bin "$here")"
 out=$(mktemp)
-for _ in $(seq "$rounds"); do
-    for b in old new; do
+# The build run second in a round came out 10-20 ns per socket slower, whichever it was
+# (benches/RESULTS.md, seventh session): alternate which goes first.
+for r in $(seq "$rounds"); do
+    order="old new"; [ $((r % 2)) = 0 ] && order="new old"
+    for b in $order; do
         bin=old_bin; [ "$b" = new ] && bin=new_bin
         dir=$wt; [ "$b" = new ] && dir=$here
         # Run from the crate's directory: the bench reads its fixture relative to it.
