@@ -5,11 +5,11 @@
 #
 # The machine this project runs on is shared, and its speed swings between runs by up to
 # 2x. So figures are only compared when taken in one session, alternating the two builds:
-# this builds the tracker bench in a temporary worktree of OLD_COMMIT and in this tree, then runs
-# them in turn ROUNDS times (default 8), each going first in every other round. Each run prints the paired per-socket figures (their
-# medians, then their means) and the best-of-300 analysis time. Only the part outside
-# criterion runs: the filter `none-` matches no criterion bench. Prints the minimum and median
-# of each figure per build.
+# this builds the tracker bench in a temporary worktree of OLD_COMMIT and in this tree, then
+# runs them in turn ROUNDS times (default 8), each going first in every other round. Each run
+# prints the paired per-socket figures (their medians, then their means) and the best-of-300
+# analysis time. Only the part outside criterion runs: the filter `none-` matches no
+# criterion bench. Prints the minimum and median of each figure per build.
 #
 # Both builds run this tree's bench source when it compiles against OLD_COMMIT's library (it
 # uses only the public tracker and analyzer API), so that both measure the same things;
