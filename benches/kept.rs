@@ -13,7 +13,8 @@
 //! - `EVERY` (default 1): every EVERY-th socket changes in each changing dump;
 //! - `LIMIT`: use only the first LIMIT sockets (1000 keeps everything in cache, leaving
 //!   the instructions' cost);
-//! - `SEQ`: also print the first 140 changing dumps' costs, in order.
+//! - `SEQ`: also print the first 140 changing dumps' costs, in order;
+//! - `FRESH`: gather ended windows into new vectors, not into the last one's memory.
 //!
 //! The windows a dump ends are gathered after it, as the analyzer stage would, and timed
 //! apart from the tracker.
@@ -63,9 +64,12 @@ fn main() {
     };
     run(&mut steady, &a, &mut out);
     let (mut vs, mut vc) = (vec![], vec![]);
-    // Ended windows are gathered as the analyzer stage would, timed apart: the analyzer's
-    // share, not the tracker's.
+    // Ended windows are gathered as the analyzer stage does (each into the memory of the
+    // one before; `FRESH` gathers into new vectors), timed apart: the analyzer's share, not
+    // the tracker's.
     let (mut gathered, mut gather_ns, mut costliest_gather) = (0usize, 0.0, (0usize, 0.0));
+    let fresh = std::env::var("FRESH").is_ok();
+    let mut spare = Vec::new();
     let start = std::time::Instant::now();
     let mut k = 0;
     while start.elapsed().as_secs_f64() < secs {
@@ -76,8 +80,15 @@ fn main() {
         let st = std::time::Instant::now();
         let mut m = 0;
         for e in &mut out {
-            e.gather();
+            if fresh {
+                e.gather();
+            } else {
+                e.gather_into(std::mem::take(&mut spare));
+            }
             m += black_box(e.flow.samples.len());
+            if !fresh {
+                spare = std::mem::take(&mut e.flow.samples);
+            }
         }
         let took = st.elapsed().as_secs_f64() * 1e9;
         (gathered, gather_ns) = (gathered + m, gather_ns + took);

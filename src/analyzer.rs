@@ -570,6 +570,9 @@ pub async fn run(
     use crate::writer::{Batch, Msg};
     use std::sync::mpsc::TrySendError;
     keep_heap_for_reuse();
+    // The last flow's samples: the next one is gathered into their memory. It holds at
+    // most one window.
+    let mut spare = Vec::new();
     while let Some(ended) = ended_rx.recv().await {
         let start = std::time::Instant::now();
         let mut out = Batch::default();
@@ -578,11 +581,12 @@ pub async fn run(
                 metrics.records_partial_skipped.inc();
                 continue; // dropped ungathered: its blocks go back to the tracker
             }
-            e.gather();
+            e.gather_into(std::mem::take(&mut spare));
             let r = analyze(&e, &cfg.analysis);
             if cfg.samples_out {
                 samples::write_lines(&e, &r.id, &mut out.samples);
             }
+            spare = std::mem::take(&mut e.flow.samples);
             out.records.push(r);
         }
         let took = start.elapsed();

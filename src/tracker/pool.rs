@@ -398,9 +398,15 @@ impl Held {
         self.head.len() + self.blocks as usize * STAGED
     }
 
-    /// The held samples in order, then `tail`'s; the blocks go back to the pool.
-    pub(super) fn gather(mut self, tail: &[Retained]) -> Vec<Retained> {
-        let mut v = std::mem::take(&mut self.head);
+    /// The held samples in order, then `tail`'s, in `v`'s memory (what it held is dropped);
+    /// the blocks go back to the pool.
+    pub(super) fn gather(mut self, tail: &[Retained], mut v: Vec<Retained>) -> Vec<Retained> {
+        if v.capacity() == 0 {
+            v = std::mem::take(&mut self.head);
+        } else {
+            v.clear();
+            v.extend_from_slice(&self.head);
+        }
         v.reserve_exact(self.blocks as usize * STAGED + tail.len());
         // The segment list is locked only to find where the next 64 blocks lie: a long
         // window copied under the lock would hold up the tracker when its pool grows.
