@@ -73,11 +73,6 @@ impl StageRef {
     pub const NONE: StageRef =
         StageRef { idx: u32::MAX, staged: 0, window: 0, full_len: 0, room: None };
 
-    /// Retained samples waiting in blocks and stage.
-    fn len(&self) -> usize {
-        self.full_len as usize * STAGED + usize::from(self.staged)
-    }
-
     /// Its full blocks, oldest first.
     fn full(&self) -> &[u32] {
         self.room.as_deref().map_or(&[], |r| &r[..self.full_len as usize])
@@ -96,13 +91,6 @@ impl StageRef {
             r[n] = b;
             self.full_len += 1;
         }
-    }
-
-    /// Forgets its full blocks, and drops their list: a flow that changed once and then
-    /// idles for hours should not keep its memory.
-    fn drop_full(&mut self) {
-        self.room = None;
-        self.full_len = 0;
     }
 }
 
@@ -312,31 +300,17 @@ impl StagePool {
         }
     }
 
-    /// Moves the flow's blocks and staged samples, in order, to the end of `f.samples` and
-    /// frees the blocks; the stage stays the flow's.
+    /// Moves the flow's blocks and staged samples, in order, to the end of `f.samples`, for
+    /// a view of a flow still tracked; the blocks go back to the pool, the stage stays the
+    /// flow's.
     pub(super) fn flush(&mut self, f: &mut Flow) {
-        let st = &mut f.stage;
-        if st.idx == u32::MAX {
-            return;
+        if let Some(h) = self.detach(f) {
+            f.samples = h.gather(&f.samples, Vec::new());
         }
-        // Amortized, not exact: `flows()` gathers every time a view is read.
-        f.samples.reserve(st.len());
-        // The blocks are cold, and each copy would wait for its block: fetch a few ahead.
-        let full = st.full();
-        for (i, &b) in full.iter().enumerate() {
-            if let Some(&ahead) = full.get(i + 4) {
-                self.blocks.prefetch(ahead);
-            }
-            f.samples.extend_from_slice(&self.blocks.slots.get(b).0);
-        }
-        f.samples.extend_from_slice(&self.slots.get(st.idx).0[..usize::from(st.staged)]);
-        self.blocks.free.extend_from_slice(full);
-        st.drop_full();
-        st.staged = 0;
     }
 
     /// Takes the flow's blocks and staged samples out, to go on with it when it is handed
-    /// on: its older samples (`samples`) and its blocks go into the [`Held`], and its staged
+    /// on (or to be gathered at once, for a view): its older samples (`samples`) and its blocks go into the [`Held`], and its staged
     /// samples into `samples`, where a sample added later follows them. Without blocks, no
     /// [`Held`]: the staged samples join `samples`. The stage stays the flow's.
     pub(super) fn detach(&mut self, f: &mut Flow) -> Option<Held> {
@@ -407,7 +381,9 @@ impl Held {
             v.clear();
             v.extend_from_slice(&self.head);
         }
-        v.reserve_exact(self.blocks as usize * STAGED + tail.len());
+        // Amortized, not exact: a view of a tracked flow gathers into the same vector
+        // each time it is read.
+        v.reserve(self.blocks as usize * STAGED + tail.len());
         // The segment list is locked only to find where the next 64 blocks lie: a long
         // window copied under the lock would hold up the tracker when its pool grows.
         for group in self.room[..self.blocks as usize].chunks(64) {
