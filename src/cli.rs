@@ -176,8 +176,14 @@ pub struct Cli {
     pub unweighted_quantiles: bool,
 
     // ---- Logging ----
-    /// Turn on every -log-<stage> switch
-    #[arg(long = "log-all", env = "CGMON_LOG_ALL", help_heading = "Logging")]
+    /// Turn on every logging switch below. (The help text is an attribute, not this
+    /// comment: rustdoc would read its `<stage>` as an HTML tag.)
+    #[arg(
+        long = "log-all",
+        env = "CGMON_LOG_ALL",
+        help = "Turn on every -log-<stage> switch",
+        help_heading = "Logging"
+    )]
     pub log_all: bool,
     /// Log each analyzed batch (debug level of target cgmon_rs::analyzer)
     #[arg(long = "log-analyzer", env = "CGMON_LOG_ANALYZER", help_heading = "Logging")]
@@ -328,10 +334,12 @@ pub struct Cli {
         help_heading = "Writer"
     )]
     pub dir: Option<PathBuf>,
-    /// Output file name in -writer-dir; gzip-compressed when it ends in .gz
-    /// [default: cgmon-<hostname>.json.gz]
+    /// Output file name in -writer-dir (the help text is an attribute: rustdoc would read
+    /// `<hostname>` in a comment as an HTML tag).
     #[arg(
         long = "writer-file",
+        help = "Output file name in -writer-dir; gzip-compressed when it ends in .gz \
+                [default: cgmon-<hostname>.json.gz]",
         visible_alias = "output-file",
         env = "CGMON_WRITER_FILE",
         value_name = "NAME",
