@@ -106,6 +106,29 @@ fn sentinels_and_absent_values_never_reach_json_as_nan() {
 }
 
 #[test]
+fn a_cwnd_or_retransmit_count_that_never_moves_gives_undefined_not_noise() {
+    // Seen on a live loopback transfer: no retransmits over uneven intervals gave a retransmit
+    // Spearman of -2e-16 with a p-value of 1, where a constant series is undefined.
+    let a = SockBuilder::new(1, 5000, 80);
+    let at = [0, 300, 1100, 1170, 2900, 3000, 4700, 5100];
+    let samples: Vec<_> = (0..8u32)
+        .map(|i| (at[i as usize] * S / 1000, a.clone().rtt_us(10_000 + 700 * (i % 3)).cwnd(37)))
+        .collect();
+    let r = analyze(&flow(&samples), &cfg());
+    for (name, c) in [("rtt", &r.correlations.rtt_cwnd), ("retrans", &r.correlations.retrans_cwnd)]
+    {
+        assert_eq!((c.pearson, c.spearman), (-2.0, -2.0), "{name}: {c:?}");
+        assert_eq!((c.pearson_p, c.spearman_p), (None, None), "{name}: {c:?}");
+    }
+    assert_eq!(r.corr_rtt_cwnd, -2.0);
+    let samples: Vec<_> = (0..8u32)
+        .map(|i| (at[i as usize] * S / 1000, a.clone().rtt_us(10_000).cwnd(10 + i)))
+        .collect();
+    let r = analyze(&flow(&samples), &cfg());
+    assert_eq!(r.correlations.retrans_cwnd.spearman, -2.0, "{:?}", r.correlations);
+}
+
+#[test]
 fn record_carries_cgmon_and_new_fields() {
     let a = SockBuilder::new(42, 5000, 80)
         .cong("cubic")

@@ -67,19 +67,26 @@ pub struct Correlation {
 }
 
 /// Weighted Pearson's r; NaN when undefined. Exposed for tests and benches.
+///
+/// The sums are taken about each series' first value, not about zero. A constant series
+/// then has a deviation of exactly zero, and r is undefined as it should be: about zero,
+/// its weighted mean came out an ulp away from the value (a cwnd that never moved, over
+/// uneven time weights), and r came out as rounding noise (such as -2e-16, p-value 1). The
+/// shift also keeps large values with a small spread (cwnd in bytes) from losing precision.
 pub fn pearson(x: &[f64], y: &[f64], w: Option<&[f64]>) -> f64 {
     let wt = |i: usize| w.map_or(1.0, |w| w[i]);
+    let (x0, y0) = (x.first().copied().unwrap_or(0.0), y.first().copied().unwrap_or(0.0));
     let (mut sw, mut sx, mut sy) = (0.0, 0.0, 0.0);
     for i in 0..x.len() {
         let wi = wt(i);
         sw += wi;
-        sx += wi * x[i];
-        sy += wi * y[i];
+        sx += wi * (x[i] - x0);
+        sy += wi * (y[i] - y0);
     }
     let (mx, my) = (sx / sw, sy / sw);
     let (mut sxx, mut syy, mut sxy) = (0.0, 0.0, 0.0);
     for i in 0..x.len() {
-        let (dx, dy, wi) = (x[i] - mx, y[i] - my, wt(i));
+        let (dx, dy, wi) = (x[i] - x0 - mx, y[i] - y0 - my, wt(i));
         sxx += wi * dx * dx;
         syy += wi * dy * dy;
         sxy += wi * dx * dy;
@@ -258,6 +265,21 @@ mod tests {
         assert_eq!(correlate(&[1.0], &[2.0], None, Adjust::None).pearson, CORR_INSUFFICIENT);
         let c = correlate(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0], None, Adjust::None);
         assert_eq!((c.pearson, c.spearman, c.pearson_p), (CORR_UNDEFINED, CORR_UNDEFINED, None));
+    }
+
+    #[test]
+    fn a_constant_series_is_undefined_under_uneven_weights() {
+        // A cwnd that never moved, weighted by the time each sample held. About zero, the
+        // weighted mean of 0.1 (or of the ranks, all W's sum / 2) came out an ulp off, and
+        // both coefficients came out as rounding noise with a p-value of 1.
+        for v in [0.1, 1.7, 14_480.0, 1e6 / 7.0] {
+            let c = correlate(&[v; 10], &Y, Some(&W), Adjust::None);
+            assert_eq!(c.pearson, CORR_UNDEFINED, "{v}: {c:?}");
+            assert_eq!(c.spearman, CORR_UNDEFINED, "{v}: {c:?}");
+            assert_eq!((c.pearson_p, c.spearman_p), (None, None), "{v}: {c:?}");
+            let c = correlate(&X, &[v; 10], Some(&W), Adjust::None);
+            assert_eq!((c.pearson, c.spearman), (CORR_UNDEFINED, CORR_UNDEFINED), "{v}: {c:?}");
+        }
     }
 
     #[test]
