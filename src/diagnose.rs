@@ -26,6 +26,7 @@ use crate::units::parse_duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "cgmon-rs diagnose",
+    bin_name = "cgmon-rs diagnose",
     about = "Watch TCP flows for a while and say what limited each: the receiver's window, the \
              send buffer, the network, or the application.",
     after_help = "EXAMPLES:\n  cgmon-rs diagnose                      every flow, 10 s\n  \

@@ -420,6 +420,11 @@ fn help_version_and_run_duration() {
     for s in ["EXIT STATUS", "EXAMPLES", "-writer-rotate-size", "[default: 15m]", "UNITS"] {
         assert!(help.contains(s), "help lacks {s:?}");
     }
+    // The subcommand's usage names the program as it is typed.
+    let out = Command::new(BIN).args(["diagnose", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: cgmon-rs diagnose [OPTIONS]"), "{help}");
     let out = Command::new(BIN).arg("-version").output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
