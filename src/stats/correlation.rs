@@ -328,5 +328,20 @@ mod tests {
             prop_assert!((c.spearman - d.spearman).abs() < 1e-9, "{:?} {:?}", c, d);
             prop_assert!((c.n_eff - d.n_eff).abs() < 1e-9 * c.n_eff.max(1.0));
         }
+
+        #[test]
+        fn a_constant_series_is_undefined_under_any_weights(
+            data in prop::collection::vec((-1e3f64..1e3, 0.0f64..10.0), 2..40),
+            level in -1e9f64..1e9,
+        ) {
+            let x = vec![level; data.len()];
+            let y: Vec<f64> = data.iter().map(|d| d.0).collect();
+            let w: Vec<f64> = data.iter().map(|d| d.1).collect();
+            for (a, b) in [(&x, &y), (&y, &x)] {
+                let c = correlate(a, b, Some(&w), Adjust::None);
+                prop_assert_eq!((c.pearson, c.spearman), (CORR_UNDEFINED, CORR_UNDEFINED), "{:?}", c);
+                prop_assert_eq!((c.pearson_p, c.spearman_p), (None, None));
+            }
+        }
     }
 }
