@@ -499,10 +499,27 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageErro
     Ok(Parsed::Run(Box::new(validate(cli)?)))
 }
 
-/// clap's first line without its `error: ` prefix; the rest is usage advice.
-fn one_line(s: &str) -> String {
-    let first = s.lines().next().unwrap_or(s);
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
+/// clap's error as one line: its first line without the `error: ` prefix, then its list of
+/// possible values or its suggestion of a similar flag or value, when it gives one (on lines
+/// of their own there). The rest is usage advice, left out.
+pub(crate) fn one_line(s: &str) -> String {
+    let mut lines = s.lines();
+    let first = lines.next().unwrap_or(s);
+    let mut out = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    for l in lines.map(str::trim) {
+        let hint = l
+            .strip_prefix("[possible values: ")
+            .and_then(|v| v.strip_suffix(']'))
+            .map(|v| format!("possible values: {v}"))
+            .or_else(|| {
+                l.strip_prefix("tip: ").filter(|t| t.starts_with("a similar ")).map(str::to_string)
+            });
+        if let Some(h) = hint {
+            out.push_str("; ");
+            out.push_str(&h);
+        }
+    }
+    out
 }
 
 fn validate(cli: Cli) -> Result<Config, UsageError> {

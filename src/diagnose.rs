@@ -63,8 +63,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
                 print!("{e}");
                 return ExitCode::SUCCESS;
             }
-            let first = e.to_string().lines().next().unwrap_or_default().to_string();
-            eprintln!("cgmon-rs diagnose: {}", first.strip_prefix("error: ").unwrap_or(&first));
+            eprintln!("cgmon-rs diagnose: {}", crate::cli::one_line(&e.to_string()));
             return ExitCode::from(2);
         }
     };

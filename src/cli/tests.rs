@@ -113,6 +113,21 @@ fn bad_values_are_one_line_naming_flag_and_value() {
 }
 
 #[test]
+fn one_line_errors_keep_clap_s_choices_and_suggestions() {
+    assert_eq!(
+        err(&["-analyzer-cumulant-kind", "empirica"]),
+        "invalid value 'empirica' for '--analyzer-cumulant-kind <CUMULANT_KIND>'; possible \
+         values: lininterp, empirical; a similar value exists: 'empirical'"
+    );
+    // A misspelt flag names the one meant, and not clap's advice on passing it as a value.
+    assert_eq!(
+        err(&["-writer-compresion-level", "3"]),
+        "unexpected argument '--writer-compresion-level' found; a similar argument exists: \
+         '--writer-compression-level'"
+    );
+}
+
+#[test]
 fn help_and_version() {
     let Parsed::Print(h) = parse(["--help".to_string()]).unwrap() else { panic!() };
     for want in ["EXIT STATUS", "EXAMPLES", "-run-interval", "[default: 1s]", "SIGHUP", "CGMON_"] {
