@@ -324,12 +324,12 @@ fn main() {
             gathers[0], gathers[8]
         );
     }
-    let flow = ended.swap_remove(0);
+    let mut flow = ended.swap_remove(0);
     let cfg = AnalyzerConfig::default();
     // As the analyzer stage does (see `keep_heap_for_reuse`).
     cgmon_rs::analyzer::keep_heap_for_reuse();
     let mut g = c.benchmark_group("analyze");
-    g.bench_function("10k_samples", |bch| bch.iter(|| black_box(analyze(&flow, &cfg))));
+    g.bench_function("10k_samples", |bch| bch.iter(|| black_box(analyze(&mut flow, &cfg))));
     g.finish();
     if bench_mode {
         // The shared machine's noise inflates means; the best of many runs is the cost of
@@ -337,7 +337,7 @@ fn main() {
         let mut best = std::time::Duration::MAX;
         for _ in 0..300 {
             let t = std::time::Instant::now();
-            black_box(analyze(&flow, &cfg));
+            black_box(analyze(&mut flow, &cfg));
             best = best.min(t.elapsed());
         }
         eprintln!("analyze 10k samples: best of 300 runs {best:?}");

@@ -296,9 +296,13 @@ fn throughput_mbps(bytes: u64, span_ns: u64) -> f64 {
     if span_ns == 0 { 0.0 } else { bytes as f64 * 8.0 / (span_ns as f64 / 1e9) / 1e6 }
 }
 
-/// Computes a flow's record, from a flow [gathered](EndedFlow::gather) first.
-pub fn analyze(e: &EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
-    debug_assert!(e.gathered(), "samples still in the tracker's blocks");
+/// Computes a flow's record. It [gathers](EndedFlow::gather) the flow first (nothing to do
+/// when the caller has, as the analyzer stage does into reused memory), so no caller can
+/// analyse a flow whose older samples still lie in the tracker's blocks and get a record
+/// silently cut short (a debug assertion, as before, caught that only in debug builds).
+pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
+    e.gather();
+    let e = &*e;
     let f = &e.flow;
     let s = &f.samples;
     let w = time_weights(s);
@@ -582,9 +586,9 @@ pub async fn run(
                 continue; // dropped ungathered: its blocks go back to the tracker
             }
             e.gather_into(std::mem::take(&mut spare));
-            let r = analyze(&e, &cfg.analysis);
+            let r = analyze(&mut e, &cfg.analysis);
             if cfg.samples_out {
-                samples::write_lines(&e, &r.id, &mut out.samples);
+                samples::write_lines(&mut e, &r.id, &mut out.samples);
             }
             spare = std::mem::take(&mut e.flow.samples);
             out.records.push(r);

@@ -129,10 +129,7 @@ pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowSt
         realtime_offset_ns: crate::clock::realtime_offset_ns(),
         ..AnalyzerConfig::default()
     };
-    let record = |mut e: crate::tracker::EndedFlow| {
-        e.gather();
-        analyze(&e, &acfg)
-    };
+    let record = |mut e: crate::tracker::EndedFlow| analyze(&mut e, &acfg);
     let mut records = Vec::new();
     let end = Instant::now() + Duration::from_secs(cli.seconds);
     let mut tick = tokio::time::interval(Duration::from_millis(100));

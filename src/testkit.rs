@@ -397,6 +397,14 @@ pub fn batch(msgs: &[(u64, Vec<u8>)]) -> crate::wire::sock::SockBatch {
 /// destroy event built from the last one (state CLOSE). The flow is not partial, and it is
 /// gathered, as the analyzer stage has it.
 pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
+    let mut e = ended_flow_held(samples);
+    e.gather();
+    e
+}
+
+/// As [`ended_flow`], as the tracker hands it on: its older samples may still lie in the
+/// tracker's pool blocks.
+pub fn ended_flow_held(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
     use crate::tracker::{Tracker, TrackerConfig};
     let mut t = Tracker::new(TrackerConfig::default());
     let mut out = Vec::new();
@@ -412,18 +420,16 @@ pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> crate::tracker::EndedFlow {
     let b = batch(&[(last_ts, last.state(7).build())]);
     t.destroyed(&b.get(0).expect("one socket"), &mut out);
     assert_eq!(out.len(), 1, "exactly the one flow ends");
-    let mut e = out.pop().expect("one flow");
-    e.gather();
-    e
+    out.pop().expect("one flow")
 }
 
 /// A record of a synthetic flow `i` (cookie `i + 1`, local port 5000 + i) of three samples.
 pub fn record(i: u64) -> crate::analyzer::FlowStats {
     let s = SockBuilder::new(i + 1, 5000 + (i % 60000) as u16, 80);
-    let e = ended_flow(&[
+    let mut e = ended_flow(&[
         (1_000_000_000, s.clone().rtt_us(10_000).cwnd(10).bytes_acked(1000)),
         (2_000_000_000, s.clone().rtt_us(12_000).cwnd(12).bytes_acked(5000 + i)),
         (3_000_000_000, s.rtt_us(11_000).cwnd(14).bytes_acked(9000 + i)),
     ]);
-    crate::analyzer::analyze(&e, &crate::analyzer::AnalyzerConfig::default())
+    crate::analyzer::analyze(&mut e, &crate::analyzer::AnalyzerConfig::default())
 }

@@ -326,11 +326,13 @@ mod tests {
     /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms.
     fn verdict(busy: u64, rwnd: u64, sndbuf: u64) -> super::Diagnosis {
         let a = SockBuilder::new(1, 5000, 80).rtt_us(50_000).min_rtt_us(50_000).snd_wnd(85_000);
-        let e = ended_flow(&[
+        let mut e = ended_flow(&[
             (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
             (11 * S, a.chrono_us(busy * 1000, rwnd * 1000, sndbuf * 1000).bytes_acked(16_500_001)),
         ]);
-        analyze(&e, &AnalyzerConfig::default()).diagnosis.expect("the kernel reported busy time")
+        analyze(&mut e, &AnalyzerConfig::default())
+            .diagnosis
+            .expect("the kernel reported busy time")
     }
 
     #[test]
@@ -370,11 +372,13 @@ mod tests {
     /// (so `mbit / 10` Mbit/s) and was send-buffer limited `sndbuf` ms of 10 s busy.
     fn small_buffer(sndbuf: u64, mbit: u64) -> super::Diagnosis {
         let a = SockBuilder::new(1, 5000, 80).rtt_us(100_000).min_rtt_us(100_000).sndbuf(32_768);
-        let e = ended_flow(&[
+        let mut e = ended_flow(&[
             (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
             (11 * S, a.chrono_us(10_000_000, 0, sndbuf * 1000).bytes_acked(mbit * 125_000 + 1)),
         ]);
-        analyze(&e, &AnalyzerConfig::default()).diagnosis.expect("the kernel reported busy time")
+        analyze(&mut e, &AnalyzerConfig::default())
+            .diagnosis
+            .expect("the kernel reported busy time")
     }
 
     #[test]
@@ -406,8 +410,8 @@ mod tests {
     fn a_flow_seen_once_is_judged_by_its_rate_while_busy() {
         // A loopback transfer that lived between two polls: only its destroy event was seen.
         let a = SockBuilder::new(1, 5000, 80).rtt_us(28).min_rtt_us(2);
-        let e = ended_flow(&[(S, a.clone().chrono_us(100_000, 0, 0).bytes_acked(1_250_002))]);
-        let r = analyze(&e, &AnalyzerConfig::default());
+        let mut e = ended_flow(&[(S, a.clone().chrono_us(100_000, 0, 0).bytes_acked(1_250_002))]);
+        let r = analyze(&mut e, &AnalyzerConfig::default());
         assert_eq!(r.send_throughput_mbps, 0.0, "no span: the record's throughput is 0");
         let d = r.diagnosis.unwrap();
         assert_eq!(d.shares.basis, "lifetime");
@@ -418,8 +422,8 @@ mod tests {
              Mbit/s with the RTT at 0.028 ms over a 0.002 ms minimum (queueing) and 0.00 % loss"
         );
         // Near its minimum, the finding says there was no queue.
-        let e = ended_flow(&[(S, a.min_rtt_us(25).chrono_us(100_000, 0, 0).bytes_acked(2))]);
-        let d = analyze(&e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        let mut e = ended_flow(&[(S, a.min_rtt_us(25).chrono_us(100_000, 0, 0).bytes_acked(2))]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
         assert!(
             d.finding.contains("at 0.028 ms, near its 0.025 ms minimum (no queue)"),
             "{}",

@@ -66,10 +66,10 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Appends `e`'s retained samples, oldest first, one JSON object per line; `e` must be
-/// [gathered](EndedFlow::gather).
-pub fn write_lines(e: &EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
-    debug_assert!(e.gathered(), "samples still in the tracker's blocks");
+/// Appends `e`'s retained samples, oldest first, one JSON object per line. It
+/// [gathers](EndedFlow::gather) the flow first, as [`analyze`](super::analyze) does.
+pub fn write_lines(e: &mut EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
+    e.gather();
     for s in &e.flow.samples {
         // Serialising into a Vec cannot fail: every field is a number or a string.
         if serde_json::to_writer(&mut *out, &Line::new(&e.flow, id, s)).is_ok() {
@@ -86,13 +86,13 @@ mod tests {
     #[test]
     fn one_line_per_retained_sample_with_the_flows_key() {
         let s = SockBuilder::new(9, 5000, 80);
-        let e = ended_flow(&[
+        let mut e = ended_flow(&[
             (1_000_000_000, s.clone().rtt_us(10_000).cwnd(10).mss(1000).pacing(1_250_000)),
             (2_000_000_000, s.clone().rtt_us(12_500).cwnd(20).mss(1000).pacing(1_250_000)),
         ]);
-        let r = super::super::analyze(&e, &Default::default());
+        let r = super::super::analyze(&mut e, &Default::default());
         let mut out = Vec::new();
-        write_lines(&e, &r.id, &mut out);
+        write_lines(&mut e, &r.id, &mut out);
         let lines: Vec<serde_json::Value> = out
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())

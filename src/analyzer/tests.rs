@@ -18,12 +18,13 @@ fn cfg() -> AnalyzerConfig {
 fn issue_3_throughput_past_18_4_gb_does_not_overflow() {
     // cgmon: 19e9 bytes in 10 s gave 442.604736 (u64 overflow, B2).
     let a = SockBuilder::new(1, 5000, 80);
-    let e = flow(&[(0, a.clone().bytes_acked(0)), (10 * S, a.clone().bytes_acked(19_000_000_000))]);
-    let r = analyze(&e, &cfg());
+    let mut e =
+        flow(&[(0, a.clone().bytes_acked(0)), (10 * S, a.clone().bytes_acked(19_000_000_000))]);
+    let r = analyze(&mut e, &cfg());
     assert!((r.send_throughput_mbps - 15_200.0).abs() < 1e-9, "{}", r.send_throughput_mbps);
     // Not truncated to whole bytes per second: 1001 bytes in 2 s = 4.004 kbit/s.
-    let e = flow(&[(0, a.clone().bytes_acked(1)), (2 * S, a.clone().bytes_acked(1002))]);
-    assert!((analyze(&e, &cfg()).send_throughput_mbps - 0.004004).abs() < 1e-15);
+    let mut e = flow(&[(0, a.clone().bytes_acked(1)), (2 * S, a.clone().bytes_acked(1002))]);
+    assert!((analyze(&mut e, &cfg()).send_throughput_mbps - 0.004004).abs() < 1e-15);
 }
 
 #[test]
@@ -32,7 +33,7 @@ fn issue_3_rtt_falling_while_cwnd_rises_gives_minus_one() {
     let samples: Vec<_> = (0..20u32)
         .map(|i| (u64::from(i) * S, a.clone().rtt_us(50_000 - 1000 * i).cwnd(10 + i)))
         .collect();
-    let r = analyze(&flow(&samples), &cfg());
+    let r = analyze(&mut flow(&samples), &cfg());
     assert!((r.corr_rtt_cwnd + 1.0).abs() < 1e-12, "{}", r.corr_rtt_cwnd);
     assert!((r.correlations.rtt_cwnd.spearman + 1.0).abs() < 1e-12);
     assert!(r.correlations.rtt_cwnd.pearson_p.unwrap() < 1e-10);
@@ -53,13 +54,13 @@ fn time_weighting_changes_the_summary() {
     // RTT 10 ms for 9 s, then 100 ms for 1 s, then back to 10 ms: weighted, the 98th
     // percentile stays low; unweighted, a third of the samples are high.
     let a = SockBuilder::new(1, 5000, 80);
-    let e = flow(&[
+    let mut e = flow(&[
         (0, a.clone().rtt_us(10_000)),
         (9 * S, a.clone().rtt_us(100_000)),
         (10 * S, a.clone().rtt_us(10_000).bytes_acked(5)),
     ]);
-    let w = analyze(&e, &cfg());
-    let u = analyze(&e, &AnalyzerConfig { unweighted_quantiles: true, ..cfg() });
+    let w = analyze(&mut e, &cfg());
+    let u = analyze(&mut e, &AnalyzerConfig { unweighted_quantiles: true, ..cfg() });
     assert_eq!(w.rtt_summary[3], 10.0);
     assert!(u.rtt_summary[6] > 90.0, "{:?}", u.rtt_summary);
     assert!(w.rtt_summary[5] < u.rtt_summary[5], "{:?} vs {:?}", w.rtt_summary, u.rtt_summary);
@@ -72,7 +73,7 @@ fn retransmit_rate_is_per_interval() {
     let samples: Vec<_> = (0..10u32)
         .map(|i| (u64::from(i) * S, a.clone().cwnd(10 + i).total_retrans(i * i)))
         .collect();
-    let r = analyze(&flow(&samples), &cfg());
+    let r = analyze(&mut flow(&samples), &cfg());
     assert_eq!(r.correlations.retrans_cwnd.n, 9, "one pair per interval");
     assert!(r.corr_retrans_cwnd > 0.95, "{}", r.corr_retrans_cwnd);
 }
@@ -80,13 +81,13 @@ fn retransmit_rate_is_per_interval() {
 #[test]
 fn sentinels_and_absent_values_never_reach_json_as_nan() {
     let a = SockBuilder::new(1, 5000, 80); // pacing/max pacing unlimited, min_rtt unset
-    let one = analyze(&flow(&[(0, a.clone())]), &cfg());
+    let one = analyze(&mut flow(&[(0, a.clone())]), &cfg());
     assert_eq!(one.corr_rtt_cwnd, -3.0);
     assert_eq!(one.send_throughput_mbps, 0.0);
     assert_eq!(one.min_rtt_kernel_ms, None);
     assert_eq!(one.max_pacing_rate_kernel_mbps, None);
     assert_eq!(one.pacing_rate_summary, None);
-    let flat = analyze(&flow(&[(0, a.clone()), (S, a.clone().bytes_acked(9))]), &cfg());
+    let flat = analyze(&mut flow(&[(0, a.clone()), (S, a.clone().bytes_acked(9))]), &cfg());
     assert_eq!(flat.corr_rtt_cwnd, -2.0, "constant series: undefined");
     for r in [&one, &flat] {
         let v = serde_json::to_value(r).unwrap();
@@ -100,7 +101,7 @@ fn sentinels_and_absent_values_never_reach_json_as_nan() {
     let samples: Vec<_> = (0..5u32)
         .map(|i| (u64::from(i) * S, a.clone().rtt_us(10_000 + (i % 2) * 100).cwnd(10 + i)))
         .collect();
-    let r = analyze(&flow(&samples), &c);
+    let r = analyze(&mut flow(&samples), &c);
     assert!(r.corr_rtt_cwnd.is_finite());
     serde_json::to_string(&r).unwrap();
 }
@@ -114,7 +115,7 @@ fn a_cwnd_or_retransmit_count_that_never_moves_gives_undefined_not_noise() {
     let samples: Vec<_> = (0..8u32)
         .map(|i| (at[i as usize] * S / 1000, a.clone().rtt_us(10_000 + 700 * (i % 3)).cwnd(37)))
         .collect();
-    let r = analyze(&flow(&samples), &cfg());
+    let r = analyze(&mut flow(&samples), &cfg());
     for (name, c) in [("rtt", &r.correlations.rtt_cwnd), ("retrans", &r.correlations.retrans_cwnd)]
     {
         assert_eq!((c.pearson, c.spearman), (-2.0, -2.0), "{name}: {c:?}");
@@ -124,8 +125,23 @@ fn a_cwnd_or_retransmit_count_that_never_moves_gives_undefined_not_noise() {
     let samples: Vec<_> = (0..8u32)
         .map(|i| (at[i as usize] * S / 1000, a.clone().rtt_us(10_000).cwnd(10 + i)))
         .collect();
-    let r = analyze(&flow(&samples), &cfg());
+    let r = analyze(&mut flow(&samples), &cfg());
     assert_eq!(r.correlations.retrans_cwnd.spearman, -2.0, "{:?}", r.correlations);
+}
+
+#[test]
+fn a_flow_handed_on_ungathered_is_analysed_whole() {
+    // 41 samples: most of them in the tracker's pool blocks when the flow is handed on.
+    // `analyze` gathers them itself, so a caller that does not cannot cut the record short.
+    let a = SockBuilder::new(1, 5000, 80);
+    let samples: Vec<_> =
+        (0..41u32).map(|i| (u64::from(i) * S, a.clone().rtt_us(1000 + 10 * i))).collect();
+    let mut e = crate::testkit::ended_flow_held(&samples);
+    assert!(!e.gathered() && e.flow.samples.len() < 41, "the test needs samples in blocks");
+    let r = analyze(&mut e, &cfg());
+    assert_eq!(r.samples, 41);
+    assert_eq!(r.min_rtt_observed_ms, 1.0, "the oldest sample, from the first block");
+    assert_eq!(r.rtt_summary[6], analyze(&mut flow(&samples), &cfg()).rtt_summary[6]);
 }
 
 #[test]
@@ -136,7 +152,7 @@ fn record_carries_cgmon_and_new_fields() {
         .max_pacing(125_000_000)
         .pacing(1_250_000)
         .options(1 | 2);
-    let e = flow(&[
+    let mut e = flow(&[
         (0, a.clone().bytes_acked(1).bytes_received(0)),
         (
             S,
@@ -147,7 +163,7 @@ fn record_carries_cgmon_and_new_fields() {
                 .delivered(90, 3),
         ),
     ]);
-    let r = analyze(&e, &cfg());
+    let r = analyze(&mut e, &cfg());
     assert_eq!(r.id.src_ip, "127.0.0.1");
     assert_eq!((r.id.src_port, r.id.dst_port), (5000, 80));
     assert_eq!(r.samples, 2);
@@ -203,7 +219,7 @@ fn partial_flags_follow_the_edges() {
     t.observe(&b.get(0).unwrap(), &mut out);
     t.end_dump(true, 0, &mut out);
     t.finish(&mut out);
-    let r = analyze(&out[0], &cfg());
+    let r = analyze(&mut out[0], &cfg());
     assert!(r.partial && r.partial_start && r.partial_end);
     assert_eq!(r.end_reason, "shutdown");
 }
@@ -212,13 +228,13 @@ fn partial_flags_follow_the_edges() {
 fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
     // The first poll caught the connection in SYN-SENT: tcpi_rtt 0, no measurement yet.
     let a = SockBuilder::new(1, 5000, 80);
-    let e = flow(&[
+    let mut e = flow(&[
         (S, a.clone().state(2).rtt_us(0).rttvar_us(0).cwnd(10)),
         (2 * S, a.clone().rtt_us(50_000).rttvar_us(1000).cwnd(10)),
         (3 * S, a.clone().rtt_us(60_000).rttvar_us(2000).cwnd(20)),
         (4 * S, a.clone().rtt_us(70_000).rttvar_us(3000).cwnd(30)),
     ]);
-    let r = analyze(&e, &cfg());
+    let r = analyze(&mut e, &cfg());
     assert_eq!(r.samples, 4);
     assert_eq!(r.min_rtt_observed_ms, 50.0);
     assert!(r.rtt_summary[0] >= 50.0, "{:?}", r.rtt_summary);
@@ -226,8 +242,8 @@ fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
     assert_eq!(r.correlations.rtt_cwnd.n, 3);
     assert!((r.corr_rtt_cwnd - 1.0).abs() < 1e-9, "{}", r.corr_rtt_cwnd);
     // No RTT at all: zeros, not a huge sentinel.
-    let e = flow(&[(S, a.clone().state(2).rtt_us(0)), (2 * S, a.state(2).rtt_us(0))]);
-    let r = analyze(&e, &cfg());
+    let mut e = flow(&[(S, a.clone().state(2).rtt_us(0)), (2 * S, a.state(2).rtt_us(0))]);
+    let r = analyze(&mut e, &cfg());
     assert_eq!(r.min_rtt_observed_ms, 0.0);
     assert_eq!(r.rtt_summary, [0.0; 7]);
 }

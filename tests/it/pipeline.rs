@@ -42,7 +42,7 @@ async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
     assert_eq!(out.len(), 8);
     assert_eq!(t.active(), 0);
     let cfg = AnalyzerConfig::default();
-    let records: Vec<FlowStats> = out.iter().map(|e| analyzer::analyze(e, &cfg)).collect();
+    let records: Vec<FlowStats> = out.iter_mut().map(|e| analyzer::analyze(e, &cfg)).collect();
     assert!(out.iter().all(|e| e.reason == EndReason::Destroyed));
     // The four senders moved 256 KiB each: SYN + data + FIN, exactly, from the destroy event.
     let mut acked: Vec<u64> = records.iter().map(|r| r.bytes_acked).filter(|&b| b > 2).collect();
