@@ -189,7 +189,12 @@ fn goodput_falls_as_loss_rises() {
 #[test]
 fn goodput_falls_as_delay_rises() {
     let _one = one_at_a_time();
-    // 0.5 % loss makes the window loss-bound, so goodput follows 1/RTT (Mathis).
+    // 0.5 % loss makes the window loss-bound, so goodput follows 1/RTT (Mathis). Reno, not
+    // cubic: cubic grows its window with wall-clock time, not with RTTs, on purpose, so its
+    // goodput depends on RTT much less. Over 4 s with cubic the 25 and 100 ms steps came out
+    // 7.2 and 4.1 Mbit/s here, and one CI run got 3.96 and 3.97 (a step with an early end
+    // to slow start or an RTO). Reno over 8 s measured 16.9-18.6 > 4.7-5.1 > 1.8-1.9 (with
+    // the CPU busy or idle): far enough apart that one such event cannot swap two steps.
     let base = LabConfig::default().rate(30 * MBIT, 256 << 10);
     let cfgs = [5, 25, 100]
         .iter()
@@ -200,7 +205,7 @@ fn goodput_falls_as_delay_rises() {
             ..base.clone().delay(Duration::from_millis(ms))
         })
         .collect();
-    let Some(r) = sweep(cfgs, &Bulk::for_duration(Duration::from_secs(4)).cc("cubic")) else {
+    let Some(r) = sweep(cfgs, &Bulk::for_duration(Duration::from_secs(8)).cc("reno")) else {
         return;
     };
     let g: Vec<f64> = r.iter().map(|v| f(v, "SendThroughputMbps")).collect();
