@@ -391,7 +391,8 @@ pub struct Cli {
     /// Filter expression in ss syntax, e.g. 'dport 443 or (sport 22 and dst 10.0.0.0/8)'
     #[arg(long = "filter", env = "CGMON_FILTER", value_name = "EXPR", help_heading = "Selection")]
     pub filter: Option<String>,
-    /// The filter expression may also be given as trailing words: cgmon-rs dport 443 or sport 22
+    /// The filter expression may also be given as words, before or after the flags:
+    /// cgmon-rs dport 443 or sport 22
     #[arg(value_name = "FILTER", trailing_var_arg = true, help_heading = "Selection")]
     pub filter_words: Vec<String>,
 }
@@ -400,9 +401,23 @@ pub struct Cli {
 /// so Go-style command lines parse, and joins a value-taking flag with its value
 /// (`--flag=value`) so that a value starting with '-' (the `-5s` of a rejected negative
 /// duration) is read as the value. Short flags (`-h`, `-V`) and everything after `--` pass
-/// through.
+/// through. Flags written after the filter words move in front of them.
 pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
-    let cmd = command();
+    normalize_for(&command(), args)
+}
+
+/// [`normalize`] for any command whose positional words are a trailing filter expression
+/// (the program's and `diagnose`'s).
+///
+/// clap's `trailing_var_arg` reads every word after the first filter word as filter, so
+/// `cgmon-rs dport 443 -run-interval 100ms` would fail on a filter that ends in a flag. `ss`
+/// takes its options anywhere (getopt permutes them), and so do we: once the filter has
+/// begun, a word that starts with `-` and a letter is a flag, which no filter word does (a
+/// port-range end such as `-90` starts with a digit). After `--` every word is filter.
+pub(crate) fn normalize_for(
+    cmd: &clap::Command,
+    args: impl IntoIterator<Item = String>,
+) -> Vec<String> {
     fn names(a: &clap::Arg) -> Vec<&str> {
         a.get_long_and_visible_aliases().unwrap_or_default()
     }
@@ -412,7 +427,9 @@ pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
             .find(|a| names(a).contains(&name))
             .is_some_and(|a| a.get_action().takes_values() && !a.is_require_equals_set())
     };
+    // Flags (with their values) in `out`, filter words in `filter`, joined at the end.
     let mut out = Vec::new();
+    let mut filter = Vec::new();
     let mut rest = false;
     let mut value_next = false;
     for a in args {
@@ -424,28 +441,39 @@ pub fn normalize(args: impl IntoIterator<Item = String>) -> Vec<String> {
             continue;
         }
         if rest {
-            out.push(a);
+            filter.push(a);
             continue;
         }
         if a == "--" {
+            // Kept only in front of the filter, where clap needs it to read a first word
+            // that starts with '-' as filter.
             rest = true;
-            out.push(a);
+            if filter.is_empty() {
+                filter.push(a);
+            }
             continue;
         }
         let name = a.trim_start_matches('-');
         let name_only = name.split_once('=').map_or(name, |(n, _)| n);
         let dashes = a.len() - name.len();
-        if (dashes == 1 || dashes == 2) && longs.contains(&name_only) {
+        let flag_like =
+            (dashes == 1 || dashes == 2) && name.starts_with(|c: char| c.is_ascii_alphabetic());
+        if !filter.is_empty() && !flag_like {
+            filter.push(a);
+        } else if (dashes == 1 || dashes == 2) && longs.contains(&name_only) {
             value_next = !name.contains('=') && takes_value(name_only);
             out.push(format!("--{name}"));
-        } else if dashes == 1 && name.len() > 1 {
+        } else if dashes == 1 && name.len() > 1 && (flag_like || filter.is_empty()) {
             // Go has no clusters of short flags, so an unknown `-word` is an unknown long
             // flag (`-version` becomes `--version`); clap then names it whole.
             out.push(format!("--{name}"));
-        } else {
+        } else if flag_like {
             out.push(a);
+        } else {
+            filter.push(a);
         }
     }
+    out.append(&mut filter);
     out
 }
 

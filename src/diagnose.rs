@@ -47,13 +47,15 @@ pub struct DiagnoseCli {
     /// Print the records as JSON lines instead of a table
     #[arg(long)]
     pub json: bool,
-    /// Filter expression (ss syntax), e.g. dport 443 or sport 22
+    /// Filter expression (ss syntax), before or after the flags, e.g. dport 443 or sport 22
     #[arg(value_name = "FILTER", trailing_var_arg = true)]
     pub filter: Vec<String>,
 }
 
 /// Runs `cgmon-rs diagnose ARGS`.
 pub fn main(args: Vec<String>) -> ExitCode {
+    // Flags may follow the filter words, as in the program itself.
+    let args = crate::cli::normalize_for(&<DiagnoseCli as clap::CommandFactory>::command(), args);
     let cli = match DiagnoseCli::try_parse_from(std::iter::once("diagnose".to_string()).chain(args))
     {
         Ok(c) => c,

@@ -87,6 +87,25 @@ fn filter_words_and_flag_combine_with_port_lists() {
 }
 
 #[test]
+fn flags_after_the_filter_words_are_flags() {
+    let c =
+        run(&["dport", "443", "-run-interval", "100ms", "-writer-partial", "or", "sport", "22"])
+            .unwrap();
+    assert_eq!(c.cli.interval, Duration::from_millis(100));
+    assert!(c.cli.partial);
+    assert!(format!("{:?}", c.filter.unwrap()).starts_with("Or("));
+    // A range's far end stays filter; so does everything after `--`.
+    let c = run(&["sport", "80", "-90", "-run-interval", "2s"]).unwrap();
+    assert_eq!(format!("{:?}", c.filter.unwrap()), "Port { side: Local, lo: 80, hi: 90 }");
+    assert_eq!(c.cli.interval, Duration::from_secs(2));
+    assert!(err(&["sport", "80", "--", "-run-interval", "2s"]).contains("\"-run-interval\""));
+    assert!(matches!(parse(["dport", "443", "-h"].map(String::from)), Ok(Parsed::Print(_))));
+    // A misspelt flag after the filter is named as a flag, not as a filter word.
+    let e = err(&["dport", "443", "-run-intervall", "2s"]);
+    assert!(e.contains("unexpected argument '--run-intervall'"), "{e}");
+}
+
+#[test]
 fn bad_values_are_one_line_naming_flag_and_value() {
     for (args, flag, value) in [
         (&["-run-interval", "0"][..], "run-interval", "0"),

@@ -265,7 +265,12 @@ impl Parser {
             None => return Err(FilterError::UnexpectedEnd("a port")),
         };
         while let Some(Tok::Word(next)) = self.peek() {
-            let joins = text.ends_with([',', '-']) || next.starts_with([',', '-']);
+            // `-90` continues a range; `-run-duration` (a flag after `--`) does not.
+            let hyphen_word =
+                next.strip_prefix('-').is_some_and(|r| r.starts_with(char::is_alphabetic));
+            let joins = text.ends_with([',', '-'])
+                || next.starts_with(',')
+                || (next.starts_with('-') && !hyphen_word);
             if !joins {
                 break;
             }
@@ -449,6 +454,7 @@ mod tests {
             parse("dport in 80, 443").unwrap(),
             Expr::or(port(Remote, 80, 80), port(Remote, 443, 443))
         );
+        assert_eq!(parse("sport 80 -90").unwrap(), port(Local, 80, 90));
         assert_eq!(parse("sport >= 1024").unwrap(), port(Local, 1024, 65535));
         assert_eq!(parse("sport < 1024").unwrap(), port(Local, 0, 1023));
         assert_eq!(parse("sport gt 1023").unwrap(), port(Local, 1024, 65535));
@@ -491,6 +497,8 @@ mod tests {
             ("sport >= 1,2", "1,2"),
             ("src > 10.0.0.1", ">"),
             ("frobnicate", "frobnicate"),
+            // A flag-like word is not glued onto a port list (as `-90` is).
+            ("dport 443 -run-interval", "\"-run-interval\""),
             (deep.as_str(), "64 deep"),
         ];
         for (text, token) in cases {

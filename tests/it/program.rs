@@ -438,6 +438,28 @@ fn help_version_and_run_duration() {
 }
 
 #[test]
+fn flags_may_follow_the_filter_words_as_in_ss() {
+    // `ss dport = :443 -t` works (getopt permutes); so must ours, for both commands.
+    let t = Instant::now();
+    let out = Command::new(BIN)
+        .args(["sport", "=", ":1", "-run-duration", "300ms", "--run-interval=100ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["diagnose", "sport", "1", "--seconds", "1", "--interval", "50ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(8));
+    // After `--` a flag-like word is filter, and the filter error names it.
+    let out = Command::new(BIN).args(["sport", "1", "--", "-run-duration", "1s"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected \"-run-duration\""), "{err}");
+}
+
+#[test]
 fn systemd_gets_ready_after_the_first_dump_and_watchdog_pings() {
     let dir = tempfile::tempdir().unwrap();
     let sock_path = dir.path().join("notify");
