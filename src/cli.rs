@@ -510,8 +510,9 @@ pub enum Parsed {
 /// # Errors
 /// The first bad flag or value, as one line.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageError> {
-    let argv = std::iter::once("cgmon-rs".to_string()).chain(normalize(args));
-    let m = match command().try_get_matches_from(argv) {
+    let argv: Vec<String> =
+        std::iter::once("cgmon-rs".to_string()).chain(normalize(args)).collect();
+    let m = match command().try_get_matches_from(&argv) {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -519,12 +520,40 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageErro
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                     Ok(Parsed::Print(e.to_string()))
                 }
-                _ => Err(UsageError(one_line(&e.to_string()))),
+                _ => Err(UsageError(one_line(&e.to_string()) + &from_env(&e, &argv))),
             };
         }
     };
     let cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
     Ok(Parsed::Run(Box::new(validate(cli)?)))
+}
+
+/// ` (from CGMON_X)` when the bad value came from the environment: clap names the flag,
+/// which a service's unit file may not hold at all. Empty when the flag was on the command
+/// line (which wins) or the error is about no one flag.
+fn from_env(e: &clap::Error, argv: &[String]) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return String::new();
+    };
+    // `--run-interval <DURATION>` or `--writer-partial[=<BOOL>]`.
+    let long = arg.trim_start_matches('-').split([' ', '[', '=']).next().unwrap_or_default();
+    let cmd = command();
+    let Some(a) = cmd.get_arguments().find(|a| a.get_long() == Some(long)) else {
+        return String::new();
+    };
+    let names = a.get_long_and_visible_aliases().unwrap_or_default();
+    let on_line = argv.iter().any(|w| {
+        w.strip_prefix("--")
+            .map(|n| n.split('=').next().unwrap_or(n))
+            .is_some_and(|n| names.contains(&n))
+    });
+    match a.get_env() {
+        Some(env) if !on_line && std::env::var_os(env).is_some() => {
+            format!(" (from {})", env.to_string_lossy())
+        }
+        _ => String::new(),
+    }
 }
 
 /// clap's error as one line: its first line without the `error: ` prefix, then its list of

@@ -382,6 +382,28 @@ fn a_disk_that_fills_and_frees_again_loses_nothing() {
 }
 
 #[test]
+fn a_bad_value_from_the_environment_names_the_variable() {
+    // A unit's Environment= line holds CGMON_RUN_INTERVAL, not --run-interval.
+    let out = Command::new(BIN).env("CGMON_RUN_INTERVAL", "0").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("'0'") && err.contains("(from CGMON_RUN_INTERVAL)"), "{err}");
+    let out = Command::new(BIN).env("CGMON_WRITER_PARTIAL", "maybe").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("'maybe'") && err.contains("(from CGMON_WRITER_PARTIAL)"), "{err}");
+    // The command line wins, so a bad value there is not blamed on the variable.
+    let out = Command::new(BIN)
+        .env("CGMON_RUN_INTERVAL", "1s")
+        .args(["-run-interval", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("CGMON_RUN_INTERVAL"), "{err}");
+}
+
+#[test]
 fn bad_flags_exit_2_with_one_line_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
