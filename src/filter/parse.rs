@@ -266,8 +266,7 @@ impl Parser {
         };
         while let Some(Tok::Word(next)) = self.peek() {
             // `-90` continues a range; `-run-duration` (a flag after `--`) does not.
-            let hyphen_word =
-                next.strip_prefix('-').is_some_and(|r| r.starts_with(char::is_alphabetic));
+            let hyphen_word = next.trim_start_matches('-').starts_with(char::is_alphabetic);
             let joins = text.ends_with([',', '-'])
                 || next.starts_with(',')
                 || (next.starts_with('-') && !hyphen_word);
@@ -499,6 +498,7 @@ mod tests {
             ("frobnicate", "frobnicate"),
             // A flag-like word is not glued onto a port list (as `-90` is).
             ("dport 443 -run-interval", "\"-run-interval\""),
+            ("dport 443 --run-interval", "\"--run-interval\""),
             (deep.as_str(), "64 deep"),
         ];
         for (text, token) in cases {
