@@ -473,6 +473,11 @@ pub(crate) fn normalize_for(
             filter.push(a);
         }
     }
+    if value_next {
+        // The last word is a flag that wants a value. In front of the filter it would take
+        // the first filter word; alone at the end, clap says that its value is missing.
+        return out;
+    }
     out.append(&mut filter);
     out
 }

@@ -100,6 +100,9 @@ fn flags_after_the_filter_words_are_flags() {
     assert_eq!(c.cli.interval, Duration::from_secs(2));
     assert!(err(&["sport", "80", "--", "-run-interval", "2s"]).contains("\"-run-interval\""));
     assert!(matches!(parse(["dport", "443", "-h"].map(String::from)), Ok(Parsed::Print(_))));
+    // A flag left without its value is not given the first filter word.
+    let e = err(&["dport", "443", "-run-interval"]);
+    assert!(e.contains("a value is required for '--run-interval"), "{e}");
     // A misspelt flag after the filter is named as a flag, not as a filter word.
     let e = err(&["dport", "443", "-run-intervall", "2s"]);
     assert!(e.contains("unexpected argument '--run-intervall'"), "{e}");
@@ -180,4 +183,41 @@ fn http_server_address_forms() {
     let c = run(&["-run-http-server", "127.0.0.1:8080"]).unwrap();
     assert_eq!(c.cli.http_server.unwrap().port(), 8080);
     assert!(err(&["-run-http-server", "localhost"]).contains("localhost"));
+}
+
+proptest::proptest! {
+    /// Wherever the flags stand among the filter words, the configuration is the one the
+    /// flags-first command line gives.
+    #[test]
+    fn flags_anywhere_among_the_filter_words_parse_as_flags_first(
+        at in proptest::collection::vec(proptest::option::of(0usize..=11), 6),
+    ) {
+        let groups: [&[&str]; 6] = [
+            &["-run-interval", "250ms"],
+            &["--writer-partial"],
+            &["-tracker-max-flows", "7"],
+            &["--states", "established"],
+            &["-analyzer-cumulant-kind=empirical"],
+            &["-writer-compression-level", "3"],
+        ];
+        let words = ["sport", "80", "-90", "or", "(", "dport", "443", "and", "src", "10.0.0.0/8", ")"];
+        let mut flags_first: Vec<&str> = Vec::new();
+        let mut mixed: Vec<&str> = Vec::new();
+        for pos in 0..=words.len() {
+            for (g, a) in groups.iter().zip(&at) {
+                if *a == Some(pos) {
+                    mixed.extend_from_slice(g);
+                }
+            }
+            mixed.extend(words.get(pos));
+        }
+        for (g, a) in groups.iter().zip(&at) {
+            if a.is_some() {
+                flags_first.extend_from_slice(g);
+            }
+        }
+        flags_first.extend_from_slice(&words);
+        let want = format!("{:?}", run(&flags_first).unwrap());
+        proptest::prop_assert_eq!(format!("{:?}", run(&mixed).unwrap()), want);
+    }
 }
