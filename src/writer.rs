@@ -1,11 +1,12 @@
 //! The writer stage: flow records → JSON on stdout or in rotated, gzipped files.
 //!
 //! It runs on its own OS thread ([`spawn`]), fed by a bounded `std::sync::mpsc` channel,
-//! so a slow disk or a stalled stdout reader blocks only this thread and never a tokio
-//! worker that samples. Records are serialised as they arrive and held in a backlog
-//! (bounded in bytes, `-writer-backlog`) until the output takes them:
+//! so a slow disk blocks only this thread and never a tokio worker that samples. Records
+//! are serialised as they arrive and held in a backlog (bounded in bytes, `-writer-backlog`)
+//! until the output takes them:
 //! - stdout: one JSON object per line, flushed per record (`--pretty`: cgmon's tab-indented
-//!   objects, one after another);
+//!   objects, one after another), written by a thread of its own ([`stream`]), so that a
+//!   reader that stops reading fills the backlog rather than stopping this thread;
 //! - files ([`file::OutFile`]): gzip when the name ends in `.gz`, a sync flush every
 //!   `flush_interval` (1 s) so a crash loses at most about that much, rotation by compressed
 //!   size (checked per record) and by interval (kept by a timer, so an idle file still
@@ -16,6 +17,7 @@
 //! of a full backlog are counted as lost. Nothing is dropped silently.
 
 pub mod file;
+pub mod stream;
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -29,12 +31,13 @@ use serde::Serialize;
 use crate::analyzer::FlowStats;
 use crate::metrics::{Metrics, Stage};
 use file::{FileConfig, OutFile};
+use stream::{Refused, StreamOut};
 
 /// Capacity of the analyzer → writer channel, in batches (one batch per batch of ended
 /// flows, so up to a dump's worth of records each). The writer thread empties it into its
 /// byte-bounded backlog at once, so it fills only while that thread is stuck in a system
-/// call; 1024 batches then cover over 15 minutes at a 1 s interval before a batch is
-/// dropped (and counted).
+/// call on a file (stdout has its own thread); 1024 batches then cover over 15 minutes at
+/// a 1 s interval before a batch is dropped (and counted).
 pub const RECORDS_CHANNEL_CAPACITY: usize = 1024;
 
 /// How often files are sync-flushed: at most this much output is lost to a SIGKILL.
@@ -42,6 +45,9 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often the thread wakes when idle, to flush, rotate and retry.
 const TICK: Duration = Duration::from_millis(200);
+
+/// How soon the thread comes back while records wait for room in stdout's hand-off.
+const STREAM_RETRY: Duration = Duration::from_millis(10);
 
 /// What the writer thread receives.
 #[derive(Debug)]
@@ -107,7 +113,7 @@ pub enum WriterError {
 }
 
 enum Out {
-    Stream(Box<dyn Write + Send>),
+    Stream(StreamOut),
     File(Box<OutFile>),
 }
 
@@ -135,7 +141,7 @@ impl Writer {
     /// A file or directory cannot be opened.
     pub fn open(cfg: WriterConfig, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
         let out = match &cfg.target {
-            Target::Stdout => Out::Stream(Box::new(io::stdout())),
+            Target::Stdout => Out::Stream(stream(Box::new(io::stdout()), &metrics)?),
             Target::File(fc) => Out::File(Box::new(open_file(fc, &metrics)?)),
         };
         Self::with_output(cfg, out, metrics)
@@ -150,7 +156,8 @@ impl Writer {
         w: Box<dyn Write + Send>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, WriterError> {
-        Self::with_output(cfg, Out::Stream(w), metrics)
+        let out = Out::Stream(stream(w, &metrics)?);
+        Self::with_output(cfg, out, metrics)
     }
 
     fn with_output(
@@ -241,23 +248,26 @@ impl Writer {
 
     /// Writes queued records until the output refuses one.
     fn deliver(&mut self) -> Result<(), WriterError> {
+        let r = match self.out {
+            Out::Stream(_) => self.deliver_to_stream(),
+            Out::File(_) => {
+                self.deliver_to_file();
+                Ok(())
+            }
+        };
+        self.metrics.writer_backlog.set(self.backlog_len());
+        r
+    }
+
+    fn deliver_to_file(&mut self) {
         while let Some(rec) = self.queue.front() {
-            let r = match &mut self.out {
-                Out::Stream(w) => w.write_all(rec).and_then(|()| w.flush()),
-                Out::File(f) => f.write_record(rec).and_then(|()| f.pump()),
-            };
-            match r {
+            let Out::File(f) = &mut self.out else { return };
+            match f.write_record(rec).and_then(|()| f.pump()) {
                 Ok(()) => {
                     let rec = self.queue.pop_front().expect("front exists");
                     self.queued_bytes -= rec.len() as u64;
-                    // A stream has it now; a file counts it once a flush confirms it.
-                    if matches!(self.out, Out::Stream(_)) {
-                        self.metrics.records_written.inc();
-                    }
+                    // Counted as written once a flush confirms it.
                     self.recovered();
-                }
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    return Err(WriterError::StdoutClosed);
                 }
                 Err(e) => {
                     // The record stays queued: `write_record` fails only before taking
@@ -273,8 +283,53 @@ impl Writer {
                 self.rotate("size");
             }
         }
-        self.metrics.writer_backlog.set(self.queue.len() as u64);
-        Ok(())
+    }
+
+    /// Hands queued records to the stdout thread while it has room (it counts each as
+    /// written once the stream has taken it), and passes on what the thread saw fail.
+    fn deliver_to_stream(&mut self) -> Result<(), WriterError> {
+        let Out::Stream(s) = &self.out else { return Ok(()) };
+        let report = s.report();
+        let mut closed = false;
+        while let Some(rec) = self.queue.pop_front() {
+            let len = rec.len() as u64;
+            match s.offer(rec) {
+                Ok(()) => self.queued_bytes -= len,
+                Err(Refused::Full(rec)) => {
+                    self.queue.push_front(rec);
+                    break;
+                }
+                Err(Refused::Closed(rec)) => {
+                    self.queue.push_front(rec);
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        closed |= s.closed();
+        if let Some(e) = &report.first {
+            self.failed(e);
+            self.metrics.write_errors.add(report.errors.saturating_sub(1));
+        }
+        if report.recovered {
+            self.recovered();
+        }
+        if closed { Err(WriterError::StdoutClosed) } else { Ok(()) }
+    }
+
+    /// Records not yet written: the backlog, and those the stdout thread holds.
+    fn backlog_len(&self) -> u64 {
+        let held = match &self.out {
+            Out::Stream(s) => s.in_flight(),
+            Out::File(_) => 0,
+        };
+        self.queue.len() as u64 + held
+    }
+
+    /// True while records wait for stdout's reader, so the thread should come back soon
+    /// rather than at the next tick.
+    fn waiting_for_reader(&self) -> bool {
+        matches!(self.out, Out::Stream(_)) && !self.queue.is_empty()
     }
 
     fn out_name(&self) -> String {
@@ -376,29 +431,39 @@ impl Writer {
         loop {
             self.deliver()?;
             if self.queue.is_empty() {
+                // Some(n): closed, with n more records confirmed; None: stdout's thread
+                // is still writing.
                 let closed = match &mut self.out {
-                    Out::Stream(w) => w.flush().map(|()| 0),
-                    Out::File(f) => f.close(),
+                    Out::Stream(s) => {
+                        Ok(s.wait_written(deadline.min(Instant::now() + TICK)).then_some(0))
+                    }
+                    Out::File(f) => f.close().map(Some),
                 };
                 match closed {
-                    Ok(n) => {
+                    Ok(Some(n)) => {
                         self.metrics.records_written.add(n);
                         break;
                     }
+                    Ok(None) => {}
                     Err(e) => self.failed(&e),
                 }
             }
             if Instant::now() >= deadline {
                 let taken = match &self.out {
                     Out::File(f) => f.unconfirmed(),
-                    Out::Stream(_) => 0,
+                    Out::Stream(s) => s.in_flight(),
                 };
                 let n = self.queue.len() as u64 + taken;
                 self.metrics.records_lost.add(n);
                 self.metrics.writer_backlog.set(0);
                 return Err(WriterError::Lost(n));
             }
-            std::thread::sleep(TICK);
+            match self.out {
+                // Room in the hand-off comes as the reader reads.
+                Out::Stream(_) if !self.queue.is_empty() => std::thread::sleep(STREAM_RETRY),
+                Out::Stream(_) => {}
+                Out::File(_) => std::thread::sleep(TICK),
+            }
         }
         if let Some(s) = &mut self.samples
             && let Err(e) = s.close()
@@ -409,6 +474,11 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+fn stream(w: Box<dyn Write + Send>, metrics: &Arc<Metrics>) -> Result<StreamOut, WriterError> {
+    StreamOut::spawn(w, metrics.clone())
+        .map_err(|source| WriterError::Open { path: "stdout".into(), source })
 }
 
 fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError> {
@@ -432,7 +502,8 @@ pub fn spawn(
 ) -> io::Result<std::thread::JoinHandle<Result<(), WriterError>>> {
     std::thread::Builder::new().name("cgmon-writer".into()).spawn(move || {
         loop {
-            match rx.recv_timeout(TICK) {
+            let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
+            match rx.recv_timeout(wait) {
                 Ok(Msg::Batch(b)) => w.write_batch(b)?,
                 Ok(Msg::Reopen) => w.reopen(),
                 Err(RecvTimeoutError::Timeout) => {}

@@ -63,6 +63,7 @@ fn stdout_is_one_flushed_line_per_record() {
     let m = Arc::new(Metrics::default());
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m.clone()).unwrap();
     w.write_batch(batch(0..3)).unwrap();
+    w.close(Duration::from_secs(10)).unwrap();
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3);
@@ -74,6 +75,62 @@ fn stdout_is_one_flushed_line_per_record() {
     assert_eq!(m.records_written.get(), 3);
 }
 
+/// A stdout whose reader has stopped reading until the gate opens.
+#[derive(Clone, Default)]
+struct Stalled {
+    gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    out: Shared,
+}
+
+impl Write for Stalled {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let mut open = self.gate.0.lock().unwrap();
+        while !*open {
+            open = self.gate.1.wait(open).unwrap();
+        }
+        self.out.write(b)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stalled_stdout_reader_fills_the_backlog_not_the_channel() {
+    // 3,000 single-record batches (destroy events come a flow or two at a time) against a
+    // channel of 16: before stdout had its own thread, the writer blocked in write() and
+    // the channel filled after 16.
+    let out = Stalled::default();
+    let m = Arc::new(Metrics::default());
+    let w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m.clone()).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(16);
+    let h = spawn(w, rx, Duration::from_secs(10)).unwrap();
+    for i in 0..3000 {
+        let mut b = Some(Msg::Batch(batch(i..i + 1)));
+        let t = Instant::now();
+        // The writer takes each batch within moments although nothing is being read.
+        while let Err(std::sync::mpsc::TrySendError::Full(back)) = tx.try_send(b.take().unwrap()) {
+            assert!(t.elapsed() < Duration::from_secs(5), "channel full at batch {i}");
+            b = Some(back);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Give the writer a moment to take the last batches off the channel.
+    let t = Instant::now();
+    while m.writer_backlog.get() < 3000 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(m.writer_backlog.get(), 3000, "every record held, none written");
+    assert_eq!(m.records_written.get(), 0);
+    *out.gate.0.lock().unwrap() = true;
+    out.gate.1.notify_all();
+    drop(tx);
+    h.join().unwrap().unwrap();
+    assert_eq!(m.records_written.get(), 3000);
+    assert_eq!(m.records_lost.get(), 0);
+    assert_eq!(cookies(&out.out.0.lock().unwrap()), (1..=3000).collect::<Vec<u64>>());
+}
+
 #[test]
 fn pretty_is_cgmons_tab_indented_stream() {
     let out = Shared::default();
@@ -81,6 +138,7 @@ fn pretty_is_cgmons_tab_indented_stream() {
     let c = WriterConfig { pretty: true, ..cfg(Target::Stdout) };
     let mut w = Writer::to_stream(c, Box::new(out.clone()), m).unwrap();
     w.write_batch(batch(0..2)).unwrap();
+    w.close(Duration::from_secs(10)).unwrap();
     let text = out.0.lock().unwrap().clone();
     let s = String::from_utf8(text.clone()).unwrap();
     assert!(s.starts_with("{\n\t\"ID\": {\n\t\t\"SrcIP\""), "{}", &s[..40]);

@@ -19,7 +19,19 @@ pub struct Monitor {
 impl Monitor {
     /// Starts the command (the binary, possibly through `ip netns exec`) and waits until its
     /// first dump has run.
-    pub fn spawn(mut cmd: Command) -> Monitor {
+    pub fn spawn(cmd: Command) -> Monitor {
+        Self::start(cmd, None)
+    }
+
+    /// As [`Monitor::spawn`], but nothing reads its stdout until the returned sender sends
+    /// (or is dropped): a reader that has stopped reading.
+    #[allow(dead_code)] // the lab tests share this file and have no use for it
+    pub fn spawn_unread(cmd: Command) -> (Monitor, std::sync::mpsc::Sender<()>) {
+        let (go, gate) = channel();
+        (Self::start(cmd, Some(gate)), go)
+    }
+
+    fn start(mut cmd: Command, gate: Option<Receiver<()>>) -> Monitor {
         let mut child = cmd
             .env_remove("RUST_LOG")
             .env_remove("JOURNAL_STREAM")
@@ -32,6 +44,9 @@ impl Monitor {
         let (tx, stdout) = channel();
         let out = child.stdout.take().unwrap();
         std::thread::spawn(move || {
+            if let Some(g) = gate {
+                let _ = g.recv();
+            }
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
                 if tx.send(line).is_err() {

@@ -435,6 +435,59 @@ fn bad_flags_exit_2_with_one_line_and_write_nothing() {
 }
 
 #[test]
+fn a_stdout_reader_that_pauses_loses_no_record() {
+    // Nothing reads stdout for 3 s while 1,500 connections open and close (3,000 records).
+    // They must wait in the writer's backlog, which `--writer-backlog` bounds. When the
+    // writer itself blocked in write(), they stayed in the channels behind it instead,
+    // which hold batches, not bytes, and fill within a second of churn like this.
+    let (l, a) = listener();
+    let filter = port_filter(a);
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "10ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    let (m, go) = Monitor::spawn_unread(c);
+    let addr = http_addr(&m);
+    let t = Instant::now();
+    for _ in 0..1500 {
+        exchange_and_close(&l, a, 100);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let churn = t.elapsed();
+    // Until every record has reached the writer (or 15 s): written (into the pipe's 64 KiB)
+    // or held in its backlog.
+    let value = |text: &str, name: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (mut held, mut written, mut dropped, mut text);
+    loop {
+        text = http_get(&addr, "/metrics");
+        held = value(&text, "cgmon_writer_backlog_records ");
+        written = value(&text, "cgmon_records_written_total ");
+        dropped = value(&text, "cgmon_records_dropped_total ");
+        if held + written >= 3000.0 || dropped > 0.0 || t.elapsed() > Duration::from_secs(15) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "1,500 connections in {churn:?}; with stdout unread, {held} records held and {written} \
+         written after {:?}",
+        t.elapsed()
+    );
+    go.send(()).unwrap();
+    assert_eq!(dropped, 0.0, "{text}");
+    assert_eq!(held + written, 3000.0, "{text}");
+    assert!(written < 100.0, "the reader took {written}: it was meant to be stalled");
+    let recs = m.records(3000, Duration::from_secs(20));
+    assert_eq!(recs.len(), 3000);
+    m.signal(libc::SIGTERM);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(log.contains("3000 written, 0 partial not written, 0 dropped"), "{log}");
+}
+
+#[test]
 fn help_version_and_run_duration() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
