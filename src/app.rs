@@ -315,6 +315,16 @@ pub async fn run(cfg: Config) -> u8 {
         _ = sigterm.recv() => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
     };
     tracing::info!("stopped; {}", metrics.report().lines().nth(4).unwrap_or_default());
+    // Records lost along the way (pushed out of a full backlog, or dropped while the
+    // analyzer was behind) fail the run as surely as records left unwritten at the end: a
+    // wrapper script or systemd must not take an incomplete output for a complete one.
+    let (lost, dropped) = (metrics.records_lost.get(), metrics.records_dropped.get());
+    let code = if code == 0 && lost + dropped > 0 {
+        tracing::error!(lost, dropped, "records were lost during the run: exit status 1");
+        EXIT_FAILURE
+    } else {
+        code
+    };
     if code == 0 {
         tracing::info!("successful termination");
     }

@@ -52,7 +52,8 @@ ENVIRONMENT:
 EXIT STATUS:
   0  stopped by a signal or -run-duration, every record written
   1  a run-time failure: -run-max-errors consecutive netlink errors, an output that could not be
-     opened, records lost, or shutdown not finished within -run-shutdown-timeout
+     opened, records lost or dropped during the run, or shutdown not finished within
+     -run-shutdown-timeout
   2  a usage error: an unknown flag or a bad value; nothing was sampled or written";
 
 /// `-analyzer-cumulant-kind` values.

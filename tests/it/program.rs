@@ -488,6 +488,29 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
 }
 
 #[test]
+fn records_pushed_out_of_a_full_backlog_fail_the_run() {
+    // A 20 KiB backlog and a reader that reads nothing while 200 connections close: most
+    // of their 400 records are pushed out. Everything left is written once the reader
+    // reads, but the run lost records, so it must not exit 0.
+    let (l, a) = listener();
+    let filter = port_filter(a);
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "20ms", "--writer-backlog", "20K", "--filter", &filter]);
+    let (m, go) = Monitor::spawn_unread(c);
+    for _ in 0..200 {
+        exchange_and_close(&l, a, 100);
+    }
+    m.wait_log("oldest records lost", Duration::from_secs(10));
+    go.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert_eq!(st.code(), Some(1), "{log}");
+    assert!(log.contains("records were lost during the run"), "{log}");
+    assert!(!log.contains("successful termination"), "{log}");
+}
+
+#[test]
 fn help_version_and_run_duration() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
