@@ -50,8 +50,6 @@ struct State {
     /// Handed over, not yet written; the front one may be being written.
     pending: VecDeque<Vec<u8>>,
     pending_bytes: usize,
-    /// The thread is writing `pending[0]`.
-    busy: bool,
     /// EPIPE seen: nothing more is written.
     closed: bool,
     /// The writer is done handing over: exit once `pending` is empty.
@@ -98,13 +96,11 @@ impl StreamOut {
                     if st.pending.is_empty() || st.closed {
                         return;
                     }
-                    st.busy = true;
                     // Moved out while written, so the lock is free; put back on failure.
                     std::mem::take(&mut st.pending[0])
                 };
                 let r = w.write_all(&rec).and_then(|()| w.flush());
                 let mut st = s.lock();
-                st.busy = false;
                 match r {
                     Ok(()) => {
                         st.pending.pop_front();
