@@ -1,7 +1,7 @@
 //! The tracker stage. It owns the sampler. Each dump is read in one task, and each socket is
 //! applied to the flow table while its datagram is still in cache (`Sampler::dump_with`).
 //! Destroy events are applied between dumps. Ended flows go on to the analyzer through a
-//! bounded channel.
+//! bounded channel, one batch per dump: the flows destroy events ended wait for the next.
 //!
 //! Order matters at the end of a dump. First the destroy events that arrived during it are
 //! applied, and only then are absent flows judged. A flow whose socket closed while the
@@ -34,8 +34,9 @@ use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
 
 /// Capacity of the tracker → analyzer channel, in batches: cgmon's 256. Each batch holds
-/// the flows one dump or one burst of destroy events ended, so this absorbs a long analyzer
-/// stall (over four minutes at a 1 s interval) before a batch is dropped.
+/// the flows ended since the dump before (by the dump, or by destroy events in between), so
+/// this absorbs a long analyzer stall (over four minutes at a 1 s interval) before a batch
+/// is dropped.
 pub const ENDED_CHANNEL_CAPACITY: usize = 256;
 
 /// Longest back-off between failed dumps, however many failed.
@@ -230,11 +231,16 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
     let mut errors = 0u32;
     let mut backoff_until: Option<tokio::time::Instant> = None;
+    // Flows ended since the last hand-off. Those that destroy events end wait here for the
+    // next tick, so the analyzer gets one batch per dump: the channel's capacity counts
+    // batches, and at a thousand closes a second, a batch per event burst filled it within
+    // a second of any stall downstream.
+    let mut out = Vec::new();
     loop {
         if *stop.borrow() {
             break;
         }
-        let mut out = Vec::new();
+        let mut hand_on = false;
         let backoff = async {
             match backoff_until {
                 Some(t) => tokio::time::sleep_until(t).await,
@@ -253,6 +259,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 tick.reset_immediately();
             }
             _ = tick.tick(), if backoff_until.is_none() => {
+                hand_on = true;
                 // tokio's clock (the same as std's outside paused-time tests).
                 let start = tokio::time::Instant::now();
                 tracker.begin_dump();
@@ -334,9 +341,9 @@ pub async fn run<S: DumpSource, D: DumpSource>(
             },
             Some(q) = next_query(&mut queries) => answer(&mut tracker, q),
         }
-        if !out.is_empty() {
+        if hand_on && !out.is_empty() {
             let n = out.len() as u64;
-            match ended_tx.try_send(out) {
+            match ended_tx.try_send(std::mem::take(&mut out)) {
                 Ok(()) => {
                     metrics.ended_queue.set((ended_tx.max_capacity() - ended_tx.capacity()) as u64);
                 }
@@ -354,7 +361,6 @@ pub async fn run<S: DumpSource, D: DumpSource>(
             }
         }
     }
-    let mut out = Vec::new();
     tracker.finish(&mut out);
     let st = publish(&tracker, &metrics, accounts);
     if !out.is_empty() {

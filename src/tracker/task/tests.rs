@@ -65,10 +65,62 @@ impl DumpSource for Scripted {
     }
 }
 
+/// Destroy events at set times after the start: a connection closing each time.
+struct Closes {
+    t0: tokio::time::Instant,
+    at: VecDeque<(Duration, u64)>,
+}
+
+impl Closes {
+    fn event(&mut self, buf: &mut Vec<u8>) -> Received {
+        let (_, cookie) = self.at.pop_front().expect("an event is due");
+        let d = SockBuilder::new(cookie, 40000, 443).state(7).build(); // CLOSE
+        buf.clear();
+        buf.extend_from_slice(&d);
+        Received { len: d.len(), ts_ns: crate::clock::monotonic_ns() }
+    }
+}
+
+impl DumpSource for Closes {
+    async fn send(&mut self, _: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        match self.at.front() {
+            Some(&(t, _)) => tokio::time::sleep_until(self.t0 + t).await,
+            None => std::future::pending().await,
+        }
+        Ok(self.event(buf))
+    }
+
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
+        match self.at.front() {
+            Some(&(t, _)) if tokio::time::Instant::now() >= self.t0 + t => {
+                Ok(Some(self.event(buf)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 type Stage = tokio::task::JoinHandle<Result<TrackerStats, StageError>>;
 
 fn start(
     src: Scripted,
+    cfg: TaskConfig,
+    capacity: usize,
+) -> (Stage, watch::Sender<bool>, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
+    start_with(src, None, cfg, capacity)
+}
+
+fn start_with(
+    src: Scripted,
+    closes: Option<Closes>,
     cfg: TaskConfig,
     capacity: usize,
 ) -> (Stage, watch::Sender<bool>, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
@@ -81,7 +133,7 @@ fn start(
     let h = tokio::spawn(run(
         t,
         sampler,
-        None::<DestroyListener<Scripted>>,
+        closes.map(|c| DestroyListener::new(c, None)),
         cfg,
         Wiring::new(stop_rx, tx, m.clone()),
         |_| {},
@@ -160,4 +212,30 @@ async fn a_stalled_analyzer_never_stops_sampling_and_drops_are_counted() {
     drop(rx);
     // The final hand-off finds the analyzer gone.
     assert!(matches!(h.await.unwrap(), Err(StageError::DownstreamGone)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn flows_that_destroy_events_end_go_on_with_the_next_dump_in_one_batch() {
+    // Twenty connections close 2 ms apart between the dumps at 100 and 200 ms. Handed on
+    // an event at a time they took twenty of the channel's batches, and a channel that
+    // counts batches filled twenty times faster than one per dump.
+    let cfg = TaskConfig::every(Duration::from_millis(100));
+    let t0 = tokio::time::Instant::now();
+    let at = (0..20).map(|i| (Duration::from_millis(110 + 2 * i), 1000 + i)).collect();
+    let (h, stop, mut rx, _m) =
+        start_with(Scripted::new(Duration::ZERO, |_| false), Some(Closes { t0, at }), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    let mut batches = Vec::new();
+    while let Ok(b) = rx.try_recv() {
+        let mut cookies: Vec<u64> = b.iter().map(|e| e.flow.key.cookie).collect();
+        cookies.sort_unstable();
+        batches.push(cookies);
+    }
+    // Dump 2 (100 ms) ends dump 1's flow; dump 3 (200 ms) ends dump 2's, with the twenty
+    // closes; the shutdown ends dump 3's.
+    let mut want = vec![2];
+    want.extend(1000..1020);
+    assert_eq!(batches, [vec![1], want, vec![3]]);
 }
