@@ -112,8 +112,16 @@ pub async fn run(cfg: Config) -> u8 {
     let w = match Writer::open(writer_config(&cfg), metrics.clone()) {
         Ok(w) => w,
         Err(e) => {
-            let flag = if c.dir.is_some() { "-writer-dir" } else { "--samples-out" };
-            eprintln!("cgmon-rs: {flag}: {e}");
+            // The error names the path; which flag gave it, and whether a CGMON_* variable
+            // gave that, only the configuration knows.
+            let (flag, from) = match &e {
+                WriterError::Open { samples: true, .. } => {
+                    ("--samples-out", cfg.env.suffix(&["samples_out"]))
+                }
+                _ if c.dir.is_some() => ("-writer-dir", cfg.env.suffix(&["dir", "file"])),
+                _ => ("stdout", String::new()),
+            };
+            eprintln!("cgmon-rs: {flag}: {e}{from}");
             return EXIT_USAGE;
         }
     };

@@ -46,7 +46,8 @@ SIGNALS:
 
 ENVIRONMENT:
   Every option can be set as CGMON_<NAME>, the flag's name in upper case with '-' as '_',
-  e.g. CGMON_RUN_INTERVAL=100ms, CGMON_WRITER_PARTIAL=true. The command line wins.
+  e.g. CGMON_RUN_INTERVAL=100ms, CGMON_WRITER_PARTIAL=true. The command line wins. An
+  error about a value from the environment names its variable.
   RUST_LOG overrides the log level (tracing's EnvFilter syntax).
 
 EXIT STATUS:
@@ -494,6 +495,39 @@ pub struct Config {
     pub analyzer: AnalyzerConfig,
     /// The output file name.
     pub file_name: String,
+    /// Which options took their value from a `CGMON_*` variable.
+    pub env: EnvOrigins,
+}
+
+/// The options whose value came from a `CGMON_*` variable, and those variables, so that an
+/// error found after parsing (a filter that does not parse, a -writer-dir that cannot be
+/// opened) names the variable as clap's own errors do: a service's unit file holds
+/// `CGMON_WRITER_DIR=`, not `-writer-dir`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvOrigins(Vec<(String, String)>);
+
+impl EnvOrigins {
+    fn of(m: &clap::ArgMatches, cmd: &clap::Command) -> Self {
+        let from_env = |a: &&clap::Arg| {
+            m.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable)
+        };
+        Self(
+            cmd.get_arguments()
+                .filter(from_env)
+                .filter_map(|a| Some((a.get_id().to_string(), a.get_env()?.to_str()?.to_string())))
+                .collect(),
+        )
+    }
+
+    /// ` (from CGMON_X)`, or ` (from CGMON_X, CGMON_Y)`, for those of the options `ids` (as
+    /// named in [`Cli`]) whose value came from the environment; empty when none did.
+    pub fn suffix(&self, ids: &[&str]) -> String {
+        let vars: Vec<&str> = ids
+            .iter()
+            .filter_map(|id| self.0.iter().find(|(i, _)| i == id).map(|(_, v)| v.as_str()))
+            .collect();
+        if vars.is_empty() { String::new() } else { format!(" (from {})", vars.join(", ")) }
+    }
 }
 
 /// A usage error: one line naming the flag and the value.
@@ -531,7 +565,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageErro
         }
     };
     let cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
-    Ok(Parsed::Run(Box::new(validate(cli)?)))
+    Ok(Parsed::Run(Box::new(validate(cli, EnvOrigins::of(&m, &command()))?)))
 }
 
 /// ` (from CGMON_X)` when the bad value came from the environment: clap names the flag,
@@ -585,26 +619,29 @@ pub(crate) fn one_line(s: &str) -> String {
     out
 }
 
-fn validate(cli: Cli) -> Result<Config, UsageError> {
+fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
     let adjust = match (cli.adjusted_correlation_1, cli.adjusted_correlation_2) {
         (true, true) => {
-            return Err(UsageError(
+            return Err(UsageError(format!(
                 "-analyzer-adjusted-correlation-1 and -analyzer-adjusted-correlation-2 exclude \
-                 each other"
-                    .into(),
-            ));
+                 each other{}",
+                env.suffix(&["adjusted_correlation_1", "adjusted_correlation_2"])
+            )));
         }
         (true, false) => Adjust::OlkinPratt,
         (false, true) => Adjust::Adjusted,
         (false, false) => Adjust::None,
     };
-    let ports = Expr::from_port_lists(&cli.sport, &cli.dport)
-        .map_err(|e| UsageError(format!("-netlink-sport/-netlink-dport: {e}")))?;
+    let ports = Expr::from_port_lists(&cli.sport, &cli.dport).map_err(|e| {
+        let from = env.suffix(&["sport", "dport"]);
+        UsageError(format!("-netlink-sport/-netlink-dport: {e}{from}"))
+    })?;
     let text = match (&cli.filter, cli.filter_words.is_empty()) {
         (Some(_), false) => {
             return Err(UsageError(format!(
-                "give the filter either as --filter or as trailing words, not both (words: {:?})",
-                cli.filter_words.join(" ")
+                "give the filter either as --filter or as trailing words, not both (words: {:?}){}",
+                cli.filter_words.join(" "),
+                env.suffix(&["filter"])
             )));
         }
         (Some(f), true) => Some(f.clone()),
@@ -612,23 +649,30 @@ fn validate(cli: Cli) -> Result<Config, UsageError> {
         (None, true) => None,
     };
     let expr = match text {
-        Some(t) => Some(filter::parse(&t).map_err(|e| UsageError(format!("filter {t:?}: {e}")))?),
+        Some(t) => Some(
+            filter::parse(&t)
+                .map_err(|e| UsageError(format!("filter {t:?}: {e}{}", env.suffix(&["filter"]))))?,
+        ),
         None => None,
     };
     let filter = Expr::all_of(ports.into_iter().chain(expr));
     if let Some(f) = &filter {
-        filter::compile(f).map_err(|e| UsageError(format!("filter: {e}")))?;
+        filter::compile(f).map_err(|e| {
+            UsageError(format!("filter: {e}{}", env.suffix(&["filter", "sport", "dport"])))
+        })?;
     }
     if cli.window_samples.is_some_and(|n| n < 2) {
         return Err(UsageError(format!(
-            "invalid value '{}' for '--tracker-window-samples': must be at least 2",
-            cli.window_samples.unwrap_or(0)
+            "invalid value '{}' for '--tracker-window-samples': must be at least 2{}",
+            cli.window_samples.unwrap_or(0),
+            env.suffix(&["window_samples"])
         )));
     }
     if cli.read_bufsize < 4096 || cli.read_bufsize > 1 << 30 {
         return Err(UsageError(format!(
-            "invalid value '{}' for '--netlink-read-bufsize': must be 4096 to 1G bytes",
-            cli.read_bufsize
+            "invalid value '{}' for '--netlink-read-bufsize': must be 4096 to 1G bytes{}",
+            cli.read_bufsize,
+            env.suffix(&["read_bufsize"])
         )));
     }
     if cli.dir.is_none() && cli.rotate_size.is_some() {
@@ -637,7 +681,8 @@ fn validate(cli: Cli) -> Result<Config, UsageError> {
     let file_name = match &cli.file {
         Some(f) if f.is_empty() || f.contains('/') => {
             return Err(UsageError(format!(
-                "invalid value {f:?} for '--writer-file': a file name without '/'"
+                "invalid value {f:?} for '--writer-file': a file name without '/'{}",
+                env.suffix(&["file"])
             )));
         }
         Some(f) => f.clone(),
@@ -653,7 +698,7 @@ fn validate(cli: Cli) -> Result<Config, UsageError> {
         adjust,
         realtime_offset_ns: 0,
     };
-    Ok(Config { cli, filter, analyzer, file_name })
+    Ok(Config { cli, filter, analyzer, file_name, env })
 }
 
 /// The host name (cgmon's default file name uses it).

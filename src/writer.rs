@@ -101,6 +101,8 @@ pub enum WriterError {
     Open {
         /// The file or directory.
         path: PathBuf,
+        /// It is the `--samples-out` file (not the records' output).
+        samples: bool,
         /// Why.
         source: io::Error,
     },
@@ -140,9 +142,14 @@ impl Writer {
     /// # Errors
     /// A file or directory cannot be opened.
     pub fn open(cfg: WriterConfig, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
+        // The samples file opens second; a bad directory for it must not leave the records'
+        // file opened (and an earlier run's moved aside) by a run that never starts.
+        if let Some(fc) = &cfg.samples {
+            fc.check().map_err(|source| open_error(fc, true, source))?;
+        }
         let out = match &cfg.target {
             Target::Stdout => Out::Stream(stream(Box::new(io::stdout()), &metrics)?),
-            Target::File(fc) => Out::File(Box::new(open_file(fc, &metrics)?)),
+            Target::File(fc) => Out::File(Box::new(open_file(fc, false, &metrics)?)),
         };
         Self::with_output(cfg, out, metrics)
     }
@@ -166,7 +173,7 @@ impl Writer {
         metrics: Arc<Metrics>,
     ) -> Result<Self, WriterError> {
         let samples = match &cfg.samples {
-            Some(fc) => Some(open_file(fc, &metrics)?),
+            Some(fc) => Some(open_file(fc, true, &metrics)?),
             None => None,
         };
         let now = Instant::now();
@@ -477,13 +484,16 @@ impl Writer {
 }
 
 fn stream(w: Box<dyn Write + Send>, metrics: &Arc<Metrics>) -> Result<StreamOut, WriterError> {
-    StreamOut::spawn(w, metrics.clone())
-        .map_err(|source| WriterError::Open { path: "stdout".into(), source })
+    StreamOut::spawn(w, metrics.clone()).map_err(|source| WriterError::Open {
+        path: "stdout".into(),
+        samples: false,
+        source,
+    })
 }
 
-fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError> {
-    let (f, rotated) = OutFile::open(fc.clone())
-        .map_err(|source| WriterError::Open { path: fc.dir.join(&fc.name), source })?;
+fn open_file(fc: &FileConfig, samples: bool, metrics: &Metrics) -> Result<OutFile, WriterError> {
+    let (f, rotated) =
+        OutFile::open(fc.clone()).map_err(|source| open_error(fc, samples, source))?;
     if let Some(to) = rotated {
         metrics.rotations.inc();
         tracing::info!(target: "cgmon_rs::writer", to = %to.display(),
@@ -491,6 +501,10 @@ fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError>
     }
     tracing::info!(target: "cgmon_rs::writer", file = %f.path().display(), "output file opened");
     Ok(f)
+}
+
+fn open_error(fc: &FileConfig, samples: bool, source: io::Error) -> WriterError {
+    WriterError::Open { path: fc.dir.join(&fc.name), samples, source }
 }
 
 /// Runs the writer on its own thread until the channel closes, then closes the output

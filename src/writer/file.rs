@@ -27,6 +27,28 @@ pub struct FileConfig {
     pub level: u32,
 }
 
+impl FileConfig {
+    /// Checks that the directory exists and this process may create files in it, without
+    /// touching it: the writer checks every output before it opens (and rotates) any, so a
+    /// usage error leaves no file behind and moves none aside.
+    ///
+    /// # Errors
+    /// The directory is missing, not a directory, or not writable (a read-only mount too).
+    pub fn check(&self) -> io::Result<()> {
+        let meta = std::fs::metadata(&self.dir)?;
+        if !meta.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
+        }
+        let dir = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+        // SAFETY: `dir` is a valid NUL-terminated string for the duration of the call.
+        if unsafe { libc::access(dir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// An open output file.
 pub struct OutFile {
     cfg: FileConfig,
@@ -54,10 +76,7 @@ impl OutFile {
     /// # Errors
     /// The directory is missing or unwritable, or the file cannot be opened.
     pub fn open(cfg: FileConfig) -> io::Result<(Self, Option<PathBuf>)> {
-        let meta = std::fs::metadata(&cfg.dir)?;
-        if !meta.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::NotADirectory, "not a directory"));
-        }
+        cfg.check()?;
         let gz = cfg.name.ends_with(".gz");
         let mut f = OutFile {
             cfg,

@@ -401,6 +401,46 @@ fn a_bad_value_from_the_environment_names_the_variable() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!err.contains("CGMON_RUN_INTERVAL"), "{err}");
+    // Values found bad after clap has parsed them: a filter, an output directory.
+    for (var, value) in [
+        ("CGMON_FILTER", "dport 99999"),
+        ("CGMON_WRITER_DIR", "/nonexistent/cgmon-rs"),
+        ("CGMON_WRITER_FILE", "a/b"),
+        ("CGMON_SAMPLES_OUT", "/nonexistent/cgmon-rs/samples"),
+    ] {
+        let out = Command::new(BIN).env(var, value).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+        assert_eq!(err.lines().count(), 1, "{var}: {err}");
+        assert!(err.contains(value) && err.contains(&format!("(from {var})")), "{err}");
+    }
+    let out = Command::new(BIN)
+        .env("CGMON_FILTER", "dport 443")
+        .args(["--filter", "dport 99999"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("99999") && !err.contains("CGMON_FILTER"), "{err}");
+}
+
+#[test]
+fn a_bad_samples_out_stops_the_run_before_the_records_file_is_touched() {
+    // The records' file opens first. When the samples file then failed, the records' file
+    // had been created, an earlier run's file moved aside, and the error blamed
+    // -writer-dir.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.json"), "{\"earlier\":1}\n").unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = Command::new(BIN)
+        .args(["-writer-dir", d, "-writer-file", "f.json", "--samples-out", "/nonexistent/s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("cgmon-rs: --samples-out: cannot open /nonexistent/s:"), "{err}");
+    assert_eq!(files(dir.path()), [dir.path().join("f.json")]);
+    assert_eq!(std::fs::read_to_string(dir.path().join("f.json")).unwrap(), "{\"earlier\":1}\n");
 }
 
 #[test]
