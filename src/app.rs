@@ -104,6 +104,27 @@ fn writer_config(cfg: &Config) -> WriterConfig {
     }
 }
 
+/// What SIGUSR2 does in place of cgmon's `runtime.GC()`: hands the heap's free memory back
+/// to the OS (glibc keeps freed memory for reuse, so RSS stays at its high-water mark after
+/// a burst of flows), and says what RSS that saved.
+fn release_free_memory() -> String {
+    let before = crate::metrics::rss_bytes();
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks the allocator's own free lists, under its lock.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    match (before, crate::metrics::rss_bytes()) {
+        (Some(b), Some(a)) => format!(
+            "free heap memory returned to the OS: RSS {:.1} MiB -> {:.1} MiB",
+            mib(b),
+            mib(a)
+        ),
+        _ => "free heap memory returned to the OS".into(),
+    }
+}
+
 /// Runs until a stop signal, `-run-duration`, or a fatal error; returns the exit status.
 pub async fn run(cfg: Config) -> u8 {
     let c = cfg.cli.clone();
@@ -250,13 +271,16 @@ pub async fn run(cfg: Config) -> u8 {
         cfg.summary()
     );
 
-    let (mut sigint, mut sigterm, mut sighup, mut sigusr1) = match (
+    // SIGUSR2 too: cgmon answers it (with a GC and the metrics), so scripts send it; left
+    // at its default action it would kill us.
+    let (mut sigint, mut sigterm, mut sighup, mut sigusr1, mut sigusr2) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
         signal(SignalKind::hangup()),
         signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
     ) {
-        (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+        (Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)) => (a, b, c, d, e),
         _ => {
             eprintln!("cgmon-rs: cannot install signal handlers");
             return EXIT_FAILURE;
@@ -282,6 +306,11 @@ pub async fn run(cfg: Config) -> u8 {
             }
             _ = sigusr1.recv() => {
                 tracing::info!("received SIGUSR1; internal metrics:\n{}", metrics.report());
+            }
+            _ = sigusr2.recv() => {
+                let freed = release_free_memory();
+                tracing::info!("received SIGUSR2; {freed}; internal metrics:\n{}",
+                    metrics.report());
             }
             r = &mut tracker_task => {
                 tracker_done = true;

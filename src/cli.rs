@@ -43,6 +43,7 @@ SIGNALS:
                    a second signal exits at once
   SIGHUP           close and rotate the output file, then reopen it (logrotate)
   SIGUSR1          log the monitor's internal metrics
+  SIGUSR2          return free heap memory to the OS, log RSS before and after and the metrics
 
 ENVIRONMENT:
   Every option can be set as CGMON_<NAME>, the flag's name in upper case with '-' as '_',
