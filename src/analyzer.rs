@@ -581,6 +581,10 @@ pub async fn run(
         let start = std::time::Instant::now();
         let mut out = Batch::default();
         for mut e in ended {
+            // Every flow and window the analyzer receives, written or not, as cgmon's
+            // histogram counted them; by the span the record's `Duration` gives.
+            let span = e.flow.last_ts_ns.saturating_sub(e.flow.first_ts_ns);
+            metrics.flow_durations.push(std::time::Duration::from_nanos(span));
             if !cfg.writes(&e) {
                 metrics.records_partial_skipped.inc();
                 continue; // dropped ungathered: its blocks go back to the tracker

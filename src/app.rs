@@ -128,7 +128,7 @@ fn release_free_memory() -> String {
 /// Runs until a stop signal, `-run-duration`, or a fatal error; returns the exit status.
 pub async fn run(cfg: Config) -> u8 {
     let c = cfg.cli.clone();
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(c.interval));
     // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
     let w = match Writer::open(writer_config(&cfg), metrics.clone()) {
         Ok(w) => w,

@@ -10,6 +10,8 @@
 //! - `GET /flows/{cookie}`: one active flow with its recent samples (404 when not active).
 //! - `GET /healthz`: 200 when the last dump succeeded within three intervals (or 10 s),
 //!   503 otherwise.
+//! - `GET /flow-duration-histogram`: cgmon's plain-text histogram of flow durations
+//!   ([`crate::metrics::durations`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +61,10 @@ pub struct Served {
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+async fn flow_durations(State(c): State<Ctx>) -> String {
+    c.metrics.flow_durations.render()
 }
 
 async fn index(State(c): State<Ctx>) -> Html<String> {
@@ -127,7 +133,8 @@ pub fn status_page(m: &Metrics) -> String {
         let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
     }
     p.push_str("</table>\n<p><a href=\"/\">Refresh</a> · <a href=\"/metrics\">/metrics</a> · \
-                <a href=\"/flows\">/flows</a> · <a href=\"/healthz\">/healthz</a></p></body></html>\n");
+                <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
+                <a href=\"/healthz\">/healthz</a></p></body></html>\n");
     p
 }
 
@@ -217,6 +224,7 @@ pub async fn serve(l: tokio::net::TcpListener, s: Served) {
         .route("/flows", get(flows))
         .route("/flows/{cookie}", get(flow))
         .route("/healthz", get(healthz))
+        .route("/flow-duration-histogram", get(flow_durations))
         .with_state(ctx);
     if let Err(e) = axum::serve(l, app).await {
         tracing::error!(error = %e, "HTTP server stopped");

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod durations;
+
 /// A monotonically increasing counter.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -221,10 +223,20 @@ pub struct Metrics {
     stages: Mutex<[StageTimes; 3]>,
     /// ns after `started` of the last successful dump, +1 (0: none yet).
     last_good_dump: AtomicU64,
+    /// Durations of the flows (and windows) the analyzer received, for
+    /// `/flow-duration-histogram`.
+    pub flow_durations: durations::DurationHistogram,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        Self::new(Duration::from_secs(1))
+    }
+}
+
+impl Metrics {
+    /// Metrics for sampling every `interval` (it sets the flow-duration histogram's steps).
+    pub fn new(interval: Duration) -> Self {
         Self {
             started: Instant::now(),
             dumps: Counter::default(),
@@ -255,6 +267,7 @@ impl Default for Metrics {
             last_churn: Mutex::new((0, 0)),
             stages: Mutex::new([StageTimes::default(); 3]),
             last_good_dump: AtomicU64::new(0),
+            flow_durations: durations::DurationHistogram::new(interval),
         }
     }
 }

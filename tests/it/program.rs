@@ -730,3 +730,49 @@ fn http_status_page_flows_and_health() {
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
 }
+
+#[test]
+fn flow_duration_histogram_files_each_flow_by_its_measured_span() {
+    let (l, a) = listener();
+    let m = monitor(&[
+        "-run-interval",
+        "10ms",
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    let mut p = Pair::connect(&l, a).unwrap();
+    p.exchange(1000).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    p.exchange(1000).unwrap();
+    drop(p);
+    let recs = m.records(2, Duration::from_secs(10));
+    let page = http_get(&addr, "/flow-duration-histogram");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("content-type: text/plain"), "{page}");
+    assert!(page.contains("flow durations: 2 flows"), "{page}");
+    // At a 10 ms interval the first range has 10 ms bins; each end of the connection is
+    // filed in the bin of its record's Duration (the span sampled, about 600 ms).
+    assert!(page.contains("[0s, 2s) step 10ms: 2 flows (100.0 %)"), "{page}");
+    let mut bins: Vec<u64> =
+        recs.iter().map(|r| r["Duration"].as_u64().unwrap() / 10_000_000).collect();
+    assert!(bins.iter().all(|&b| (50..100).contains(&b)), "{bins:?}\n{page}");
+    bins.sort_unstable();
+    bins.dedup();
+    for b in bins {
+        let n = recs.iter().filter(|r| r["Duration"].as_u64().unwrap() / 10_000_000 == b).count();
+        let label = format!("[{}ms, {}ms)", b * 10, b * 10 + 10);
+        let line = page
+            .lines()
+            .find(|l| l.trim_start().starts_with(&label))
+            .unwrap_or_else(|| panic!("no bin {label}:\n{page}"));
+        assert_eq!(line.split_whitespace().nth(2), Some(n.to_string().as_str()), "{line}");
+    }
+    // The status page links to it, as cgmon's did.
+    assert!(http_get(&addr, "/").contains("href=\"/flow-duration-histogram\""));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}
