@@ -558,8 +558,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageErro
         Err(e) => {
             use clap::error::ErrorKind;
             return match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-                    Ok(Parsed::Print(e.to_string()))
+                ErrorKind::DisplayHelp => Ok(Parsed::Print(e.to_string())),
+                // cgmon's line (`<name> version 0.2`), so a script that reads the version
+                // after the word "version" reads ours too; clap's would be `cgmon-rs 0.1.0`.
+                ErrorKind::DisplayVersion => {
+                    Ok(Parsed::Print(format!("cgmon-rs version {}\n", env!("CARGO_PKG_VERSION"))))
                 }
                 _ => Err(UsageError(one_line(&e.to_string()) + &from_env(&e, &argv))),
             };

@@ -157,7 +157,7 @@ fn help_and_version() {
     }
     for v in ["-version", "--version", "-V"] {
         let Parsed::Print(s) = parse([v.to_string()]).unwrap() else { panic!() };
-        assert!(s.contains(env!("CARGO_PKG_VERSION")), "{v}: {s}");
+        assert_eq!(s, format!("cgmon-rs version {}\n", env!("CARGO_PKG_VERSION")), "{v}");
     }
 }
 

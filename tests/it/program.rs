@@ -569,7 +569,9 @@ fn help_version_and_run_duration() {
     assert!(help.contains("Usage: cgmon-rs diagnose [OPTIONS]"), "{help}");
     let out = Command::new(BIN).arg("-version").output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+    // cgmon's form, `<name> version <version>`.
+    let want = format!("cgmon-rs version {}\n", env!("CARGO_PKG_VERSION"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     let t = Instant::now();
     let out = Command::new(BIN)
         .args(["-run-duration", "300ms", "-run-interval", "100ms", "sport", "1"])
