@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod durations;
+pub mod process;
 
 /// A monotonically increasing counter.
 #[derive(Debug, Default)]

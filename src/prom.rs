@@ -262,6 +262,45 @@ impl Collector for Exporter {
                 rss as f64,
             )?;
         }
+        e.encode_descriptor(
+            "cgmon_build_info",
+            "Always 1; the version is in the label",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?
+        .encode_gauge(&1.0)?;
+        if let Some(p) = crate::metrics::process::read() {
+            e.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<NoLabelSet, _, u64>(&p.cpu_seconds, None)?;
+            let gauges = [
+                (
+                    "process_virtual_memory_bytes",
+                    "Virtual memory size in bytes",
+                    p.virtual_bytes as f64,
+                ),
+                (
+                    "process_resident_memory_bytes",
+                    "Resident memory size in bytes",
+                    p.resident_bytes as f64,
+                ),
+                (
+                    "process_start_time_seconds",
+                    "Start time of the process since unix epoch in seconds",
+                    p.start_time_seconds,
+                ),
+                ("process_open_fds", "Number of open file descriptors", p.open_fds as f64),
+                ("process_max_fds", "Maximum number of open file descriptors", p.max_fds as f64),
+            ];
+            for (name, help, v) in gauges {
+                gauge(&mut e, name, help, v)?;
+            }
+        }
 
         let agg = self.aggregate();
         type Get = fn(&Agg) -> u64;

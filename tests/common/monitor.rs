@@ -84,6 +84,12 @@ impl Monitor {
         }
     }
 
+    /// The monitor's process id.
+    #[allow(dead_code)] // not every test binary that includes this module asks
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);

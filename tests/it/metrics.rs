@@ -91,6 +91,63 @@ fn promtool_accepts_the_exposition() {
     m.wait(Duration::from_secs(10));
 }
 
+#[test]
+fn process_metrics_describe_the_monitor_process() {
+    // The standard process_* series, checked against what /proc says of the same process.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let m = monitor(&["sport", "1"]);
+    let addr = http_addr(&m);
+    // CPU seconds from /proc/<pid>/stat (utime + stime, fields 14 and 15) either side of the
+    // scrape.
+    let cpu = || -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", m.pid())).unwrap();
+        let f: Vec<f64> = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .map(|w| w.parse().unwrap_or(0.0))
+            .collect();
+        // SAFETY: sysconf has no preconditions.
+        (f[11] + f[12]) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    };
+    let cpu_before = cpu();
+    let text = http_get(&addr, "/metrics");
+    let cpu_after = cpu();
+    let value = |name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split([' ', '{']).next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let proc = PathBuf::from(format!("/proc/{}", m.pid()));
+    let start = value("process_start_time_seconds");
+    assert!((start - now.as_secs_f64()).abs() < 3.0, "started {start}, spawned {now:?}");
+    let fds = std::fs::read_dir(proc.join("fd")).unwrap().count() as f64;
+    assert!((value("process_open_fds") - fds).abs() <= 3.0, "{fds}\n{text}");
+    let limits = std::fs::read_to_string(proc.join("limits")).unwrap();
+    let soft: f64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(value("process_max_fds"), soft);
+    let statm = std::fs::read_to_string(proc.join("statm")).unwrap();
+    let page = 4096.0; // x86-64 and aarch64 as Debian builds them
+    let rss: f64 = statm.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() * page;
+    let vsz: f64 = statm.split_whitespace().next().unwrap().parse::<f64>().unwrap() * page;
+    let r = value("process_resident_memory_bytes");
+    assert!((r / rss - 1.0).abs() < 0.25, "RSS {r} vs statm {rss}");
+    assert!((value("process_virtual_memory_bytes") / vsz - 1.0).abs() < 0.25);
+    let c = value("process_cpu_seconds_total");
+    assert!(cpu_before <= c && c <= cpu_after, "{cpu_before} <= {c} <= {cpu_after}");
+    assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+    let build = format!("cgmon_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&build), "{text}");
+    m.signal(libc::SIGTERM);
+    m.wait(Duration::from_secs(10));
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
