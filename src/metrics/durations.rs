@@ -110,7 +110,7 @@ impl DurationHistogram {
 
     /// The plain-text page: a summary line, then per range its count, share, min, max and
     /// density (flows per second of duration), and a line per bin with a bar scaled so the
-    /// range's fullest bin is [`BAR_WIDTH`] wide. Empty bins at either end of a range are
+    /// range's fullest bin is 80 `#` wide. Empty bins at either end of a range are
     /// left out.
     pub fn render(&self) -> String {
         let n = self.count();
