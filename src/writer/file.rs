@@ -41,8 +41,14 @@ impl FileConfig {
         }
         let dir = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+        // With the effective IDs and capabilities, as open(2) will use (plain access(2)
+        // uses the real IDs and, for a non-root user, no capabilities: a service given
+        // CAP_DAC_OVERRIDE would be refused a directory it can write).
         // SAFETY: `dir` is a valid NUL-terminated string for the duration of the call.
-        if unsafe { libc::access(dir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let r = unsafe {
+            libc::faccessat(libc::AT_FDCWD, dir.as_ptr(), libc::W_OK | libc::X_OK, libc::AT_EACCESS)
+        };
+        if r != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())

@@ -778,3 +778,46 @@ fn flow_duration_histogram_files_each_flow_by_its_measured_span() {
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
 }
+
+/// Needs root (to run the binary as another user, with and without a capability). Under
+/// CI=true it must run.
+#[test]
+fn an_output_directory_is_judged_with_the_users_effective_rights() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var("CI").is_err(), "CI=true: this test needs root to drop to nobody");
+        eprintln!("skipped: running as another user needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A copy nobody can run (the build directory may be closed to other users), and a
+    // directory only root may write to.
+    let bin = dir.path().join("cgmon-rs");
+    std::fs::copy(BIN, &bin).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |caps: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(caps)
+            .arg(&bin)
+            .args(["-run-duration", "200ms", "sport", "1", "-writer-file", "f.json", "-writer-dir"])
+            .arg(&out_dir)
+            .output()
+            .expect("setpriv (util-linux)")
+    };
+    let out = as_nobody(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("-writer-dir") && err.contains("Permission denied"), "{err}");
+    assert!(files(&out_dir).is_empty());
+    // With CAP_DAC_OVERRIDE, as a unit's AmbientCapabilities= can give, open(2) may write
+    // there, so the check before it must agree (access(2) judged by the real IDs without
+    // capabilities and refused).
+    let out = as_nobody(&["--inh-caps", "+dac_override", "--ambient-caps", "+dac_override"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(files(&out_dir), [out_dir.join("f.json")]);
+}
