@@ -168,6 +168,21 @@ async fn next_destroy<D: DumpSource>(
     }
 }
 
+/// Applies the destroy events already queued, without waiting for more.
+fn drain_destroyed<D: DumpSource>(
+    destroy: &mut Option<DestroyListener<D>>,
+    tracker: &mut Tracker,
+    out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
+) {
+    if let Some(d) = destroy.as_mut() {
+        match d.drain() {
+            Ok(b) => apply_destroyed(tracker, &b, out, metrics),
+            Err(e) => tracing::warn!(error = %e, "reading destroy events"),
+        }
+    }
+}
+
 fn apply_destroyed(
     tracker: &mut Tracker,
     b: &DestroyBatch,
@@ -264,12 +279,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 let start = tokio::time::Instant::now();
                 tracker.begin_dump();
                 let r = sampler.dump_with(|s| tracker.observe(&s, &mut out)).await;
-                if let Some(d) = destroy.as_mut() {
-                    match d.drain() {
-                        Ok(b) => apply_destroyed(&mut tracker, &b, &mut out, &metrics),
-                        Err(e) => tracing::warn!(error = %e, "reading destroy events"),
-                    }
-                }
+                drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);
                 metrics.dumps.inc();
                 match r {
                     Ok(d) => {
@@ -361,6 +371,10 @@ pub async fn run<S: DumpSource, D: DumpSource>(
             }
         }
     }
+    // Connections that closed before the stop have their events queued, unread: applied,
+    // they end as closed, with their final counters. Left, they ended as cut off by the
+    // shutdown, and without -writer-partial their records were not written at all.
+    drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);
     tracker.finish(&mut out);
     let st = publish(&tracker, &metrics, accounts);
     if !out.is_empty() {

@@ -10,7 +10,7 @@ use super::*;
 use crate::sampler::source::Received;
 use crate::sampler::{DumpMode, SamplerConfig};
 use crate::testkit::{SockBuilder, control_msg};
-use crate::tracker::TrackerConfig;
+use crate::tracker::{EndReason, TrackerConfig};
 use crate::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR};
 
 /// Answers each request after `delay`, with one socket whose cookie is the dump number
@@ -69,6 +69,8 @@ impl DumpSource for Scripted {
 struct Closes {
     t0: tokio::time::Instant,
     at: VecDeque<(Duration, u64)>,
+    /// Events wait to be polled (as when the stop comes before the task reads them).
+    polled_only: bool,
 }
 
 impl Closes {
@@ -88,6 +90,7 @@ impl DumpSource for Closes {
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
         match self.at.front() {
+            Some(_) if self.polled_only => std::future::pending().await,
             Some(&(t, _)) => tokio::time::sleep_until(self.t0 + t).await,
             None => std::future::pending().await,
         }
@@ -222,8 +225,12 @@ async fn flows_that_destroy_events_end_go_on_with_the_next_dump_in_one_batch() {
     let cfg = TaskConfig::every(Duration::from_millis(100));
     let t0 = tokio::time::Instant::now();
     let at = (0..20).map(|i| (Duration::from_millis(110 + 2 * i), 1000 + i)).collect();
-    let (h, stop, mut rx, _m) =
-        start_with(Scripted::new(Duration::ZERO, |_| false), Some(Closes { t0, at }), cfg, 256);
+    let (h, stop, mut rx, _m) = start_with(
+        Scripted::new(Duration::ZERO, |_| false),
+        Some(Closes { t0, at, polled_only: false }),
+        cfg,
+        256,
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
@@ -238,4 +245,25 @@ async fn flows_that_destroy_events_end_go_on_with_the_next_dump_in_one_batch() {
     let mut want = vec![2];
     want.extend(1000..1020);
     assert_eq!(batches, [vec![1], want, vec![3]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_queued_when_the_stop_comes_ends_its_flow_as_destroyed() {
+    // The connection closes at 150 ms and the stop comes at 160 ms, before the task has read
+    // the event (the next dump, which would drain it, is at 200 ms).
+    let cfg = TaskConfig::every(Duration::from_millis(100));
+    let t0 = tokio::time::Instant::now();
+    let closes = Closes { t0, at: [(Duration::from_millis(150), 1000)].into(), polled_only: true };
+    let (h, stop, mut rx, m) =
+        start_with(Scripted::new(Duration::ZERO, |_| false), Some(closes), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(160)).await;
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    let mut last = Vec::new();
+    while let Ok(b) = rx.try_recv() {
+        last = b;
+    }
+    let closed = last.iter().find(|e| e.flow.key.cookie == 1000).expect("the closed flow");
+    assert_eq!(closed.reason, EndReason::Destroyed);
+    assert_eq!(m.destroy_events.get(), 1);
 }
