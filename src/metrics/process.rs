@@ -59,8 +59,9 @@ pub fn read() -> Option<ProcessStats> {
     let (tck, page) =
         unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
     let (tck, page) = (u64::try_from(tck).ok().filter(|&t| t > 0)?, u64::try_from(page).ok()?);
-    // Boot time plus ticks after boot, read once: neither changes, and /proc/stat (a line
-    // per CPU and per interrupt) is the costliest file here.
+    // Boot time plus ticks after boot. btime is read once: it moves only when the wall
+    // clock is stepped, and /proc/stat (a line per CPU and per interrupt) is the costliest
+    // file here. The directory read counts its own descriptor, as other clients' do.
     static BTIME: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let btime = (*BTIME.get_or_init(|| parse_btime(&std::fs::read_to_string("/proc/stat").ok()?)))?;
     let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
