@@ -21,6 +21,19 @@ pub struct PathStats {
     pub dropped: AtomicU64,
     /// Packets the far TUN device refused (its queue was full).
     pub refused: AtomicU64,
+    /// The most a packet left after its due time, or the thread woke after its timeout, µs,
+    /// since [`PathStats::take_late_max`].
+    /// The thread is an ordinary one: on a busy machine it can be kept off the CPU, and the
+    /// path is then slower than configured. Tests use this to tell a slow emulator from a
+    /// wrong monitor.
+    pub late_max_us: AtomicU64,
+}
+
+impl PathStats {
+    /// The most a packet left late since the last call.
+    pub fn take_late_max(&self) -> Duration {
+        Duration::from_micros(self.late_max_us.swap(0, Ordering::Relaxed))
+    }
 }
 
 /// One direction of the path.
@@ -101,7 +114,9 @@ pub fn run(d: &Direction, stop: &AtomicBool) {
         let now = Instant::now();
         // Release what is due.
         while queue.front().is_some_and(|(t, _)| *t <= now) {
-            let (_, pkt) = queue.pop_front().expect("front exists");
+            let (due, pkt) = queue.pop_front().expect("front exists");
+            let late = now.duration_since(due).as_micros() as u64;
+            d.stats.late_max_us.fetch_max(late, Ordering::Relaxed);
             // SAFETY: writing an initialised buffer to an open descriptor.
             let r = unsafe { libc::write(wfd, pkt.as_ptr().cast(), pkt.len()) };
             if r < 0 {
@@ -124,6 +139,10 @@ pub fn run(d: &Direction, stop: &AtomicBool) {
         // SAFETY: one valid pollfd, a valid timespec, no signal mask.
         let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         if n <= 0 {
+            // Woken by the timeout: how late shows the thread was kept waiting even when
+            // no packet was due (a packet then waits unread in the device, unmeasured).
+            let late = now.elapsed().saturating_sub(wait).as_micros() as u64;
+            d.stats.late_max_us.fetch_max(late, Ordering::Relaxed);
             continue;
         }
         loop {

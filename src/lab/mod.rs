@@ -323,6 +323,12 @@ impl Lab {
         &self.cfg
     }
 
+    /// The most any packet, either way, left the emulator after its due time since the last
+    /// call (see [`PathStats::late_max_us`]).
+    pub fn take_late_max(&self) -> Duration {
+        self.stats.iter().map(|s| s.take_late_max()).max().unwrap_or_default()
+    }
+
     /// Packets forwarded and dropped, A → B.
     pub fn stats_ab(&self) -> &PathStats {
         &self.stats[0]

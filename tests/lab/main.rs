@@ -63,7 +63,32 @@ fn to(port: u16, v6: bool) -> SocketAddr {
 
 /// Sends `bulk` A → B through a fresh sink while a monitor watches, and returns the
 /// sender's record and what the generator measured.
+/// How late the path emulator may run during a measurement before it is taken again. Its
+/// forwarders are ordinary threads: on this shared 2-core machine one lab alone ran
+/// 0.3-7.0 ms late at most (10 measurements of one full run), but in a CI run that stalled
+/// them a 20 ms RTT path measured 44 ms, and a slow writer's flow was then rightly judged
+/// network-limited. (SCHED_FIFO did not help: the stalls hit every lab at once.)
+const LATE_LIMIT: Duration = Duration::from_millis(10);
+
+/// A transfer over one lab and its record, taken again (at most twice) when the emulator
+/// ran more than [`LATE_LIMIT`] late, since the path was then not the one configured. The
+/// assertions apply to the last attempt, whatever its lateness.
 fn measured(lab: &Lab, bulk: &Bulk, v6: bool, rcvbuf: Option<usize>) -> (Value, Sent) {
+    let mut attempt = 1;
+    loop {
+        lab.take_late_max();
+        let r = measured_once(lab, bulk, v6, rcvbuf);
+        let late = lab.take_late_max();
+        eprintln!("LAB emulator late by at most {late:?}");
+        if late <= LATE_LIMIT || attempt == 3 {
+            return r;
+        }
+        eprintln!("LAB the path emulator ran {late:?} late (attempt {attempt}): measuring again");
+        attempt += 1;
+    }
+}
+
+fn measured_once(lab: &Lab, bulk: &Bulk, v6: bool, rcvbuf: Option<usize>) -> (Value, Sent) {
     let sink = Sink::start(lab, Side::B, 0, rcvbuf).unwrap();
     let port = sink.port.to_string();
     let m = monitor(lab, "20ms", &["-netlink-dport", &port]);
@@ -157,7 +182,7 @@ fn sweep(cfgs: Vec<LabConfig>, bulk: &Bulk) -> Option<Vec<Value>> {
     let labs: Vec<Lab> = cfgs.into_iter().map(lab).collect::<Option<_>>()?;
     let recs = std::thread::scope(|s| {
         let hs: Vec<_> =
-            labs.iter().map(|l| s.spawn(move || measured(l, bulk, false, None).0)).collect();
+            labs.iter().map(|l| s.spawn(move || measured_once(l, bulk, false, None).0)).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     Some(recs)
@@ -222,8 +247,8 @@ fn ipv6_gives_the_same_results_as_ipv4() {
     let (Some(l4), Some(l6)) = (lab(cfg.clone()), lab(cfg)) else { return };
     let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
     let ((r4, _), (r6, _)) = std::thread::scope(|s| {
-        let a = s.spawn(|| measured(&l4, &bulk, false, Some(128 << 10)));
-        let b = s.spawn(|| measured(&l6, &bulk, true, Some(128 << 10)));
+        let a = s.spawn(|| measured_once(&l4, &bulk, false, Some(128 << 10)));
+        let b = s.spawn(|| measured_once(&l6, &bulk, true, Some(128 << 10)));
         (a.join().unwrap(), b.join().unwrap())
     });
     assert_eq!(r4["Family"], "inet");
