@@ -269,6 +269,9 @@ pub struct Cli {
     #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", help_heading = "Run")]
     pub serial: bool,
     /// Listen address of the HTTP status server, e.g. 127.0.0.1:9090 or :9090 (off by default)
+    ///
+    /// Serves / (status page), /metrics (Prometheus), /flows, /flows/{cookie}, /healthz and
+    /// /flow-duration-histogram.
     #[arg(
         long = "run-http-server", visible_alias = "http",
         env = "CGMON_RUN_HTTP_SERVER",
