@@ -432,7 +432,7 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         adjust,
     );
 
-    let span = f.last_ts_ns.saturating_sub(f.first_ts_ns);
+    let span = f.span_ns();
     let last = &f.last;
     let send_throughput_mbps =
         throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
@@ -583,8 +583,7 @@ pub async fn run(
         for mut e in ended {
             // Every flow and window the analyzer receives, written or not, as cgmon's
             // histogram counted them; by the span the record's `Duration` gives.
-            let span = e.flow.last_ts_ns.saturating_sub(e.flow.first_ts_ns);
-            metrics.flow_durations.push(std::time::Duration::from_nanos(span));
+            metrics.flow_durations.push(std::time::Duration::from_nanos(e.flow.span_ns()));
             if !cfg.writes(&e) {
                 metrics.records_partial_skipped.inc();
                 continue; // dropped ungathered: its blocks go back to the tracker

@@ -254,7 +254,11 @@ impl Collector for Exporter {
             "Records held while the output cannot take them",
             m.writer_backlog.get() as f64,
         )?;
-        if let Some(rss) = crate::metrics::rss_bytes() {
+        // One read of /proc for both RSS series (the cgmon_ one predates the process_ ones).
+        let process = crate::metrics::process::read();
+        if let Some(rss) =
+            process.as_ref().map(|p| p.resident_bytes).or_else(crate::metrics::rss_bytes)
+        {
             gauge(
                 &mut e,
                 "cgmon_resident_memory_bytes",
@@ -270,7 +274,7 @@ impl Collector for Exporter {
         )?
         .encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?
         .encode_gauge(&1.0)?;
-        if let Some(p) = crate::metrics::process::read() {
+        if let Some(p) = process {
             e.encode_descriptor(
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds",

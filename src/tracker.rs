@@ -1026,6 +1026,12 @@ fn sync(f: &mut Flow, h: &Hot) {
 }
 
 impl Flow {
+    /// The span sampled, first sample to last seen (retained or not), ns: the record's
+    /// `Duration`, and the time base of its throughputs and of the diagnosis.
+    pub fn span_ns(&self) -> u64 {
+        self.last_ts_ns.saturating_sub(self.first_ts_ns)
+    }
+
     /// A copy of the identity and latest values, without samples (and without copying them).
     fn clone_header(&mut self) -> Flow {
         let samples = std::mem::take(&mut self.samples);

@@ -185,7 +185,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     if l.busy_ms == u32::MAX {
         return None;
     }
-    let span_ms = f.last_ts_ns.saturating_sub(f.first_ts_ns) as f64 / 1e6;
+    let span_ms = f.span_ns() as f64 / 1e6;
     let [b0, r0, s0] = f.first_chrono;
     let (busy, rwnd, sndbuf, elapsed, basis) = if f.samples.len() >= 2 && span_ms > 0.0 {
         let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));

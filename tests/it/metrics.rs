@@ -133,7 +133,8 @@ fn process_metrics_describe_the_monitor_process() {
         .unwrap();
     assert_eq!(value("process_max_fds"), soft);
     let statm = std::fs::read_to_string(proc.join("statm")).unwrap();
-    let page = 4096.0; // x86-64 and aarch64 as Debian builds them
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
     let rss: f64 = statm.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() * page;
     let vsz: f64 = statm.split_whitespace().next().unwrap().parse::<f64>().unwrap() * page;
     let r = value("process_resident_memory_bytes");

@@ -674,6 +674,21 @@ pub fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
+/// A monitor of the flows to and from `a`, sampling every `interval`, with its HTTP server
+/// on a loopback port; and that server's address.
+fn http_monitor(interval: &str, a: SocketAddr) -> (Monitor, String) {
+    let m = monitor(&[
+        "-run-interval",
+        interval,
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    (m, addr)
+}
+
 /// The address the monitor's HTTP server listens on, from its log.
 pub fn http_addr(m: &Monitor) -> String {
     m.wait_log("HTTP server listening", Duration::from_secs(5));
@@ -689,15 +704,7 @@ pub fn http_addr(m: &Monitor) -> String {
 #[test]
 fn http_status_page_flows_and_health() {
     let (l, a) = listener();
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-run-http-server",
-        "127.0.0.1:0",
-        "--filter",
-        &port_filter(a),
-    ]);
-    let addr = http_addr(&m);
+    let (m, addr) = http_monitor("50ms", a);
     let mut held = Pair::connect(&l, a).unwrap();
     held.exchange(20_000).unwrap();
     std::thread::sleep(Duration::from_millis(200));
@@ -739,15 +746,7 @@ fn http_status_page_flows_and_health() {
 #[test]
 fn flow_duration_histogram_files_each_flow_by_its_measured_span() {
     let (l, a) = listener();
-    let m = monitor(&[
-        "-run-interval",
-        "10ms",
-        "-run-http-server",
-        "127.0.0.1:0",
-        "--filter",
-        &port_filter(a),
-    ]);
-    let addr = http_addr(&m);
+    let (m, addr) = http_monitor("10ms", a);
     let mut p = Pair::connect(&l, a).unwrap();
     p.exchange(1000).unwrap();
     std::thread::sleep(Duration::from_millis(600));
