@@ -153,21 +153,22 @@ pub struct FlowStats {
     /// tcpi_min_rtt of the last sample, ms; absent when the kernel had no RTT sample.
     #[serde(rename = "MinRTTKernelms", skip_serializing_if = "Option::is_none")]
     pub min_rtt_kernel_ms: Option<f64>,
-    /// Smallest tcpi_rtt over retained samples, ms.
-    #[serde(rename = "MinRTTObservedms")]
-    pub min_rtt_observed_ms: f64,
+    /// Smallest tcpi_rtt over retained samples, ms; absent when no sample had an RTT.
+    #[serde(rename = "MinRTTObservedms", skip_serializing_if = "Option::is_none")]
+    pub min_rtt_observed_ms: Option<f64>,
     /// tcpi_max_pacing_rate (SO_MAX_PACING_RATE), Mbit/s; absent when unlimited.
     #[serde(rename = "MaxPacingRateKernelMbps", skip_serializing_if = "Option::is_none")]
     pub max_pacing_rate_kernel_mbps: Option<f64>,
     /// Largest tcpi_pacing_rate over retained samples, Mbit/s; absent when none had one.
     #[serde(rename = "MaxPacingRateObservedMbps", skip_serializing_if = "Option::is_none")]
     pub max_pacing_rate_observed_mbps: Option<f64>,
-    /// Seven-number summary of tcpi_rtt, ms.
-    #[serde(rename = "RTTSummary")]
-    pub rtt_summary: [f64; 7],
-    /// Seven-number summary of tcpi_rttvar, ms.
-    #[serde(rename = "RTTVarSummary")]
-    pub rttvar_summary: [f64; 7],
+    /// Seven-number summary of tcpi_rtt over the samples with an RTT, ms; absent when no
+    /// sample had one (a tcpi_rtt of 0 is "not measured", never a 0 ms RTT).
+    #[serde(rename = "RTTSummary", skip_serializing_if = "Option::is_none")]
+    pub rtt_summary: Option<[f64; 7]>,
+    /// Seven-number summary of tcpi_rttvar over the same samples, ms; absent likewise.
+    #[serde(rename = "RTTVarSummary", skip_serializing_if = "Option::is_none")]
+    pub rttvar_summary: Option<[f64; 7]>,
     /// Pearson RTT ~ cwnd.
     #[serde(rename = "CorrRTTCwnd")]
     pub corr_rtt_cwnd: f64,
@@ -204,6 +205,11 @@ pub struct FlowStats {
     /// destroyed | gone | shutdown | window.
     #[serde(rename = "EndReason")]
     pub end_reason: &'static str,
+    /// How the connection closed: clean (this side's FIN was acknowledged) | reset (a RST
+    /// was sent or received, or the kernel gave up on it); absent when the end was not seen
+    /// or cannot be told.
+    #[serde(rename = "Close", skip_serializing_if = "Option::is_none")]
+    pub close: Option<&'static str>,
     /// Seven-number summary of cwnd, bytes.
     #[serde(rename = "CwndSummary")]
     pub cwnd_summary: [f64; 7],
@@ -436,17 +442,17 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     let last = &f.last;
     let send_throughput_mbps =
         throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
-    let rtt_summary = summary(rtt_x, &o_rtt, rq);
+    let rtt_summary = seven_number_sorted(rtt_x, rq, &o_rtt, kind);
     let cwnd_summary = summary(&cwnd, &o_cwnd, wq);
-    let min_rtt_observed_ms = rtt_x.iter().copied().reduce(f64::min).unwrap_or(0.0);
+    let min_rtt_observed_ms = rtt_x.iter().copied().reduce(f64::min);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
     let diagnosis = diagnosis::diagnose(
         e,
         diagnosis::Inputs {
             throughput_mbps: send_throughput_mbps,
-            min_rtt_ms: min_rtt_kernel_ms.unwrap_or(min_rtt_observed_ms),
-            rtt_p50_ms: rtt_summary[3],
+            min_rtt_ms: min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0),
+            rtt_p50_ms: rtt_summary.map_or(0.0, |r| r[3]),
             cwnd_p50_bytes: cwnd_summary[3],
         },
     );
@@ -476,7 +482,7 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             .then(|| mbps(last.max_pacing_rate)),
         max_pacing_rate_observed_mbps: pacing.x.iter().copied().reduce(f64::max),
         rtt_summary,
-        rttvar_summary: summary(&rttvar, &o_var, rq),
+        rttvar_summary: seven_number_sorted(&rttvar, rq, &o_var, kind),
         corr_rtt_cwnd: c_rtt.pearson,
         corr_retrans_cwnd: c_retrans.pearson,
         corr_pacing_cwnd: c_pacing.pearson,
@@ -494,6 +500,7 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             EndReason::Shutdown => "shutdown",
             EndReason::Window => "window",
         },
+        close: e.close.map(crate::tracker::Close::as_str),
         cwnd_summary,
         pacing_rate_summary: seven_number_sorted(&pacing.x, pq, &o_pacing, kind),
         delivery_rate_summary: seven_number_sorted(&delivery.x, dq, &o_delivery, kind),

@@ -182,10 +182,13 @@ pub async fn run(cfg: Config) -> u8 {
         }
     };
     let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
+    // Without destroy events nothing would end a waiting flow but the grace period.
+    let grace = if destroy.is_some() { c.destroy_grace } else { std::time::Duration::ZERO };
     let tracker = Tracker::new(TrackerConfig {
         max_flows: c.max_flows,
         min_samples: c.min_samples,
         window_samples: window,
+        destroy_grace_ns: grace.as_nanos() as u64,
     });
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);

@@ -84,6 +84,18 @@ fn positive_duration(s: &str) -> Result<Duration, ValueError> {
     Ok(d)
 }
 
+fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
+    let d = parse_duration(s)?;
+    let max = crate::tracker::MAX_DESTROY_GRACE;
+    if d > max {
+        return Err(ValueError(format!(
+            "invalid duration {s:?}: at most {} (waiting flows hold their samples)",
+            format_duration(max)
+        )));
+    }
+    Ok(d)
+}
+
 fn size(s: &str) -> Result<u64, ValueError> {
     parse_size(s)
 }
@@ -324,6 +336,12 @@ pub struct Cli {
         help_heading = "Tracker"
     )]
     pub window_samples: Option<usize>,
+    /// How long a flow that left the dumps waits for its destroy event (and final counters)
+    /// before it ends as gone; 0 = at once. A reset connection leaves the dumps at once but
+    /// is destroyed only when its program closes it
+    #[arg(long = "tracker-destroy-grace", visible_alias = "destroy-grace", env = "CGMON_TRACKER_DESTROY_GRACE",
+          value_name = "DURATION", value_parser = destroy_grace, default_value = "5s", help_heading = "Tracker")]
+    pub destroy_grace: Duration,
 
     // ---- Writer ----
     /// gzip level, 1 (fast) to 9 (small)

@@ -186,7 +186,7 @@ pub fn print_table(records: &[FlowStats], out: &mut impl Write) -> std::io::Resu
         writeln!(
             out,
             "{flow:<47} {rate:>9.2} {:>8} {:>7} {limit:<15} {finding}",
-            crate::analyzer::diagnosis::ms_text(r.rtt_summary[3]),
+            r.rtt_summary.map_or_else(|| "-".into(), |x| crate::analyzer::diagnosis::ms_text(x[3])),
             r.total_retransmits
         )?;
     }

@@ -108,7 +108,7 @@ pub fn status_page(m: &Metrics) -> String {
         );
     }
     p.push_str("</table>\n<h3>Counters</h3>\n<table>\n");
-    let rows: [(&str, String); 12] = [
+    let rows: [(&str, String); 13] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
         ("incomplete dumps", m.dumps_incomplete.get().to_string()),
@@ -117,6 +117,16 @@ pub fn status_page(m: &Metrics) -> String {
         (
             "destroy events (overruns)",
             format!("{} ({})", m.destroy_events.get(), m.destroy_overruns.get()),
+        ),
+        (
+            "flows awaiting their destroy event (completed / gone / late events)",
+            format!(
+                "{} ({} / {} / {})",
+                m.flows_awaiting_destroy.get(),
+                m.destroy_awaited.get(),
+                m.destroy_wait_expired.get(),
+                m.destroy_late.get()
+            ),
         ),
         ("records written", m.records_written.get().to_string()),
         ("records dropped (channel full)", m.records_dropped.get().to_string()),

@@ -196,6 +196,14 @@ pub struct Metrics {
     pub destroy_events: Counter,
     /// Destroy events lost to receive-buffer overruns (ENOBUFS).
     pub destroy_overruns: Counter,
+    /// Flows that left the dumps and are waiting for their destroy event.
+    pub flows_awaiting_destroy: Gauge,
+    /// Flows that left the dumps and were completed by their destroy event in time.
+    pub destroy_awaited: Counter,
+    /// Flows that left the dumps and ended as gone when the grace period ran out.
+    pub destroy_wait_expired: Counter,
+    /// Destroy events for flows already written as gone (counted, not written).
+    pub destroy_late: Counter,
     /// Records written.
     pub records_written: Counter,
     /// Partial records not written (no `-writer-partial`).
@@ -254,6 +262,10 @@ impl Metrics {
             samples_deduped: Counter::default(),
             destroy_events: Counter::default(),
             destroy_overruns: Counter::default(),
+            flows_awaiting_destroy: Gauge::default(),
+            destroy_awaited: Counter::default(),
+            destroy_wait_expired: Counter::default(),
+            destroy_late: Counter::default(),
             records_written: Counter::default(),
             records_partial_skipped: Counter::default(),
             records_dropped: Counter::default(),
@@ -335,9 +347,14 @@ impl Metrics {
         );
         let _ = writeln!(
             s,
-            "destroy events: {} ({} lost to overruns)",
+            "destroy events: {} ({} lost to overruns, {} late); flows awaiting theirs: {} now, \
+             {} completed, {} ended as gone",
             self.destroy_events.get(),
-            self.destroy_overruns.get()
+            self.destroy_overruns.get(),
+            self.destroy_late.get(),
+            self.flows_awaiting_destroy.get(),
+            self.destroy_awaited.get(),
+            self.destroy_wait_expired.get()
         );
         let _ = writeln!(
             s,

@@ -23,7 +23,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::metrics::Metrics;
 use crate::services::Services;
-use crate::tracker::accounts::{Account, OVERFLOW_CGROUP, RTT_BUCKETS_S};
+use crate::tracker::accounts::{Account, NO_UID, OVERFLOW_CGROUP, RTT_BUCKETS_S};
 
 /// Distinct `port` label values before the rest share `other`.
 pub const MAX_PORT_LABELS: usize = 64;
@@ -35,19 +35,22 @@ pub const DEFAULT_TOP_SERVICES: usize = 20;
 #[derive(Debug)]
 struct Labeler {
     services: Services,
-    by_cgroup: FxHashMap<u64, String>,
+    by_owner: FxHashMap<(u64, u32), String>,
     given: FxHashSet<String>,
     top: usize,
     ports: FxHashSet<u16>,
 }
 
 impl Labeler {
-    fn service(&mut self, cgroup_id: u64) -> String {
-        if let Some(s) = self.by_cgroup.get(&cgroup_id) {
+    /// The label of an account's owner: its cgroup, or with none, its sockets' uid.
+    fn service(&mut self, cgroup_id: u64, uid: u32) -> String {
+        if let Some(s) = self.by_owner.get(&(cgroup_id, uid)) {
             return s.clone();
         }
         let name = if cgroup_id == OVERFLOW_CGROUP {
             "other".into()
+        } else if cgroup_id == 0 && uid != NO_UID {
+            self.services.name_of_uid(uid)
         } else {
             self.services.name(cgroup_id)
         };
@@ -57,7 +60,7 @@ impl Labeler {
         } else {
             "other".into()
         };
-        self.by_cgroup.insert(cgroup_id, label.clone());
+        self.by_owner.insert((cgroup_id, uid), label.clone());
         label
     }
 
@@ -104,7 +107,7 @@ impl Exporter {
     ) -> Self {
         let labels = Labeler {
             services,
-            by_cgroup: FxHashMap::default(),
+            by_owner: FxHashMap::default(),
             given: FxHashSet::default(),
             top: top_services,
             ports: FxHashSet::default(),
@@ -127,7 +130,7 @@ impl Exporter {
             if a.opened == 0 && a.bytes_acked == 0 && a.bytes_received == 0 {
                 continue; // the unused overflow slot
             }
-            let key = (l.service(a.cgroup_id), l.port(a.port));
+            let key = (l.service(a.cgroup_id, a.uid), l.port(a.port));
             let g = out
                 .entry(key)
                 .or_insert_with(|| Agg { rtt: vec![0; RTT_BUCKETS_S.len() + 1], ..Agg::default() });
@@ -215,6 +218,30 @@ impl Collector for Exporter {
             "cgmon_destroy_overruns",
             "Destroy events lost to receive-buffer overruns",
             m.destroy_overruns.get(),
+        )?;
+        gauge(
+            &mut e,
+            "cgmon_flows_awaiting_destroy",
+            "Flows that left the dumps, waiting for their destroy event (-tracker-destroy-grace)",
+            m.flows_awaiting_destroy.get() as f64,
+        )?;
+        counter(
+            &mut e,
+            "cgmon_destroy_awaited",
+            "Flows that left the dumps and got their destroy event within the grace period",
+            m.destroy_awaited.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_destroy_wait_expired",
+            "Flows that left the dumps and ended as gone: no destroy event within the grace period",
+            m.destroy_wait_expired.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_destroy_events_late",
+            "Destroy events for flows already written as gone (counted, not written again)",
+            m.destroy_late.get(),
         )?;
         counter(&mut e, "cgmon_records_written", "Flow records written", m.records_written.get())?;
         counter(
@@ -414,7 +441,7 @@ mod tests {
 
     fn account(cgroup_id: u64, port: u16, acked: u64) -> Account {
         let mut a = crate::tracker::accounts::Accounts::default();
-        let slot = a.slot(cgroup_id, port);
+        let slot = a.slot(cgroup_id, port, None);
         let mut c = crate::tracker::accounts::Counted { slot, ..Default::default() };
         a.count(&mut c, acked, 0, 0);
         a.get_mut(slot).opened = 1;

@@ -48,6 +48,80 @@ pub fn service_name(path: &str) -> String {
     last.to_string()
 }
 
+/// The service of sockets known only by their owner's uid (a flow seen only in its destroy
+/// event, which carries no cgroup id): the one systemd unit or container whose processes
+/// run as that uid, when exactly one does; otherwise `user:<name>` (or `user:<uid>` with no
+/// name). `procs` gives each running process's effective uid and cgroup2 path.
+pub fn uid_service(
+    uid: u32,
+    procs: impl IntoIterator<Item = (u32, String)>,
+    user_name: Option<&str>,
+) -> String {
+    let mut units: Vec<String> = procs
+        .into_iter()
+        .filter(|(u, _)| *u == uid)
+        .map(|(_, path)| service_name(&path))
+        .collect();
+    units.sort_unstable();
+    units.dedup();
+    if let [only] = units.as_slice()
+        && (only.ends_with(".service") || only.contains(':'))
+    {
+        return only.clone();
+    }
+    match user_name {
+        Some(n) => format!("user:{n}"),
+        None => format!("user:{uid}"),
+    }
+}
+
+/// Every running process's effective uid and cgroup2 path, from /proc.
+fn processes() -> Vec<(u32, String)> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let dir = e.path();
+        let (Ok(status), Ok(cgroup)) = (
+            std::fs::read_to_string(dir.join("status")),
+            std::fs::read_to_string(dir.join("cgroup")),
+        ) else {
+            continue; // it exited meanwhile
+        };
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|u| u.parse().ok());
+        let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"));
+        if let (Some(euid), Some(path)) = (euid, path) {
+            out.push((euid, path.to_string()));
+        }
+    }
+    out
+}
+
+/// The user name of `uid` (through NSS, as `ls -l` finds it), if it has one.
+fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: an all-zero passwd is a valid value for getpwuid_r to fill.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call, and buf's length is passed with it.
+    let rc = unsafe {
+        libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
+    };
+    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string inside buf.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    name.to_str().ok().map(str::to_string)
+}
+
 /// Cached id → service resolution.
 #[derive(Debug)]
 pub struct Services {
@@ -82,6 +156,12 @@ impl Services {
             self.walk();
         }
         self.names.get(&id).cloned().unwrap_or_else(|| format!("cgroup-{id}"))
+    }
+
+    /// The service of sockets known only by `uid` ([`uid_service`]). Reads /proc once per
+    /// call; the caller keeps what it gets, so a label never moves.
+    pub fn name_of_uid(&mut self, uid: u32) -> String {
+        uid_service(uid, processes(), user_name(uid).as_deref())
     }
 
     fn walk(&mut self) {
@@ -141,6 +221,37 @@ mod tests {
             "containerd:0123456789ab"
         );
         assert_eq!(service_name("/"), "root");
+    }
+
+    #[test]
+    fn a_uid_names_its_one_unit_or_else_the_user() {
+        let procs = || {
+            vec![
+                (33, "/system.slice/nginx.service".to_string()),
+                (33, "/system.slice/nginx.service".to_string()),
+                (0, "/system.slice/sshd.service".to_string()),
+                (0, "/init.scope".to_string()),
+                (1000, "/user.slice/user-1000.slice/session-2.scope".to_string()),
+                (1000, "/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope".into()),
+                (999, "/system.slice/docker-0123456789abcdef0123.scope".to_string()),
+                (998, "/user.slice/user-998.slice/session-9.scope".to_string()),
+            ]
+        };
+        assert_eq!(uid_service(33, procs(), Some("www-data")), "nginx.service");
+        assert_eq!(uid_service(999, procs(), None), "docker:0123456789ab");
+        // Many units (root), a login session (not a service), or none running: the user.
+        assert_eq!(uid_service(0, procs(), Some("root")), "user:root");
+        assert_eq!(uid_service(1000, procs(), Some("alice")), "user:alice");
+        assert_eq!(uid_service(998, procs(), Some("bob")), "user:bob");
+        assert_eq!(uid_service(4242, procs(), None), "user:4242");
+    }
+
+    #[test]
+    fn this_process_is_found_under_its_own_uid() {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert!(processes().iter().any(|(u, _)| *u == me));
+        assert_eq!(user_name(0).as_deref(), Some("root"));
     }
 
     #[test]

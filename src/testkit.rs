@@ -223,6 +223,7 @@ pub struct SockBuilder {
     info: [u8; 280],
     cong: Option<String>,
     sndbuf: Option<u32>,
+    cgroup: Option<u64>,
 }
 
 impl SockBuilder {
@@ -233,6 +234,7 @@ impl SockBuilder {
             info: [0; 280],
             cong: None,
             sndbuf: None,
+            cgroup: None,
         };
         b.info[0] = 1;
         b.set32(68, 10_000).set32(80, 10).set32(16, 1448).set64(104, u64::MAX).set64(112, u64::MAX);
@@ -328,6 +330,21 @@ impl SockBuilder {
         self.set64(200, v);
         self
     }
+    /// tcpi_bytes_retrans.
+    pub fn bytes_retrans(mut self, v: u64) -> Self {
+        self.set64(208, v);
+        self
+    }
+    /// `idiag_uid`.
+    pub fn uid(mut self, v: u32) -> Self {
+        self.msg.head[64..68].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    /// INET_DIAG_CGROUP_ID.
+    pub fn cgroup(mut self, id: u64) -> Self {
+        self.cgroup = Some(id);
+        self
+    }
     /// tcpi_delivered and tcpi_delivered_ce.
     pub fn delivered(mut self, all: u32, ce: u32) -> Self {
         self.set32(192, all).set32(196, ce);
@@ -364,6 +381,9 @@ impl SockBuilder {
             let mut v = c.as_bytes().to_vec();
             v.push(0);
             m = m.attr(attr::INET_DIAG_CONG, &v);
+        }
+        if let Some(id) = self.cgroup {
+            m = m.attr(attr::INET_DIAG_CGROUP_ID, &id.to_ne_bytes());
         }
         if let Some(b) = self.sndbuf {
             // SK_MEMINFO_*: rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd_alloc, wmem_queued,

@@ -32,6 +32,19 @@ use crate::wire::tcp_info::TcpInfo;
 /// TCP_LISTEN in `idiag_state`.
 const TCP_LISTEN: u8 = 10;
 
+/// TCP_TIME_WAIT in `idiag_state`.
+const TCP_TIME_WAIT: u8 = 6;
+
+/// How many cookies of flows ended as `gone` while destroy events were awaited are kept, so
+/// that a destroy event arriving after the grace period is counted as late rather than
+/// written as a second, one-sample flow. 65,536 cookies are about 1.5 MB with the map's
+/// overhead; past that the oldest are forgotten (docs/records.md, "One flow, one record").
+pub const LATE_COOKIES: usize = 65_536;
+
+/// The longest grace period accepted: waiting flows hold their samples and count against
+/// `max_flows`, so the wait is capped.
+pub const MAX_DESTROY_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// How many flows ahead the changed path prefetches (see `prefetch_ahead`).
 const PREFETCH_AHEAD: usize = 8;
 
@@ -52,6 +65,9 @@ pub struct TrackerConfig {
     pub min_samples: usize,
     /// Retained samples per window before an interim record; at least 2.
     pub window_samples: usize,
+    /// How long a flow absent from a complete dump waits for its destroy event, ns; 0 ends
+    /// it at once (what the program uses when no destroy listener runs).
+    pub destroy_grace_ns: u64,
 }
 
 impl TrackerConfig {
@@ -64,7 +80,7 @@ impl TrackerConfig {
 
 impl Default for TrackerConfig {
     fn default() -> Self {
-        Self { max_flows: 0, min_samples: 0, window_samples: 3600 }
+        Self { max_flows: 0, min_samples: 0, window_samples: 3600, destroy_grace_ns: 0 }
     }
 }
 
@@ -77,11 +93,11 @@ pub struct Retained {
     pub cwnd_bytes: u64,
     /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
     pub pacing_rate: u64,
-    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent.
+    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
     pub delivery_rate: u64,
-    /// Smoothed RTT, µs.
+    /// Smoothed RTT, µs; 0 when no RTT was measured yet.
     pub rtt_us: u32,
-    /// RTT variance, µs.
+    /// RTT variance, µs (meaningless while `rtt_us` is 0).
     pub rttvar_us: u32,
     /// Cumulative retransmitted segments.
     pub total_retrans: u32,
@@ -154,6 +170,37 @@ pub enum EndReason {
     Window,
 }
 
+/// How a connection that ended was closed, as far as the kernel lets us tell
+/// (docs/records.md, "How a connection closed").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// An orderly close: this side's FIN was sent and acknowledged.
+    Clean,
+    /// No orderly close: a RST was sent or received, or the kernel gave up on the
+    /// connection (a refused connect, a timeout, an abortive close such as `SO_LINGER` 0).
+    Reset,
+}
+
+impl Close {
+    /// From a socket's final counters. `bytes_acked` counts sequence space: the data, plus
+    /// one for this side's SYN when it opened the connection, plus one for its FIN once
+    /// that is acknowledged; `bytes_sent − bytes_retrans` is the data sent once. So the FIN
+    /// was acknowledged exactly when `bytes_acked` exceeds the data (and the SYN) by one.
+    pub fn from_final(l: &Last, passive_open: bool) -> Close {
+        let data = l.bytes_sent.saturating_sub(l.bytes_retrans);
+        let syn = u64::from(!passive_open);
+        if l.bytes_acked > data + syn { Close::Clean } else { Close::Reset }
+    }
+
+    /// The record's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Close::Clean => "clean",
+            Close::Reset => "reset",
+        }
+    }
+}
+
 /// A congestion-control algorithm name, stored inline and padded with NUL
 /// (TCP_CA_NAME_MAX is 16), as [`Sample::cong_word`] gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -220,6 +267,9 @@ pub struct Flow {
     pub partial_start: bool,
     /// The flow was open before the monitor started, whichever window this is.
     pub preexisting: bool,
+    /// Its local port was listening when it opened: the accepted (server) side, which did
+    /// not send the SYN.
+    pub passive_open: bool,
 }
 
 // What a changed sample touches fits three cache lines, and a flow five.
@@ -240,6 +290,8 @@ pub struct EndedFlow {
     /// When: the destroy event's time, or the first datagram of the dump that missed it, or
     /// the last sample's time at shutdown and window ends.
     pub end_ts_ns: u64,
+    /// How the connection closed, when its end was seen and the kernel tells.
+    pub close: Option<Close>,
     /// Its samples still in pool blocks, which come before `flow.samples`.
     held: Option<Held>,
 }
@@ -247,7 +299,7 @@ pub struct EndedFlow {
 impl EndedFlow {
     /// A flow whose samples are all in `flow.samples`.
     pub fn new(flow: Flow, reason: EndReason, end_ts_ns: u64) -> Self {
-        Self { flow, reason, end_ts_ns, held: None }
+        Self { flow, reason, end_ts_ns, close: None, held: None }
     }
 
     /// Brings every sample into `flow.samples`, in order, and gives the pool blocks they
@@ -304,6 +356,29 @@ pub struct TrackerStats {
     pub destroy_events: u64,
     /// Dumps that ended no flow because they were incomplete.
     pub incomplete_dumps: u64,
+    /// Flows that left the dumps and then got their destroy event within the grace period
+    /// (one record, with the final counters).
+    pub destroy_awaited: u64,
+    /// Flows that left the dumps and got no destroy event within the grace period (ended
+    /// as `gone`).
+    pub destroy_wait_expired: u64,
+    /// Destroy events for flows already written as `gone`: counted, not written again.
+    pub destroy_late: u64,
+}
+
+/// A flow absent from a complete dump, waiting for its destroy event.
+#[derive(Debug)]
+struct Waiting {
+    flow: Flow,
+    held: Option<Held>,
+    /// The first datagram of the dump that missed it: the connection had ended by then.
+    missed_ns: u64,
+}
+
+/// The family and 4-tuple of a key, without its cookie: the fallback match for a destroy
+/// event whose cookie no waiting flow has.
+fn tuple_of(k: &SockKey) -> SockKey {
+    SockKey { cookie: 0, ..*k }
 }
 
 /// The per-flow fields every sample touches, in an array parallel to the flows (40 bytes a
@@ -344,6 +419,16 @@ pub struct Tracker {
     /// Cookies of flows ended by their destroy event, with that generation. A dump that was
     /// walking while the socket closed can still hold it; such samples must not reopen it.
     destroyed: FxHashMap<u64, u32>,
+    /// Flows absent from a complete dump, waiting for their destroy event, by cookie.
+    waiting: FxHashMap<u64, Waiting>,
+    /// The same flows by family and 4-tuple.
+    waiting_tuples: FxHashMap<SockKey, u64>,
+    /// Waiting cookies in the order they began to wait (some may have stopped waiting).
+    wait_order: std::collections::VecDeque<u64>,
+    /// Cookies of flows ended as `gone` after waiting, oldest first, at most
+    /// [`LATE_COOKIES`].
+    gone: rustc_hash::FxHashSet<u64>,
+    gone_order: std::collections::VecDeque<u64>,
     generation: u32,
     dumps_done: u32,
     /// Whether this dump prefetches for busy flows (see `prefetch_ahead`): enough of the
@@ -411,7 +496,8 @@ fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &TcpInfo<'_>) 
     r.ts_ns = s.ts_ns;
     r.cwnd_bytes = t.snd_cwnd_bytes().unwrap_or(0);
     r.pacing_rate = t.pacing_rate().unwrap_or(ABSENT_U64);
-    r.delivery_rate = t.delivery_rate().unwrap_or(ABSENT_U64);
+    // The kernel leaves tcpi_delivery_rate 0 until it has a rate sample: not measured.
+    r.delivery_rate = t.delivery_rate().filter(|&v| v != 0).unwrap_or(ABSENT_U64);
     r.rtt_us = t.rtt().unwrap_or(0);
     r.rttvar_us = t.rttvar().unwrap_or(0);
     r.total_retrans = total_retrans;
@@ -654,6 +740,11 @@ impl Tracker {
             cursor: 0,
             refused: FxHashMap::default(),
             destroyed: FxHashMap::default(),
+            waiting: FxHashMap::default(),
+            waiting_tuples: FxHashMap::default(),
+            wait_order: std::collections::VecDeque::new(),
+            gone: rustc_hash::FxHashSet::default(),
+            gone_order: std::collections::VecDeque::new(),
             generation: 0,
             dumps_done: 0,
             lookahead: false,
@@ -672,6 +763,16 @@ impl Tracker {
     /// Flows being recorded now.
     pub fn active(&self) -> usize {
         self.slab.len()
+    }
+
+    /// Flows absent from the dumps that wait for their destroy event.
+    pub fn awaiting_destroy(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether the flow limit is reached: flows waiting for their destroy event count too.
+    fn full(&self) -> bool {
+        self.cfg.max_flows > 0 && self.slab.len() + self.waiting.len() >= self.cfg.max_flows
     }
 
     /// Counters.
@@ -730,7 +831,7 @@ impl Tracker {
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
         if s.msg().state() == TCP_LISTEN {
             // Listeners start no flow; they name the server side's port in the accounts.
-            self.accounts.saw_listener(s.msg().sport());
+            self.accounts.saw_listener(s.msg().sport(), s.cgroup_id().unwrap_or(0));
             return;
         }
         let cookie = s.msg().cookie();
@@ -799,7 +900,12 @@ impl Tracker {
         if self.destroyed.contains_key(&cookie) {
             return;
         }
-        if self.cfg.max_flows > 0 && self.slab.len() >= self.cfg.max_flows {
+        if let Some(w) = self.stop_waiting(cookie) {
+            // A socket that left the dumps is back: it connected again (after a refused or
+            // reset connection). The old connection is over; the new one is a new flow.
+            self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, None, out);
+        }
+        if self.full() {
             self.refused.insert(cookie, generation);
             self.stats.flows_refused += 1;
             return;
@@ -833,7 +939,9 @@ impl Tracker {
     fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool) -> Flow {
         self.stats.flows_opened += 1;
         self.stats.samples_retained += 1;
+        let passive_open = self.accounts.listening().contains_key(&s.msg().sport());
         let mut f = Flow {
+            passive_open,
             key: s.key(),
             cc: CcName::default(),
             stage: StageRef { window: 1, ..StageRef::NONE },
@@ -853,9 +961,17 @@ impl Tracker {
             first_chrono: [l_busy(&sn.last), sn.last.rwnd_limited_ms, sn.last.sndbuf_limited_ms],
         };
         refresh_attrs(&mut f, s);
+        // Destroy events carry no cgroup id. An accepted socket is in its listener's cgroup
+        // (the kernel copies it at accept), so a flow seen only at its end still has one
+        // when its local port listens; otherwise its account goes by the socket's uid
+        // (docs/records.md, "Which service a flow belongs to").
+        if f.cgroup_id == 0 {
+            f.cgroup_id = self.accounts.listener_cgroup(f.key.sport);
+        }
+        let uid = (f.cgroup_id == 0).then(|| s.msg().uid());
         // A flow open before we started counts from here; a new one from its first byte.
         let l = &sn.last;
-        f.counted.slot = self.accounts.slot(f.cgroup_id, f.key.sport);
+        f.counted.slot = self.accounts.slot(f.cgroup_id, f.key.sport, uid);
         if partial_start {
             (f.counted.acked, f.counted.received, f.counted.retrans) =
                 (l.bytes_acked, l.bytes_received, l.bytes_retrans);
@@ -894,7 +1010,7 @@ impl Tracker {
         next.stage.window = 1;
         let mut done = std::mem::replace(f, next);
         done.stage = StageRef::NONE; // detached by the caller; the stage stays with `f`
-        EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window, held }
+        EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window, close: None, held }
     }
 
     /// Takes a flow out of the table, brought up to date, with its samples still in pool
@@ -915,12 +1031,15 @@ impl Tracker {
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
-    /// `dump_ts_ns`); otherwise nothing ends and the dump is counted as incomplete.
+    /// `dump_ts_ns`), or, with a destroy grace period, begin to wait for their destroy event;
+    /// otherwise nothing ends and the dump is counted as incomplete. Either way, flows that
+    /// have waited out the grace period end as Gone.
     pub fn end_dump(&mut self, complete: bool, dump_ts_ns: u64, out: &mut Vec<EndedFlow>) {
         self.dumps_done = self.dumps_done.saturating_add(1);
         let generation = self.generation;
         if !complete {
             self.stats.incomplete_dumps += 1;
+            self.expire_waits(dump_ts_ns, out);
             return;
         }
         self.accounts.end_dump();
@@ -933,47 +1052,116 @@ impl Tracker {
             self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect()
         };
         for cookie in gone {
-            if let Some((f, held)) = self.remove(cookie) {
-                self.hand_on(f, held, EndReason::Gone, dump_ts_ns, out);
+            let Some((f, held)) = self.remove(cookie) else { continue };
+            if self.cfg.destroy_grace_ns == 0 {
+                let close = gone_close(&f);
+                self.hand_on(f, held, EndReason::Gone, dump_ts_ns, close, out);
+            } else {
+                // The kernel unhashes a reset or aborted socket at once, but destroys it
+                // (and sends its final counters) only when its owner closes it.
+                self.waiting_tuples.insert(tuple_of(&f.key), cookie);
+                self.waiting.insert(cookie, Waiting { flow: f, held, missed_ns: dump_ts_ns });
+                self.wait_order.push_back(cookie);
             }
         }
+        self.expire_waits(dump_ts_ns, out);
         self.refused.retain(|_, g| *g == generation);
         // A dump that started after a destroy cannot hold that socket any more.
         self.destroyed.retain(|_, g| generation.wrapping_sub(*g) < 2);
     }
 
-    /// A destroy event: the socket's final state. Ends its flow, or records a flow that
-    /// lived entirely between two polls.
+    /// Ends, as Gone, the flows that have waited `destroy_grace_ns` or longer by `now_ns`.
+    fn expire_waits(&mut self, now_ns: u64, out: &mut Vec<EndedFlow>) {
+        while let Some(&cookie) = self.wait_order.front() {
+            let Some(w) = self.waiting.get(&cookie) else {
+                self.wait_order.pop_front(); // it stopped waiting
+                continue;
+            };
+            if now_ns.saturating_sub(w.missed_ns) < self.cfg.destroy_grace_ns {
+                break;
+            }
+            self.wait_order.pop_front();
+            let w = self.stop_waiting(cookie).expect("looked up just above");
+            self.stats.destroy_wait_expired += 1;
+            self.remember_gone(cookie);
+            let close = gone_close(&w.flow);
+            self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
+        }
+    }
+
+    /// Takes `cookie`'s flow out of the waiting set.
+    fn stop_waiting(&mut self, cookie: u64) -> Option<Waiting> {
+        let w = self.waiting.remove(&cookie)?;
+        self.waiting_tuples.remove(&tuple_of(&w.flow.key));
+        Some(w)
+    }
+
+    /// Keeps `cookie` among the flows written as gone, forgetting the oldest past
+    /// [`LATE_COOKIES`].
+    fn remember_gone(&mut self, cookie: u64) {
+        if self.gone.insert(cookie) {
+            self.gone_order.push_back(cookie);
+        }
+        while self.gone_order.len() > LATE_COOKIES {
+            if let Some(old) = self.gone_order.pop_front() {
+                self.gone.remove(&old);
+            }
+        }
+    }
+
+    /// A destroy event: the socket's final state. Ends its flow (waiting or active), or
+    /// records a flow that lived entirely between two polls. An event for a flow already
+    /// written as gone is counted, not written.
     pub fn destroyed(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
         let key = s.key();
         self.stats.destroy_events += 1;
         if self.refused.remove(&key.cookie).is_some() {
             return;
         }
+        if key.dport == 0 {
+            self.disconnected(key.cookie, s.ts_ns, out);
+            return;
+        }
         let Some(t) = s.tcp_info() else { return };
+        let waited = if self.waiting.contains_key(&key.cookie) {
+            Some(key.cookie)
+        } else {
+            self.waiting_tuples.get(&tuple_of(&key)).copied()
+        };
+        if let Some(cookie) = waited {
+            let mut w = self.stop_waiting(cookie).expect("waiting, looked up just above");
+            self.stats.destroy_awaited += 1;
+            // The connection ended before the dump that missed it; the socket only lingered
+            // until its owner closed it. Its final counters belong to that time, so the
+            // sampled span (and the throughputs) do not take in the lingering.
+            let end = w.missed_ns.min(s.ts_ns);
+            self.final_sample(&mut w.flow, s, &t, end);
+            let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
+            self.destroyed.insert(cookie, self.generation);
+            self.hand_on(w.flow, w.held, EndReason::Destroyed, end, close, out);
+            return;
+        }
         let (f, held) = match self.index.get(&key.cookie).map(|&i| i as usize) {
             Some(slot) if same_socket(&self.slab[slot].key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let (mut f, held) = self.remove(key.cookie).expect("indexed just above");
-                f.last_ts_ns = s.ts_ns;
-                f.options |= t.options().unwrap_or(0);
                 if same {
+                    f.last_ts_ns = s.ts_ns;
+                    f.options |= t.options().unwrap_or(0);
                     f.deduped += 1;
                     self.stats.samples_deduped += 1;
                 } else {
-                    // Off the dump's hot path: straight into the flow's samples (after
-                    // those still held in blocks).
-                    let mut r = Retained::default();
-                    decode_into(&mut r, &mut f.last, s, &t);
-                    Self::account(&mut f, r.rtt_us, &mut self.stats, &mut self.accounts);
-                    f.samples.push(r);
-                    refresh_attrs(&mut f, s);
+                    self.final_sample(&mut f, s, &t, s.ts_ns);
                 }
                 (f, held)
             }
             Some(_) => return, // another socket owns the cookie's flow; not ours to end
+            None if self.gone.contains(&key.cookie) => {
+                self.stats.destroy_late += 1;
+                return;
+            }
             None => {
-                if self.cfg.max_flows > 0 && self.slab.len() >= self.cfg.max_flows {
+                if self.full() {
                     self.stats.flows_refused += 1;
                     return;
                 }
@@ -982,17 +1170,57 @@ impl Tracker {
                 (self.open(s, &snap(s, &t), self.dumps_done == 0), None)
             }
         };
+        let close = Some(Close::from_final(&f.last, f.passive_open));
         self.destroyed.insert(key.cookie, self.generation);
-        self.hand_on(f, held, EndReason::Destroyed, s.ts_ns, out);
+        self.hand_on(f, held, EndReason::Destroyed, s.ts_ns, close, out);
     }
 
-    /// Shutdown: every active flow is handed on as partial (end not seen).
+    /// A destroy event with remote port 0: a listener, or a socket the kernel disconnected
+    /// before destroying it (an abortive close with `SO_LINGER` 0, a failed connect), which
+    /// clears its peer and its counters. Only a flow already followed by that cookie ends on
+    /// it, as reset, with the counters of its last sample; anything else is ignored.
+    fn disconnected(&mut self, cookie: u64, ts_ns: u64, out: &mut Vec<EndedFlow>) {
+        let (f, held, end) = if let Some(w) = self.stop_waiting(cookie) {
+            (w.flow, w.held, w.missed_ns)
+        } else if self.index.contains_key(&cookie) {
+            let (f, held) = self.remove(cookie).expect("indexed just above");
+            (f, held, ts_ns)
+        } else {
+            return;
+        };
+        self.stats.destroy_awaited += u64::from(end != ts_ns);
+        self.destroyed.insert(cookie, self.generation);
+        self.hand_on(f, held, EndReason::Destroyed, end, Some(Close::Reset), out);
+    }
+
+    /// Appends a destroy event's values to a flow taken out of the table, as its last
+    /// sample at `ts_ns` (off the dump's hot path: straight into the flow's samples, after
+    /// those still held in blocks).
+    fn final_sample(&mut self, f: &mut Flow, s: &Sample<'_>, t: &TcpInfo<'_>, ts_ns: u64) {
+        f.last_ts_ns = ts_ns.max(f.last_ts_ns);
+        f.options |= t.options().unwrap_or(0);
+        let mut r = Retained::default();
+        decode_into(&mut r, &mut f.last, s, t);
+        r.ts_ns = f.last_ts_ns;
+        Self::account(f, r.rtt_us, &mut self.stats, &mut self.accounts);
+        f.samples.push(r);
+        refresh_attrs(f, s);
+    }
+
+    /// Shutdown: every active flow is handed on as partial (end not seen); flows still
+    /// waiting for their destroy event end as Gone (their end was seen).
     pub fn finish(&mut self, out: &mut Vec<EndedFlow>) {
         let cookies: Vec<u64> = self.hot.iter().map(|h| h.cookie).collect();
         for c in cookies {
             if let Some((f, held)) = self.remove(c) {
                 let ts = f.last_ts_ns;
-                self.hand_on(f, held, EndReason::Shutdown, ts, out);
+                self.hand_on(f, held, EndReason::Shutdown, ts, None, out);
+            }
+        }
+        while let Some(cookie) = self.wait_order.pop_front() {
+            if let Some(w) = self.stop_waiting(cookie) {
+                let close = gone_close(&w.flow);
+                self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
             }
         }
     }
@@ -1003,12 +1231,13 @@ impl Tracker {
         held: Option<Held>,
         reason: EndReason,
         end_ts_ns: u64,
+        close: Option<Close>,
         out: &mut Vec<EndedFlow>,
     ) {
         if reason != EndReason::Shutdown {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
-        let e = EndedFlow { flow, reason, end_ts_ns, held };
+        let e = EndedFlow { flow, reason, end_ts_ns, close, held };
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
             self.stats.flows_too_short += 1;
             return; // its blocks go back
@@ -1016,6 +1245,12 @@ impl Tracker {
         self.stats.flows_ended += 1;
         out.push(e);
     }
+}
+
+/// How a flow that left the dumps without a destroy event closed: only a TIME-WAIT last
+/// seen tells (both FINs were exchanged); anything else is unknown.
+fn gone_close(f: &Flow) -> Option<Close> {
+    (f.last.state == TCP_TIME_WAIT).then_some(Close::Clean)
 }
 
 /// Copies the hot fields into the flow.

@@ -79,9 +79,10 @@ pub struct Caps {
     /// segments and the median smoothed RTT, Mbit/s; absent without loss.
     #[serde(rename = "LossCapMbps", skip_serializing_if = "Option::is_none")]
     pub loss_cap_mbps: Option<f64>,
-    /// Bandwidth-delay product of the achieved rate at the min RTT, bytes.
-    #[serde(rename = "BDPBytes")]
-    pub bdp_bytes: f64,
+    /// Bandwidth-delay product of the achieved rate at the min RTT, bytes; absent when no
+    /// RTT was measured.
+    #[serde(rename = "BDPBytes", skip_serializing_if = "Option::is_none")]
+    pub bdp_bytes: Option<f64>,
     /// Median congestion window, bytes.
     #[serde(rename = "CwndBytes")]
     pub cwnd_bytes: f64,
@@ -139,7 +140,7 @@ pub struct Inputs {
     pub throughput_mbps: f64,
     /// Minimum RTT, ms (0: unknown).
     pub min_rtt_ms: f64,
-    /// Median smoothed RTT, ms.
+    /// Median smoothed RTT, ms (0: no RTT measured).
     pub rtt_p50_ms: f64,
     /// Median cwnd, bytes.
     pub cwnd_p50_bytes: f64,
@@ -237,7 +238,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
         loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
             .then(|| f64::from(l.snd_mss) * 8.0 / srtt_s * MATHIS_C / p.sqrt() / 1e6),
-        bdp_bytes: rtt_s.map_or(0.0, |r| got * 1e6 / 8.0 * r),
+        bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
     let ranked = [

@@ -29,10 +29,11 @@ pub struct Line<'a> {
     ts_ns: u64,
     #[serde(rename = "State")]
     state: &'static str,
-    #[serde(rename = "RTTms")]
-    rtt_ms: f64,
-    #[serde(rename = "RTTVarms")]
-    rttvar_ms: f64,
+    /// Absent while no RTT was measured.
+    #[serde(rename = "RTTms", skip_serializing_if = "Option::is_none")]
+    rtt_ms: Option<f64>,
+    #[serde(rename = "RTTVarms", skip_serializing_if = "Option::is_none")]
+    rttvar_ms: Option<f64>,
     #[serde(rename = "CwndBytes")]
     cwnd_bytes: u64,
     #[serde(rename = "PacingRateMbps", skip_serializing_if = "Option::is_none")]
@@ -56,8 +57,8 @@ impl<'a> Line<'a> {
             dst_port: id.dst_port,
             ts_ns: s.ts_ns,
             state: state_name(s.state),
-            rtt_ms: f64::from(s.rtt_us) / 1000.0,
-            rttvar_ms: f64::from(s.rttvar_us) / 1000.0,
+            rtt_ms: (s.rtt_us > 0).then(|| f64::from(s.rtt_us) / 1000.0),
+            rttvar_ms: (s.rtt_us > 0).then(|| f64::from(s.rttvar_us) / 1000.0),
             cwnd_bytes: s.cwnd_bytes,
             pacing_rate_mbps: rate(s.pacing_rate),
             delivery_rate_mbps: rate(s.delivery_rate),

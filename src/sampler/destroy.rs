@@ -4,8 +4,10 @@
 //! between two polls.
 //!
 //! No bytecode applies to multicast, so the user's filter is evaluated here in userspace.
-//! Events of listening sockets (and of sockets that never connected) carry remote port 0 and
-//! are dropped: they describe no flow.
+//! Events with remote port 0 skip the filter: listeners, and sockets that the kernel
+//! disconnected before destroying them (an abortive close with `SO_LINGER` 0, a failed
+//! connect), whose peer and counters it has cleared. They are passed on all the same: the
+//! tracker uses them only to end a flow it already follows by cookie (docs/records.md).
 
 use std::io;
 
@@ -39,7 +41,7 @@ pub struct DestroyBatch {
     pub batch: SockBatch,
     /// ENOBUFS seen: the kernel dropped events because the socket buffer was full.
     pub overruns: u32,
-    /// Events of listeners or never-connected sockets, dropped.
+    /// Events with remote port 0 (listeners, disconnected sockets): passed on unfiltered.
     pub unconnected: u32,
     /// Events the user's filter rejected.
     pub filtered: u32,
@@ -151,9 +153,7 @@ impl<S: DumpSource> DestroyListener<S> {
             }
             if s.msg().dport() == 0 {
                 out.unconnected += 1;
-                continue;
-            }
-            if let Some(f) = &self.filter
+            } else if let Some(f) = &self.filter
                 && !f.matches(&s.key())
             {
                 out.filtered += 1;
@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(b.overruns, 2);
         assert_eq!(b.unconnected, 1);
         let cookies: Vec<_> = b.batch.iter().map(|s| s.key().cookie).collect();
-        assert_eq!(cookies, [1, 3]);
+        assert_eq!(cookies, [1, 2, 3], "remote port 0 is the tracker's to judge");
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@
 //! Cardinality is bounded here by [`MAX_ACCOUNTS`] slots; what comes after goes to an
 //! overflow slot. (Service names, and the top-K cap on them, are resolved at scrape time.)
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 /// Upper bounds of the RTT histogram buckets, whole µs: a sample's RTT (µs) is sorted into
 /// its bucket with integer compares, on every retained sample.
@@ -86,6 +86,9 @@ pub const MAX_ACCOUNTS: usize = 4096;
 /// The cgroup id of the overflow account.
 pub const OVERFLOW_CGROUP: u64 = u64::MAX;
 
+/// The uid of an account that goes by its cgroup.
+pub const NO_UID: u32 = u32::MAX;
+
 /// One account's counters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Account {
@@ -93,6 +96,9 @@ pub struct Account {
     pub cgroup_id: u64,
     /// Local port when it is a listening port (server side), else 0.
     pub port: u16,
+    /// The sockets' uid when no cgroup is known (a flow seen only in its destroy event,
+    /// whose port does not listen); [`NO_UID`] otherwise.
+    pub uid: u32,
     /// Flows opened.
     pub opened: u64,
     /// Flows closed (their socket is gone).
@@ -112,10 +118,11 @@ pub struct Account {
 }
 
 impl Account {
-    fn new(cgroup_id: u64, port: u16) -> Self {
+    fn new(cgroup_id: u64, port: u16, uid: u32) -> Self {
         Self {
             cgroup_id,
             port,
+            uid,
             opened: 0,
             closed: 0,
             bytes_acked: 0,
@@ -155,37 +162,45 @@ pub struct Counted {
 #[derive(Debug)]
 pub struct Accounts {
     slots: Vec<Account>,
-    index: FxHashMap<(u64, u16), u32>,
-    listening: FxHashSet<u16>,
-    next_listening: FxHashSet<u16>,
+    index: FxHashMap<(u64, u16, u32), u32>,
+    /// Listening port → the cgroup of a listener on it (0 when the kernel sent none).
+    listening: FxHashMap<u16, u64>,
+    next_listening: FxHashMap<u16, u64>,
 }
 
 impl Default for Accounts {
     fn default() -> Self {
         Self {
             // Slot 0 is the overflow account.
-            slots: vec![Account::new(OVERFLOW_CGROUP, 0)],
+            slots: vec![Account::new(OVERFLOW_CGROUP, 0, NO_UID)],
             index: FxHashMap::default(),
-            listening: FxHashSet::default(),
-            next_listening: FxHashSet::default(),
+            listening: FxHashMap::default(),
+            next_listening: FxHashMap::default(),
         }
     }
 }
 
 impl Accounts {
-    /// The slot for a socket of `cgroup_id` with local port `sport`.
-    pub fn slot(&mut self, cgroup_id: u64, sport: u16) -> u32 {
-        let port = if self.listening.contains(&sport) { sport } else { 0 };
-        if let Some(&i) = self.index.get(&(cgroup_id, port)) {
+    /// The slot for a socket of `cgroup_id` with local port `sport`; `uid` names the
+    /// account when no cgroup is known.
+    pub fn slot(&mut self, cgroup_id: u64, sport: u16, uid: Option<u32>) -> u32 {
+        let port = if self.listening.contains_key(&sport) { sport } else { 0 };
+        let uid = if cgroup_id == 0 { uid.unwrap_or(NO_UID) } else { NO_UID };
+        if let Some(&i) = self.index.get(&(cgroup_id, port, uid)) {
             return i;
         }
         if self.slots.len() > MAX_ACCOUNTS {
             return 0;
         }
         let i = self.slots.len() as u32;
-        self.slots.push(Account::new(cgroup_id, port));
-        self.index.insert((cgroup_id, port), i);
+        self.slots.push(Account::new(cgroup_id, port, uid));
+        self.index.insert((cgroup_id, port, uid), i);
         i
+    }
+
+    /// The cgroup of a listener on `port` as of the last complete dump, or 0.
+    pub fn listener_cgroup(&self, port: u16) -> u64 {
+        self.listening.get(&port).copied().unwrap_or(0)
     }
 
     /// Counts a retained sample: the growth of its flow's cumulative counters since the
@@ -226,9 +241,14 @@ impl Accounts {
         &self.slots
     }
 
-    /// A listener seen in the current dump.
-    pub fn saw_listener(&mut self, port: u16) {
-        self.next_listening.insert(port);
+    /// A listener seen in the current dump, with its cgroup (0 when none was sent). With
+    /// several listeners on one port (other addresses, `SO_REUSEPORT`), one with a cgroup
+    /// wins.
+    pub fn saw_listener(&mut self, port: u16, cgroup_id: u64) {
+        let c = self.next_listening.entry(port).or_insert(cgroup_id);
+        if *c == 0 {
+            *c = cgroup_id;
+        }
     }
 
     /// The dump completed: its listeners become the listening set.
@@ -237,8 +257,8 @@ impl Accounts {
         self.next_listening.clear();
     }
 
-    /// Ports listening as of the last complete dump.
-    pub fn listening(&self) -> &FxHashSet<u16> {
+    /// Ports listening as of the last complete dump, with a listener's cgroup.
+    pub fn listening(&self) -> &FxHashMap<u16, u64> {
         &self.listening
     }
 }
@@ -250,10 +270,15 @@ mod tests {
     #[test]
     fn deltas_never_go_backwards_and_ports_follow_listeners() {
         let mut a = Accounts::default();
-        a.saw_listener(80);
+        a.saw_listener(80, 7);
         a.end_dump();
-        let s80 = a.slot(7, 80);
-        let client = a.slot(7, 51000);
+        assert_eq!(a.listener_cgroup(80), 7);
+        assert_eq!(a.listener_cgroup(81), 0);
+        let s80 = a.slot(7, 80, None);
+        let client = a.slot(7, 51000, None);
+        // Without a cgroup the uid tells accounts apart; with one it does not.
+        assert_ne!(a.slot(0, 51000, Some(1000)), a.slot(0, 51000, Some(1001)));
+        assert_eq!(a.slot(7, 51000, Some(1000)), client);
         assert_ne!(s80, client);
         assert_eq!(a.all()[client as usize].port, 0);
         let mut c = Counted { slot: s80, ..Counted::default() };
@@ -274,7 +299,7 @@ mod tests {
         assert_eq!(RTT_BUCKETS_S, published, "the `le` labels of the metrics");
         for (i, &us) in RTT_BUCKETS_US.iter().enumerate() {
             for (rtt, want) in [(us - 1, i), (us, i), (us + 1, i + 1)] {
-                let mut acc = Account::new(1, 0);
+                let mut acc = Account::new(1, 0, NO_UID);
                 acc.observe_rtt(rtt);
                 assert_eq!(acc.rtt_buckets[want], 1, "rtt {rtt} µs");
             }
@@ -305,7 +330,7 @@ mod tests {
 
     #[test]
     fn rtt_buckets_and_overflow_slot() {
-        let mut acc = Account::new(1, 0);
+        let mut acc = Account::new(1, 0, NO_UID);
         acc.observe_rtt(0);
         acc.observe_rtt(20_000); // 20 ms
         acc.observe_rtt(9_000_000); // 9 s: +Inf
@@ -314,9 +339,9 @@ mod tests {
         assert_eq!(acc.rtt_buckets[RTT_BUCKETS_S.len()], 1);
         let mut a = Accounts::default();
         for id in 0..(MAX_ACCOUNTS as u64 + 10) {
-            a.slot(id + 1, 0);
+            a.slot(id + 1, 0, None);
         }
         assert_eq!(a.all().len(), MAX_ACCOUNTS + 1);
-        assert_eq!(a.slot(999_999, 0), 0);
+        assert_eq!(a.slot(999_999, 0, None), 0);
     }
 }

@@ -218,6 +218,10 @@ fn publish(
     m.flows_ended.mirror(st.flows_ended);
     m.flows_refused.mirror(st.flows_refused);
     m.flows_too_short.mirror(st.flows_too_short);
+    m.flows_awaiting_destroy.set(tracker.awaiting_destroy() as u64);
+    m.destroy_awaited.mirror(st.destroy_awaited);
+    m.destroy_wait_expired.mirror(st.destroy_wait_expired);
+    m.destroy_late.mirror(st.destroy_late);
     m.samples_retained.mirror(st.samples_retained);
     m.samples_deduped.mirror(st.samples_deduped);
     st

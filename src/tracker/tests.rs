@@ -647,3 +647,165 @@ fn a_long_window_is_gathered_whole_and_in_order() {
     let rtts: Vec<u32> = e.flow.samples.iter().map(|r| r.rtt_us).collect();
     assert_eq!(rtts, (10_000..11_000).collect::<Vec<_>>());
 }
+
+/// A tracker that waits `grace` seconds for destroy events, after one empty dump (so the
+/// flows it sees are new).
+fn waiting_tracker(grace: u64) -> Tracker {
+    let cfg = TrackerConfig { destroy_grace_ns: grace * S, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[], true);
+    t
+}
+
+#[test]
+fn a_flow_that_leaves_the_dumps_waits_for_its_destroy_event_and_ends_once() {
+    let mut t = waiting_tracker(5);
+    let a = SockBuilder::new(1, 5000, 80).bytes_acked(1).bytes_sent(0);
+    dump(&mut t, S, &[&a], true);
+    dump(&mut t, 2 * S, &[&a.clone().bytes_acked(500_001).bytes_sent(600_000)], true);
+    // Reset: the kernel unhashed it; its owner still holds it.
+    assert!(dump(&mut t, 3 * S, &[], true).is_empty(), "it waits");
+    assert_eq!((t.active(), t.awaiting_destroy()), (0, 1));
+    assert!(dump(&mut t, 4 * S, &[], true).is_empty());
+    // Its owner closes it two seconds after the reset: the destroy event completes it.
+    let fin = a.clone().bytes_acked(550_001).bytes_sent(600_000);
+    let ended = destroy(&mut t, 5 * S, &fin);
+    assert_eq!(ended.len(), 1);
+    let e = &ended[0];
+    assert_eq!(e.reason, EndReason::Destroyed);
+    assert_eq!(e.close, Some(Close::Reset), "50,000 bytes were never acknowledged");
+    assert_eq!(e.flow.last.bytes_acked, 550_001, "the destroy event's final counters");
+    assert_eq!(e.flow.samples.len(), 3);
+    // The last sample stands at the dump that missed it, not at the late close.
+    assert_eq!((e.end_ts_ns, e.flow.last_ts_ns), (3 * S, 3 * S));
+    assert_eq!(e.flow.samples.last().unwrap().ts_ns, 3 * S);
+    assert_eq!((t.awaiting_destroy(), t.stats().destroy_awaited), (0, 1));
+    // Nothing else comes of it.
+    assert!(dump(&mut t, 6 * S, &[], true).is_empty());
+    assert!(dump(&mut t, 20 * S, &[], true).is_empty());
+}
+
+#[test]
+fn past_the_grace_period_a_flow_ends_as_gone_and_its_late_destroy_is_counted() {
+    let mut t = waiting_tracker(2);
+    let a = SockBuilder::new(1, 5000, 80).bytes_acked(1);
+    dump(&mut t, S, &[&a], true);
+    assert!(dump(&mut t, 2 * S, &[], true).is_empty());
+    assert!(dump(&mut t, 3 * S, &[], true).is_empty(), "1 s of 2 waited");
+    let ended = dump(&mut t, 4 * S, &[], true);
+    assert_eq!(ended.len(), 1);
+    assert_eq!((ended[0].reason, ended[0].end_ts_ns, ended[0].close), (EndReason::Gone, 2 * S, None));
+    assert_eq!(t.stats().destroy_wait_expired, 1);
+    // Its owner closes it an hour later: counted, not a second flow.
+    assert!(destroy(&mut t, 3600 * S, &a).is_empty());
+    assert_eq!(t.stats().destroy_late, 1);
+    assert_eq!(t.stats().flows_opened, 1);
+}
+
+#[test]
+fn a_destroy_event_matches_a_waiting_flow_by_its_tuple_when_the_cookie_differs() {
+    let mut t = waiting_tracker(5);
+    let a = SockBuilder::new(1, 5000, 80);
+    dump(&mut t, S, &[&a], true);
+    dump(&mut t, 2 * S, &[], true);
+    let other_cookie = SockBuilder::new(77, 5000, 80).bytes_acked(9);
+    let ended = destroy(&mut t, 3 * S, &other_cookie);
+    assert_eq!(ended.len(), 1);
+    assert_eq!((ended[0].flow.key.cookie, ended[0].flow.last.bytes_acked), (1, 9));
+    assert_eq!(t.stats().flows_opened, 1);
+}
+
+#[test]
+fn waiting_flows_count_against_the_flow_limit_and_end_at_shutdown() {
+    let cfg = TrackerConfig { destroy_grace_ns: 5 * S, max_flows: 1, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[], true);
+    dump(&mut t, S, &[&SockBuilder::new(1, 5000, 80)], true);
+    dump(&mut t, 2 * S, &[], true);
+    dump(&mut t, 3 * S, &[&SockBuilder::new(2, 5001, 80)], true);
+    assert_eq!((t.active(), t.awaiting_destroy(), t.stats().flows_refused), (0, 1, 1));
+    let mut out = Vec::new();
+    t.finish(&mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].flow.key.cookie, out[0].reason), (1, EndReason::Gone));
+    assert!(!out[0].partial_end(), "its end was seen");
+}
+
+#[test]
+fn a_socket_that_comes_back_to_the_dumps_ends_its_old_connection() {
+    let mut t = waiting_tracker(5);
+    let a = SockBuilder::new(1, 5000, 80);
+    dump(&mut t, S, &[&a], true);
+    dump(&mut t, 2 * S, &[], true); // refused, say
+    // The program connects the same socket again, elsewhere.
+    let again = SockBuilder::new(1, 5000, 8080).bytes_acked(3);
+    let ended = dump(&mut t, 3 * S, &[&again], true);
+    assert_eq!(ended.len(), 1);
+    assert_eq!((ended[0].reason, ended[0].flow.key.dport), (EndReason::Gone, 80));
+    assert_eq!(t.flows().next().unwrap().key.dport, 8080);
+}
+
+#[test]
+fn how_a_connection_closed_is_told_from_its_final_counters() {
+    let mut t = waiting_tracker(5);
+    // Active opener: SYN + 1,000 bytes + FIN acknowledged.
+    let client = SockBuilder::new(1, 40000, 80).bytes_sent(1200).bytes_retrans(200);
+    let e = destroy(&mut t, S, &client.clone().bytes_acked(1002));
+    assert_eq!(e[0].close, Some(Close::Clean));
+    // The same without the FIN: an abortive close.
+    let e = destroy(&mut t, S, &SockBuilder::new(2, 40001, 80).bytes_sent(1000).bytes_acked(1001));
+    assert_eq!(e[0].close, Some(Close::Reset));
+    // A refused connect: nothing acknowledged at all.
+    let e = destroy(&mut t, S, &SockBuilder::new(3, 40002, 80).state(2));
+    assert_eq!(e[0].close, Some(Close::Reset));
+    // The accepted side sent no SYN: its FIN alone is the one extra.
+    let mut t = waiting_tracker(5);
+    dump(&mut t, S, &[&SockBuilder::new(9, 80, 0).state(10)], true); // a listener on 80
+    let server = SockBuilder::new(4, 80, 40003).bytes_sent(500);
+    let e = destroy(&mut t, 2 * S, &server.clone().bytes_acked(501));
+    assert_eq!(e[0].close, Some(Close::Clean));
+    let e = destroy(&mut t, 2 * S, &SockBuilder::new(5, 80, 40004).bytes_sent(500).bytes_acked(500));
+    assert_eq!(e[0].close, Some(Close::Reset));
+}
+
+#[test]
+fn a_flow_seen_only_at_its_end_takes_its_listeners_cgroup_or_else_its_uid() {
+    let mut t = waiting_tracker(5);
+    let listener = SockBuilder::new(9, 80, 0).state(10).cgroup(4242);
+    dump(&mut t, S, &[&listener], true);
+    // Destroy events carry no cgroup id.
+    let server = destroy(&mut t, S, &SockBuilder::new(1, 80, 40000).uid(33).bytes_acked(7));
+    assert_eq!(server[0].flow.cgroup_id, 4242);
+    let client = destroy(&mut t, S, &SockBuilder::new(2, 40000, 80).uid(1000).bytes_acked(9));
+    assert_eq!(client[0].flow.cgroup_id, 0);
+    let acc = t.accounts().all();
+    let by = |cg: u64, port: u16, uid: u32| {
+        acc.iter().find(|a| (a.cgroup_id, a.port, a.uid) == (cg, port, uid)).map(|a| a.bytes_acked)
+    };
+    assert_eq!(by(4242, 80, accounts::NO_UID), Some(7));
+    assert_eq!(by(0, 0, 1000), Some(9));
+}
+
+#[test]
+fn a_disconnected_socket_ends_its_flow_as_reset_without_its_cleared_counters() {
+    let mut t = waiting_tracker(5);
+    let a = SockBuilder::new(1, 5000, 80).bytes_acked(1001).bytes_sent(1000);
+    dump(&mut t, S, &[&a], true);
+    // SO_LINGER 0: the kernel disconnects the socket (remote port and counters cleared),
+    // then destroys it.
+    let cleared = SockBuilder::new(1, 5000, 0).bytes_acked(0);
+    let ended = destroy(&mut t, S + S / 2, &cleared);
+    assert_eq!(ended.len(), 1);
+    let e = &ended[0];
+    assert_eq!((e.reason, e.close), (EndReason::Destroyed, Some(Close::Reset)));
+    assert_eq!((e.flow.last.bytes_acked, e.flow.key.dport), (1001, 80), "the last sample's");
+    // The same for a flow already waiting (a failed connect leaves the dumps first).
+    let b = SockBuilder::new(2, 5001, 80).state(2).rtt_us(0);
+    dump(&mut t, 2 * S, &[&b], true);
+    dump(&mut t, 3 * S, &[], true);
+    let ended = destroy(&mut t, 4 * S, &SockBuilder::new(2, 5001, 0));
+    assert_eq!((ended[0].flow.key.cookie, ended[0].end_ts_ns), (2, 3 * S));
+    // A listener's event, or one of a socket never followed, starts nothing.
+    assert!(destroy(&mut t, 5 * S, &SockBuilder::new(3, 80, 0)).is_empty());
+    assert_eq!(t.stats().flows_opened, 2);
+}

@@ -36,6 +36,7 @@ pub fn snapshot(f: &Flow, keep: usize) -> Flow {
         seq: f.seq,
         partial_start: f.partial_start,
         preexisting: f.preexisting,
+        passive_open: f.passive_open,
         first_ts_ns: f.first_ts_ns,
         last_ts_ns: f.last_ts_ns,
         first_bytes_acked: f.first_bytes_acked,
