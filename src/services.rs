@@ -57,11 +57,8 @@ pub fn uid_service(
     procs: impl IntoIterator<Item = (u32, String)>,
     user_name: Option<&str>,
 ) -> String {
-    let mut units: Vec<String> = procs
-        .into_iter()
-        .filter(|(u, _)| *u == uid)
-        .map(|(_, path)| service_name(&path))
-        .collect();
+    let mut units: Vec<String> =
+        procs.into_iter().filter(|(u, _)| *u == uid).map(|(_, path)| service_name(&path)).collect();
     units.sort_unstable();
     units.dedup();
     if let [only] = units.as_slice()
@@ -111,9 +108,8 @@ fn user_name(uid: u32) -> Option<String> {
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the call, and buf's length is passed with it.
-    let rc = unsafe {
-        libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
-    };
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
     if rc != 0 || found.is_null() || pw.pw_name.is_null() {
         return None;
     }

@@ -366,6 +366,13 @@ pub struct TrackerStats {
     pub destroy_late: u64,
 }
 
+/// Where a flow was first seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Dump,
+    Destroy,
+}
+
 /// A flow absent from a complete dump, waiting for its destroy event.
 #[derive(Debug)]
 struct Waiting {
@@ -911,7 +918,7 @@ impl Tracker {
             return;
         }
         let sn = snap(s, &t);
-        let f = self.open(s, &sn, self.dumps_done == 0);
+        let f = self.open(s, &sn, self.dumps_done == 0, Seen::Dump);
         let hot = Hot {
             cookie,
             fp,
@@ -936,7 +943,7 @@ impl Tracker {
         self.seen_now += 1;
     }
 
-    fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool) -> Flow {
+    fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool, seen: Seen) -> Flow {
         self.stats.flows_opened += 1;
         self.stats.samples_retained += 1;
         let passive_open = self.accounts.listening().contains_key(&s.msg().sport());
@@ -968,7 +975,10 @@ impl Tracker {
         if f.cgroup_id == 0 {
             f.cgroup_id = self.accounts.listener_cgroup(f.key.sport);
         }
-        let uid = (f.cgroup_id == 0).then(|| s.msg().uid());
+        // A destroy event's uid 0 tells nothing: the kernel reports root for every socket
+        // its program has already closed, which is every destroyed one (measured on 6.18).
+        let uid =
+            (f.cgroup_id == 0).then(|| s.msg().uid()).filter(|&u| u != 0 || seen == Seen::Dump);
         // A flow open before we started counts from here; a new one from its first byte.
         let l = &sn.last;
         f.counted.slot = self.accounts.slot(f.cgroup_id, f.key.sport, uid);
@@ -1010,7 +1020,13 @@ impl Tracker {
         next.stage.window = 1;
         let mut done = std::mem::replace(f, next);
         done.stage = StageRef::NONE; // detached by the caller; the stage stays with `f`
-        EndedFlow { end_ts_ns: edge.ts_ns, flow: done, reason: EndReason::Window, close: None, held }
+        EndedFlow {
+            end_ts_ns: edge.ts_ns,
+            flow: done,
+            reason: EndReason::Window,
+            close: None,
+            held,
+        }
     }
 
     /// Takes a flow out of the table, brought up to date, with its samples still in pool
@@ -1167,7 +1183,7 @@ impl Tracker {
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                (self.open(s, &snap(s, &t), self.dumps_done == 0), None)
+                (self.open(s, &snap(s, &t), self.dumps_done == 0, Seen::Destroy), None)
             }
         };
         let close = Some(Close::from_final(&f.last, f.passive_open));

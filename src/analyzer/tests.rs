@@ -63,7 +63,12 @@ fn time_weighting_changes_the_summary() {
     let u = analyze(&mut e, &AnalyzerConfig { unweighted_quantiles: true, ..cfg() });
     assert_eq!(w.rtt_summary.unwrap()[3], 10.0);
     assert!(u.rtt_summary.unwrap()[6] > 90.0, "{:?}", u.rtt_summary);
-    assert!(w.rtt_summary.unwrap()[5] < u.rtt_summary.unwrap()[5], "{:?} vs {:?}", w.rtt_summary, u.rtt_summary);
+    assert!(
+        w.rtt_summary.unwrap()[5] < u.rtt_summary.unwrap()[5],
+        "{:?} vs {:?}",
+        w.rtt_summary,
+        u.rtt_summary
+    );
 }
 
 #[test]
@@ -141,7 +146,10 @@ fn a_flow_handed_on_ungathered_is_analysed_whole() {
     let r = analyze(&mut e, &cfg());
     assert_eq!(r.samples, 41);
     assert_eq!(r.min_rtt_observed_ms, Some(1.0), "the oldest sample, from the first block");
-    assert_eq!(r.rtt_summary.unwrap()[6], analyze(&mut flow(&samples), &cfg()).rtt_summary.unwrap()[6]);
+    assert_eq!(
+        r.rtt_summary.unwrap()[6],
+        analyze(&mut flow(&samples), &cfg()).rtt_summary.unwrap()[6]
+    );
 }
 
 #[test]

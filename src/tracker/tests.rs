@@ -694,7 +694,10 @@ fn past_the_grace_period_a_flow_ends_as_gone_and_its_late_destroy_is_counted() {
     assert!(dump(&mut t, 3 * S, &[], true).is_empty(), "1 s of 2 waited");
     let ended = dump(&mut t, 4 * S, &[], true);
     assert_eq!(ended.len(), 1);
-    assert_eq!((ended[0].reason, ended[0].end_ts_ns, ended[0].close), (EndReason::Gone, 2 * S, None));
+    assert_eq!(
+        (ended[0].reason, ended[0].end_ts_ns, ended[0].close),
+        (EndReason::Gone, 2 * S, None)
+    );
     assert_eq!(t.stats().destroy_wait_expired, 1);
     // Its owner closes it an hour later: counted, not a second flow.
     assert!(destroy(&mut t, 3600 * S, &a).is_empty());
@@ -764,7 +767,8 @@ fn how_a_connection_closed_is_told_from_its_final_counters() {
     let server = SockBuilder::new(4, 80, 40003).bytes_sent(500);
     let e = destroy(&mut t, 2 * S, &server.clone().bytes_acked(501));
     assert_eq!(e[0].close, Some(Close::Clean));
-    let e = destroy(&mut t, 2 * S, &SockBuilder::new(5, 80, 40004).bytes_sent(500).bytes_acked(500));
+    let e =
+        destroy(&mut t, 2 * S, &SockBuilder::new(5, 80, 40004).bytes_sent(500).bytes_acked(500));
     assert_eq!(e[0].close, Some(Close::Reset));
 }
 
@@ -778,12 +782,16 @@ fn a_flow_seen_only_at_its_end_takes_its_listeners_cgroup_or_else_its_uid() {
     assert_eq!(server[0].flow.cgroup_id, 4242);
     let client = destroy(&mut t, S, &SockBuilder::new(2, 40000, 80).uid(1000).bytes_acked(9));
     assert_eq!(client[0].flow.cgroup_id, 0);
+    // uid 0 in a destroy event is what the kernel reports for any closed socket: unknown.
+    destroy(&mut t, S, &SockBuilder::new(3, 40001, 80).uid(0).bytes_acked(11));
     let acc = t.accounts().all();
     let by = |cg: u64, port: u16, uid: u32| {
         acc.iter().find(|a| (a.cgroup_id, a.port, a.uid) == (cg, port, uid)).map(|a| a.bytes_acked)
     };
     assert_eq!(by(4242, 80, accounts::NO_UID), Some(7));
     assert_eq!(by(0, 0, 1000), Some(9));
+    assert_eq!(by(0, 0, accounts::NO_UID), Some(11));
+    assert_eq!(by(0, 0, 0), None);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 mod differential;
 mod fixtures;
 mod kernel;
+mod lifecycle;
 mod metrics;
 #[path = "../common/monitor.rs"]
 mod monitor;

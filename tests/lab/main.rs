@@ -503,3 +503,64 @@ fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
         }
     }
 }
+
+/// Whether a program is installed (CI installs iperf3; elsewhere its absence skips).
+fn have(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok()
+}
+
+#[test]
+fn an_iperf3_run_gives_one_record_per_connection_that_agrees_with_iperf3() {
+    let _one = one_at_a_time();
+    if !have("iperf3") {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: no iperf3");
+        eprintln!("skipped: no iperf3");
+        return;
+    }
+    let cfg = LabConfig::default().delay(Duration::from_millis(25)).rate(20 * MBIT, 256 << 10);
+    let Some(lab) = lab(cfg) else { return };
+    let port = "5301";
+    let b = addr(Side::B, false).to_string();
+    let mut server = lab
+        .command(Side::B, "iperf3")
+        .args(["-s", "-1", "-B", &b, "-p", port])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let m = monitor(&lab, "100ms", &["--filter", &format!("dport {port}")]);
+    let out = lab.command(Side::A, "iperf3").args(["-c", &b, "-p", port, "-t", "4", "-J"]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let _ = server.wait();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (sent, received) = (&j["end"]["sum_sent"], &j["end"]["sum_received"]);
+    let (sent_bytes, recv_bytes) = (f(sent, "bytes"), f(received, "bytes"));
+    let recv_mbps = f(received, "bits_per_second") / 1e6;
+    // The control connection and the data connection: one record each, no more.
+    let mut v = m.records(2, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(500));
+    m.signal(libc::SIGTERM);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    v.extend(rest.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()));
+    assert_eq!(v.len(), 2, "one record per connection: {v:#?}");
+    let data = v.iter().max_by_key(|r| r["BytesAcked"].as_u64().unwrap()).unwrap();
+    let acked = f(data, "BytesAcked");
+    let mbps = f(data, "SendThroughputMbps");
+    eprintln!(
+        "LAB iperf3: sent {sent_bytes} B, received {recv_bytes} B at {recv_mbps:.2} Mbit/s; \
+         record: {} ({:?}), {acked} B acked, {mbps:.2} Mbit/s over {} samples",
+        data["EndReason"],
+        data.get("Close"),
+        data["Samples"]
+    );
+    // BytesAcked counts the SYN (and a FIN) besides the data.
+    assert!(within(acked, recv_bytes, sent_bytes + 2.0), "{acked} vs [{recv_bytes}, {sent_bytes}]");
+    assert!(within(mbps, recv_mbps * 0.85, recv_mbps * 1.15), "{mbps} vs iperf3's {recv_mbps}");
+}

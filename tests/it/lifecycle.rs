@@ -1,0 +1,197 @@
+//! One connection, one record, however it ends: the built binary against loopback
+//! connections closed cleanly, reset, aborted, refused, or held open long after their reset.
+//! Each test runs its own monitor filtered to its own listening port, sampling every 100 ms.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::monitor::Monitor;
+use crate::program::{http_addr, http_get};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+
+/// A listener, then a monitor of its port (so the monitor's first dump sees it listening).
+fn setup(extra: &[&str]) -> (TcpListener, SocketAddr, Monitor) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let filter = format!("sport {0} or dport {0}", a.port());
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    c.args(extra);
+    (l, a, Monitor::spawn(c))
+}
+
+/// Stops the monitor and returns every record it wrote, with the `/metrics` text from
+/// just before the stop.
+fn stop(m: Monitor, expected: usize) -> (Vec<Value>, String) {
+    let mut got = m.records(expected, Duration::from_secs(20));
+    let metrics = http_get(&http_addr(&m), "/metrics");
+    m.signal(libc::SIGTERM);
+    let (st, log, rest) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    got.extend(rest.iter().map(|l| serde_json::from_str(l).unwrap()));
+    (got, metrics)
+}
+
+/// The record of the socket whose local port is `port`; there must be exactly one.
+fn the_record(v: &[Value], port: u16) -> &Value {
+    let mine: Vec<&Value> = v.iter().filter(|r| r["ID"]["SrcPort"] == port).collect();
+    assert_eq!(mine.len(), 1, "records of local port {port}: {mine:#?}");
+    mine[0]
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A connection on which the client sends `n` bytes that the server never reads; the
+/// server then closes, which resets the connection (a RST to the client).
+fn reset_by_server(l: &TcpListener, a: SocketAddr, n: usize) -> TcpStream {
+    let mut c = TcpStream::connect(a).unwrap();
+    let (s, _) = l.accept().unwrap();
+    c.write_all(&vec![1u8; n]).unwrap();
+    // Let dumps see the connection established, and the data arrive unread.
+    std::thread::sleep(Duration::from_millis(350));
+    drop(s);
+    std::thread::sleep(Duration::from_millis(50));
+    let mut b = [0u8; 8];
+    let err = c.read(&mut b).expect_err("the client's socket was reset");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    c
+}
+
+#[test]
+fn a_reset_connection_gives_one_record_with_its_final_counters_however_long_it_is_held() {
+    let (l, a, m) = setup(&[]);
+    // The client holds its reset socket past one interval, then past several.
+    let mut ports = Vec::new();
+    for hold in [Duration::from_millis(250), Duration::from_millis(1500)] {
+        let c = reset_by_server(&l, a, 10_000);
+        ports.push(c.local_addr().unwrap().port());
+        std::thread::sleep(hold);
+        drop(c);
+    }
+    let (v, metrics) = stop(m, 4);
+    assert_eq!(v.len(), 4, "two connections, two sockets each: {v:#?}");
+    for p in ports {
+        let r = the_record(&v, p);
+        assert_eq!(r["EndReason"], "destroyed", "{r:#}");
+        assert_eq!(r["Close"], "reset", "{r:#}");
+        // SYN + 10,000 bytes, all acknowledged before the reset: the final counters.
+        assert_eq!(r["BytesAcked"], 10_001, "{r:#}");
+        assert!(r["Samples"].as_u64().unwrap() >= 2, "{r:#}");
+        assert!(r["Duration"].as_u64().unwrap() > 0, "{r:#}");
+    }
+    assert_eq!(metric(&metrics, "cgmon_destroy_awaited_total"), 2.0);
+    assert_eq!(metric(&metrics, "cgmon_flows_awaiting_destroy"), 0.0);
+}
+
+#[test]
+fn an_abortive_close_gives_one_record_each_side() {
+    let (l, a, m) = setup(&[]);
+    let mut c = TcpStream::connect(a).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.write_all(&[7u8; 5000]).unwrap();
+    let mut got = vec![0u8; 5000];
+    s.read_exact(&mut got).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let client_port = c.local_addr().unwrap().port();
+    socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(c); // a RST, no FIN
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let (v, _) = stop(m, 2);
+    assert_eq!(v.len(), 2, "{v:#?}");
+    let r = the_record(&v, client_port);
+    assert_eq!((&r["EndReason"], &r["Close"]), (&"destroyed".into(), &"reset".into()), "{r:#}");
+    // The kernel clears an aborted socket's counters before destroying it: the record keeps
+    // those of its last sample, never the cleared zeros.
+    assert_eq!(r["BytesAcked"], 5001, "{r:#}");
+    let r = the_record(&v, a.port());
+    assert_eq!((&r["EndReason"], &r["Close"]), (&"destroyed".into(), &"reset".into()), "{r:#}");
+    assert_eq!(r["BytesReceived"], 5000, "{r:#}");
+}
+
+#[test]
+fn a_clean_close_is_told_apart_on_both_sides() {
+    let (l, a, m) = setup(&[]);
+    let mut c = TcpStream::connect(a).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.write_all(&[7u8; 100_000]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    s.write_all(&[8u8; 3000]).unwrap();
+    drop(s);
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    let client_port = c.local_addr().unwrap().port();
+    drop(c);
+    let (v, _) = stop(m, 2);
+    let r = the_record(&v, client_port);
+    assert_eq!((&r["Close"], &r["BytesAcked"]), (&"clean".into(), &100_002.into()), "{r:#}");
+    let r = the_record(&v, a.port());
+    assert_eq!((&r["Close"], &r["BytesAcked"]), (&"clean".into(), &3001.into()), "{r:#}");
+}
+
+#[test]
+fn a_socket_held_past_the_grace_period_ends_as_gone_and_its_late_destroy_is_only_counted() {
+    let (l, a, m) = setup(&["-tracker-destroy-grace", "1s"]);
+    let c = reset_by_server(&l, a, 2000);
+    let port = c.local_addr().unwrap().port();
+    std::thread::sleep(Duration::from_millis(2500));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let (v, metrics) = stop(m, 2);
+    assert_eq!(v.len(), 2, "{v:#?}");
+    let r = the_record(&v, port);
+    assert_eq!(r["EndReason"], "gone", "{r:#}");
+    assert!(r.get("Close").is_none(), "{r:#}");
+    assert_eq!(metric(&metrics, "cgmon_destroy_wait_expired_total"), 1.0);
+    assert_eq!(metric(&metrics, "cgmon_destroy_events_late_total"), 1.0);
+}
+
+#[test]
+fn a_refused_connect_has_no_rtt_figures() {
+    // A listener with a full accept queue drops SYNs, so the connect stays in SYN-SENT
+    // (seen by dumps) until a retransmitted SYN meets the closed port and is reset.
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    l.listen(0).unwrap();
+    let a = l.local_addr().unwrap().as_socket().unwrap();
+    let filter = format!("dport {}", a.port());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    let m = Monitor::spawn(cmd);
+    let queued = TcpStream::connect(a).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let _ = c.connect(&a.into()); // EINPROGRESS
+    std::thread::sleep(Duration::from_millis(400));
+    drop(l);
+    // The SYN is sent again 1 s after the first.
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while c.take_error().unwrap().is_none() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let port = c.local_addr().unwrap().as_socket().unwrap().port();
+    drop(c);
+    drop(queued);
+    let (v, _) = stop(m, 2);
+    let r = the_record(&v, port);
+    assert_eq!((&r["EndReason"], &r["Close"]), (&"destroyed".into(), &"reset".into()), "{r:#}");
+    for field in ["RTTSummary", "RTTVarSummary", "MinRTTObservedms", "MinRTTKernelms"] {
+        assert!(r.get(field).is_none(), "{field} in {r:#}");
+    }
+    assert!(r["Samples"].as_u64().unwrap() >= 2, "seen in SYN-SENT: {r:#}");
+}
