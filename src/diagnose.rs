@@ -117,8 +117,15 @@ pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowSt
     let metrics = Arc::new(Metrics::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (tx, mut rx) = tokio::sync::mpsc::channel(task::ENDED_CHANNEL_CAPACITY);
-    let tracker =
-        Tracker::new(TrackerConfig { window_samples: usize::MAX / 2, ..TrackerConfig::default() });
+    // A reset flow leaves the dumps before its destroy event: wait for it, as the monitor
+    // does, so that it gives one line with its final counters.
+    let grace =
+        if destroy.is_some() { crate::tracker::DEFAULT_DESTROY_GRACE } else { Duration::ZERO };
+    let tracker = Tracker::new(TrackerConfig {
+        window_samples: usize::MAX / 2,
+        destroy_grace_ns: grace.as_nanos() as u64,
+        ..TrackerConfig::default()
+    });
     let stage = tokio::spawn(task::run(
         tracker,
         sampler,
@@ -141,7 +148,8 @@ pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowSt
             _ = tick.tick() => {
                 let all_ended = metrics.dumps.get() > 0
                     && metrics.flows_opened.get() > 0
-                    && metrics.flows_active.get() == 0;
+                    && metrics.flows_active.get() == 0
+                    && metrics.flows_awaiting_destroy.get() == 0;
                 if Instant::now() >= end || all_ended {
                     break;
                 }

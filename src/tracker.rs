@@ -41,6 +41,10 @@ const TCP_TIME_WAIT: u8 = 6;
 /// overhead; past that the oldest are forgotten (docs/records.md, "One flow, one record").
 pub const LATE_COOKIES: usize = 65_536;
 
+/// The program's grace period unless told otherwise (`-tracker-destroy-grace`; why 5 s:
+/// docs/records.md).
+pub const DEFAULT_DESTROY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The longest grace period accepted: waiting flows hold their samples and count against
 /// `max_flows`, so the wait is capped.
 pub const MAX_DESTROY_GRACE: std::time::Duration = std::time::Duration::from_secs(600);

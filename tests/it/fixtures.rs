@@ -68,12 +68,14 @@ async fn single_walk_returns_both_families_as_the_two_dumps_do() {
 }
 
 #[tokio::test]
-async fn destroy_events_keep_flows_and_drop_listeners() {
+async fn destroy_events_of_flows_and_of_listeners() {
     let mut l = DestroyListener::new(ReplaySource::new(fixture("destroy.bin")), None);
     let b = l.next_batch().await.unwrap();
+    // Listeners' events have remote port 0: passed on, for the tracker to ignore.
     assert_eq!(b.unconnected, 3, "the three listeners' events");
-    assert_eq!(b.batch.len(), 8, "4 connections × 2 ends");
-    for s in b.batch.iter() {
+    assert_eq!(b.batch.iter().filter(|s| s.msg().dport() == 0).count(), 3);
+    assert_eq!(b.batch.len(), 8 + 3, "4 connections × 2 ends, and the listeners");
+    for s in b.batch.iter().filter(|s| s.msg().dport() != 0) {
         assert_eq!(s.msg().state(), 7, "destroy events report CLOSE");
         assert_eq!(s.msg().inode(), 0);
         assert_eq!(s.protocol(), Some(6));
@@ -93,8 +95,11 @@ async fn destroy_events_honour_the_filter_in_userspace() {
     let f = cgmon_rs::filter::parse(&format!("sport {a_port}")).unwrap();
     let mut l = DestroyListener::new(ReplaySource::new(fixture("destroy.bin")), Some(f));
     let b = l.next_batch().await.unwrap();
-    assert!(b.batch.iter().all(|s| s.msg().sport() == a_port));
-    assert_eq!(b.filtered as usize + b.batch.len(), 8);
+    // Events with remote port 0 (the listeners) have no peer to filter on.
+    let connected: Vec<_> = b.batch.iter().filter(|s| s.msg().dport() != 0).collect();
+    assert!(!connected.is_empty() && connected.iter().all(|s| s.msg().sport() == a_port));
+    assert_eq!(b.filtered as usize + connected.len(), 8);
+    assert_eq!(b.batch.len() - connected.len(), b.unconnected as usize);
 }
 
 #[tokio::test]

@@ -241,33 +241,42 @@ fn cgroup2_root() -> Option<PathBuf> {
     cgmon_rs::services::cgroup2_mount(&mi)
 }
 
-#[test]
-fn per_service_byte_counters_match_what_each_cgroup_sent() {
+/// cgroup2 directories made for a test, removed when it drops.
+struct TestCgroups(Vec<PathBuf>);
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Makes a cgroup2 directory for each name (as root), or says why the test skips.
+fn test_cgroups(names: &[String]) -> Option<TestCgroups> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 && skip("creating cgroups needs root") {
-        return;
+    if unsafe { libc::geteuid() } != 0 && skip("creating cgroups (and changing uid) needs root") {
+        return None;
     }
     let Some(root) = cgroup2_root() else {
         skip("no cgroup2 mount");
-        return;
+        return None;
     };
-    let names = [
-        format!("cgmon-test-{}-a.service", std::process::id()),
-        format!("cgmon-test-{}-b.service", std::process::id()),
-    ];
-    struct Rmdir(Vec<PathBuf>);
-    impl Drop for Rmdir {
-        fn drop(&mut self) {
-            for d in &self.0 {
-                let _ = std::fs::remove_dir(d);
-            }
-        }
-    }
     let dirs: Vec<PathBuf> = names.iter().map(|n| root.join(n)).collect();
     for d in &dirs {
         std::fs::create_dir(d).unwrap();
     }
-    let _guard = Rmdir(dirs.clone());
+    Some(TestCgroups(dirs))
+}
+
+#[test]
+fn per_service_byte_counters_match_what_each_cgroup_sent() {
+    let names = [
+        format!("cgmon-test-{}-a.service", std::process::id()),
+        format!("cgmon-test-{}-b.service", std::process::id()),
+    ];
+    let Some(cgroups) = test_cgroups(&names) else { return };
+    let dirs = cgroups.0.clone();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
     // Only the senders' sockets: their remote port is the sink's.
@@ -392,30 +401,11 @@ fn helper_line(out: &mut impl std::io::BufRead, prefix: &str) -> String {
 
 #[test]
 fn short_flows_count_under_their_own_services() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 && skip("creating cgroups and changing uid need root") {
-        return;
-    }
-    let Some(root) = cgroup2_root() else {
-        skip("no cgroup2 mount");
-        return;
-    };
     let pid = std::process::id();
     let (client_svc, server_svc) =
         (format!("cgmon-test-{pid}-client.service"), format!("cgmon-test-{pid}-server.service"));
-    struct Rmdir(Vec<PathBuf>);
-    impl Drop for Rmdir {
-        fn drop(&mut self) {
-            for d in &self.0 {
-                let _ = std::fs::remove_dir(d);
-            }
-        }
-    }
-    let dirs = [root.join(&client_svc), root.join(&server_svc)];
-    for d in &dirs {
-        std::fs::create_dir(d).unwrap();
-    }
-    let _guard = Rmdir(dirs.to_vec());
+    let Some(cgroups) = test_cgroups(&[client_svc.clone(), server_svc.clone()]) else { return };
+    let dirs = cgroups.0.clone();
     let exe = std::env::current_exe().unwrap();
     let helper = |name: &str, var: &str, val: String| {
         Command::new(&exe)

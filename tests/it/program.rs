@@ -464,6 +464,8 @@ fn bad_flags_exit_2_with_one_line_and_write_nothing() {
         (&["-writer-dir", "/nonexistent/cgmon-rs"], "writer-dir", "/nonexistent/cgmon-rs"),
         (&["-writer-dir", "/proc"], "writer-dir", "/proc"),
         (&["-no-such-flag"], "no-such-flag", "no-such-flag"),
+        (&["-tracker-destroy-grace", "1h"], "tracker-destroy-grace", "1h"),
+        (&["-tracker-destroy-grace", "-1s"], "tracker-destroy-grace", "-1s"),
         (&["dport", "eighty"], "eighty", "eighty"),
     ];
     for (args, flag, value) in cases {
