@@ -219,7 +219,8 @@ pub async fn run(cfg: Config) -> u8 {
     let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
-    let writer_thread = match writer::spawn(w, wrx, c.shutdown_timeout / 2) {
+    let reopen = writer::ReopenRequest::default();
+    let writer_thread = match writer::spawn(w, wrx, reopen.clone(), c.shutdown_timeout / 2) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("cgmon-rs: cannot start the writer thread: {e}");
@@ -305,6 +306,9 @@ pub async fn run(cfg: Config) -> u8 {
             () = &mut duration => { tracing::info!("-run-duration reached: stopping"); break; }
             _ = sighup.recv() => {
                 tracing::info!("SIGHUP: rotating and reopening the output");
+                // Remembered even when the channel is full: the writer reopens once it
+                // has caught up. The message only wakes it sooner.
+                reopen.request();
                 let _ = wtx.try_send(Msg::Reopen);
             }
             _ = sigusr1.recv() => {

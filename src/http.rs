@@ -8,8 +8,8 @@
 //! - `GET /metrics`: Prometheus text format ([`crate::prom`]).
 //! - `GET /flows`: active flows with their latest sample, as JSON.
 //! - `GET /flows/{cookie}`: one active flow with its recent samples (404 when not active).
-//! - `GET /healthz`: 200 when the last dump succeeded within three intervals (or 10 s),
-//!   503 otherwise.
+//! - `GET /healthz`: 200 when the last dump succeeded within three intervals (or 10 s) and
+//!   the output is not failing, 503 otherwise.
 //! - `GET /flow-duration-histogram`: cgmon's plain-text histogram of flow durations
 //!   ([`crate::metrics::durations`]).
 
@@ -194,6 +194,18 @@ async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
 }
 
 async fn healthz(State(c): State<Ctx>) -> impl IntoResponse {
+    if c.metrics.output_failing.get() != 0 {
+        // Records wait in the backlog, and past it are lost: not healthy, though sampling
+        // goes on.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "output failing: {} write errors so far, {} records waiting\n",
+                c.metrics.write_errors.get(),
+                c.metrics.writer_backlog.get()
+            ),
+        );
+    }
     match c.metrics.since_last_good_dump() {
         Some(age) if age <= c.healthy_within => {
             (StatusCode::OK, format!("ok: last dump {} ms ago\n", age.as_millis()))

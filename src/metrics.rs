@@ -198,6 +198,8 @@ pub struct Metrics {
     pub destroy_overruns: Counter,
     /// Flows that left the dumps and are waiting for their destroy event.
     pub flows_awaiting_destroy: Gauge,
+    /// 1 while the output fails (a write, a flush, a rotation), 0 once it works again.
+    pub output_failing: Gauge,
     /// Flows that left the dumps and were completed by their destroy event in time.
     pub destroy_awaited: Counter,
     /// Flows that left the dumps and ended as gone when the grace period ran out.
@@ -263,6 +265,7 @@ impl Metrics {
             destroy_events: Counter::default(),
             destroy_overruns: Counter::default(),
             flows_awaiting_destroy: Gauge::default(),
+            output_failing: Gauge::default(),
             destroy_awaited: Counter::default(),
             destroy_wait_expired: Counter::default(),
             destroy_late: Counter::default(),

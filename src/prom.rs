@@ -243,6 +243,12 @@ impl Collector for Exporter {
             "Destroy events for flows already written as gone (counted, not written again)",
             m.destroy_late.get(),
         )?;
+        gauge(
+            &mut e,
+            "cgmon_output_failing",
+            "1 while the output fails (write, flush or rotation; records wait in the backlog)",
+            m.output_failing.get() as f64,
+        )?;
         counter(&mut e, "cgmon_records_written", "Flow records written", m.records_written.get())?;
         counter(
             &mut e,

@@ -348,6 +348,7 @@ impl Writer {
 
     fn failed(&mut self, e: &io::Error) {
         self.metrics.write_errors.inc();
+        self.metrics.output_failing.set(1);
         let now = Instant::now();
         match &mut self.failing_since {
             None => {
@@ -360,6 +361,7 @@ impl Writer {
     }
 
     fn recovered(&mut self) {
+        self.metrics.output_failing.set(0);
         if let Some((since, n)) = self.failing_since.take() {
             tracing::warn!(target: "cgmon_rs::writer", file = %self.out_name(), errors = n,
                 after_ms = since.elapsed().as_millis() as u64, "output writable again");
@@ -368,15 +370,40 @@ impl Writer {
 
     fn rotate(&mut self, why: &str) {
         let Out::File(f) = &mut self.out else { return };
-        match f.rotate() {
+        let r = f.rotate();
+        // Records the close confirmed are on disk even when the rename or reopen failed.
+        self.metrics.records_written.add(f.take_confirmed());
+        match r {
             Ok((to, confirmed)) => {
                 self.metrics.records_written.add(confirmed);
                 self.last_rotate = Instant::now();
-                if let Some(to) = to {
-                    self.metrics.rotations.inc();
-                    tracing::info!(target: "cgmon_rs::writer", reason = why, to = %to.display(),
-                        "rotated output file");
-                }
+                self.rotated(to, why);
+                self.recovered();
+            }
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    fn rotated(&self, to: Option<PathBuf>, why: &str) {
+        if let Some(to) = to {
+            self.metrics.rotations.inc();
+            tracing::info!(target: "cgmon_rs::writer", reason = why, to = %to.display(),
+                "rotated output file");
+        }
+    }
+
+    /// Retries a rotation left pending by a failed rename or reopen, even when no record
+    /// is waiting to be written.
+    fn retry_rotation(&mut self) {
+        let Out::File(f) = &mut self.out else { return };
+        if !f.rotation_pending() {
+            return;
+        }
+        match f.finish_rotation() {
+            Ok(to) => {
+                self.last_rotate = Instant::now();
+                self.rotated(to, "retry");
+                self.recovered();
             }
             Err(e) => self.failed(&e),
         }
@@ -399,6 +426,7 @@ impl Writer {
     /// # Errors
     /// Stdout's reader is gone.
     pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
+        self.retry_rotation();
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {
             self.last_flush = now;
@@ -507,11 +535,31 @@ fn open_error(fc: &FileConfig, samples: bool, source: io::Error) -> WriterError 
     WriterError::Open { path: fc.dir.join(&fc.name), samples, source }
 }
 
+/// A request to reopen the output (SIGHUP) that survives a full channel: the signal sets
+/// it and sends [`Msg::Reopen`] only to wake the thread, so when that send finds the
+/// channel full, the writer still reopens once it has caught up (at its next loop, at most
+/// [`TICK`] later). Any number of requests before then make one reopen.
+#[derive(Debug, Clone, Default)]
+pub struct ReopenRequest(Arc<std::sync::atomic::AtomicBool>);
+
+impl ReopenRequest {
+    /// Asks for a reopen.
+    pub fn request(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn take(&self) -> bool {
+        self.0.swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+}
+
 /// Runs the writer on its own thread until the channel closes, then closes the output
-/// (retrying a failing one for `patience`).
+/// (retrying a failing one for `patience`). A [`Msg::Reopen`] or a `reopen` request
+/// reopens the output.
 pub fn spawn(
     mut w: Writer,
     rx: Receiver<Msg>,
+    reopen: ReopenRequest,
     patience: Duration,
 ) -> io::Result<std::thread::JoinHandle<Result<(), WriterError>>> {
     std::thread::Builder::new().name("cgmon-writer".into()).spawn(move || {
@@ -519,9 +567,12 @@ pub fn spawn(
             let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
             match rx.recv_timeout(wait) {
                 Ok(Msg::Batch(b)) => w.write_batch(b)?,
-                Ok(Msg::Reopen) => w.reopen(),
+                Ok(Msg::Reopen) => reopen.request(),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if reopen.take() {
+                w.reopen();
             }
             w.tick(Instant::now())?;
         }

@@ -10,7 +10,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use flate2::Compression;
@@ -55,11 +55,77 @@ impl FileConfig {
     }
 }
 
-/// An open output file.
+/// Mode of a file the monitor creates (the umask still applies): records name hosts and
+/// services, so they are not for every user.
+pub const FILE_MODE: u32 = 0o640;
+
+/// Opens `path` for appending without following a symlink: a new file is created with
+/// `O_EXCL` and [`FILE_MODE`]; an existing one (a regular file or a device) is opened with
+/// `O_NOFOLLOW`. A symlink at `path` (dangling or not) is an error naming it: as root the
+/// monitor would otherwise create or append to whatever it points at.
+///
+/// # Errors
+/// Neither open works; a symlink is in the way.
+pub fn open_output(path: &Path) -> io::Result<File> {
+    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    match OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(nofollow)
+        .open(path)
+    {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            OpenOptions::new().append(true).custom_flags(nofollow).open(path).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) { symlink_in_the_way(path) } else { e }
+            })
+        }
+        r => r,
+    }
+}
+
+fn symlink_in_the_way(path: &Path) -> io::Error {
+    io::Error::other(format!("{} is a symbolic link; not following it", path.display()))
+}
+
+/// Renames `from` to `to` unless `to` exists (`renameat2(RENAME_NOREPLACE)`): a check then
+/// a rename would let another writer's file be overwritten in between.
+///
+/// # Errors
+/// `to` exists (`AlreadyExists`), or the rename failed.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: both paths are valid NUL-terminated strings for the duration of the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// An output file.
+///
+/// A rotation is close, rename, reopen. A close that fails changes nothing. A rename or
+/// reopen that fails leaves the rotation *pending*: the file is closed, and every later
+/// write first tries to finish the rotation, so records wait (in the writer's backlog)
+/// until it works, and none is taken into a file that is not open.
 pub struct OutFile {
     cfg: FileConfig,
     gz: bool,
     file: Option<File>,
+    /// A rotation whose rename (`Some(true)`: still to do) or reopen is not done yet.
+    pending: Option<bool>,
+    /// Records confirmed written by a close whose rotation then failed, not yet reported.
+    confirmed: u64,
     inode: u64,
     enc: Option<GzEncoder<Vec<u8>>>,
     /// Compressed (or plain) bytes not yet written.
@@ -88,6 +154,8 @@ impl OutFile {
             cfg,
             gz,
             file: None,
+            pending: None,
+            confirmed: 0,
             inode: 0,
             enc: None,
             unwritten: Vec::new(),
@@ -97,12 +165,9 @@ impl OutFile {
             dirty: false,
         };
         let path = f.path();
-        let rotated = match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() && m.len() > 0 => {
-                let to = next_rotated_name(&f.cfg.dir, &f.cfg.name)?;
-                std::fs::rename(&path, &to)?;
-                Some(to)
-            }
+        let rotated = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(symlink_in_the_way(&path)),
+            Ok(m) if m.is_file() && m.len() > 0 => Some(f.move_aside()?),
             _ => None,
         };
         f.reopen()?;
@@ -114,8 +179,24 @@ impl OutFile {
         self.cfg.dir.join(&self.cfg.name)
     }
 
+    /// Renames the live file to the next rotated name, numbered after the highest that
+    /// exists, and never over an existing file (a name taken meanwhile moves on to the next).
+    fn move_aside(&self) -> io::Result<PathBuf> {
+        let mut n = highest_rotated(&self.cfg.dir, &self.cfg.name)?;
+        for _ in 0..100 {
+            n = n.checked_add(1).ok_or_else(|| io::Error::other("no free rotated file name"))?;
+            let to = self.cfg.dir.join(rotated_name(&self.cfg.name, n));
+            match rename_noreplace(&self.path(), &to) {
+                Ok(()) => return Ok(to),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::other("rotated file names keep being taken"))
+    }
+
     fn reopen(&mut self) -> io::Result<()> {
-        let file = OpenOptions::new().create(true).append(true).open(self.path())?;
+        let file = open_output(&self.path())?;
         let m = file.metadata()?;
         self.inode = m.ino();
         self.size = m.len();
@@ -132,11 +213,48 @@ impl OutFile {
         !self.unwritten.is_empty()
     }
 
+    /// True while a rotation's rename or reopen has not worked yet.
+    pub fn rotation_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Finishes a pending rotation: the rename (when the file there is still ours and holds
+    /// records; logrotate may have moved it) and the reopen. Returns the rotated name.
+    ///
+    /// # Errors
+    /// Either step failed again; it stays pending.
+    pub fn finish_rotation(&mut self) -> io::Result<Option<PathBuf>> {
+        let mut to = None;
+        if self.pending == Some(true) {
+            let ours = std::fs::symlink_metadata(self.path())
+                .is_ok_and(|m| m.is_file() && m.ino() == self.inode && m.len() > 0);
+            if ours {
+                to = Some(self.move_aside()?);
+            }
+            self.pending = Some(false);
+        }
+        if self.pending.is_some() {
+            self.reopen()?;
+            self.pending = None;
+        }
+        Ok(to)
+    }
+
+    /// Records confirmed written by a close whose rotation did not complete, since the last
+    /// call.
+    pub fn take_confirmed(&mut self) -> u64 {
+        std::mem::take(&mut self.confirmed)
+    }
+
     /// Writes whatever is waiting. `Ok` means nothing waits any more.
     ///
     /// # Errors
     /// The write failed; the bytes stay and are retried next time.
     pub fn drain(&mut self) -> io::Result<()> {
+        if self.pending.is_some() {
+            // Nothing waits for a closed file: finish the rotation first.
+            self.finish_rotation()?;
+        }
         if let Some(enc) = &mut self.enc {
             self.unwritten.append(enc.get_mut());
         }
@@ -164,7 +282,7 @@ impl OutFile {
     /// Bytes from an earlier attempt still cannot be written; the record was **not** taken
     /// and the caller keeps it.
     pub fn write_record(&mut self, json: &[u8]) -> io::Result<()> {
-        if self.blocked() {
+        if self.blocked() || self.pending.is_some() || self.file.is_none() {
             self.drain()?;
         }
         match &mut self.enc {
@@ -244,24 +362,43 @@ impl OutFile {
     /// Closing, renaming or reopening failed. On a failed close nothing changed and the
     /// rotation can be retried.
     pub fn rotate(&mut self) -> io::Result<(Option<PathBuf>, u64)> {
-        let confirmed = self.close()?;
-        let path = self.path();
-        let ours = std::fs::metadata(&path).is_ok_and(|m| m.ino() == self.inode && m.len() > 0);
-        let to = if ours {
-            let to = next_rotated_name(&self.cfg.dir, &self.cfg.name)?;
-            std::fs::rename(&path, &to)?;
-            Some(to)
-        } else {
-            None
-        };
-        self.reopen()?;
-        Ok((to, confirmed))
+        if self.pending.is_none() {
+            self.confirmed += self.close()?;
+            self.pending = Some(true);
+        }
+        // The close's records are on disk whatever comes next: they count as written even
+        // when the rename or the reopen fails (see `take_confirmed`).
+        let to = self.finish_rotation()?;
+        Ok((to, self.take_confirmed()))
     }
 }
 
-/// `name` with `.N` before its extension: `flows.json.gz` → `flows.N.json.gz`,
-/// `flows.gz` → `flows.N.gz`, `flows` → `flows.N`.
-pub fn rotated_name(name: &str, n: u32) -> String {
+/// The highest N among `name`'s rotated files in `dir` (with or without `.gz`), 0 if none:
+/// new files are numbered after it, so a higher N is always newer, gaps and all. One
+/// directory read per rotation.
+///
+/// # Errors
+/// The directory cannot be read.
+pub fn highest_rotated(dir: &Path, name: &str) -> io::Result<u32> {
+    let other = match name.strip_suffix(".gz") {
+        Some(s) => s.to_string(),
+        None => format!("{name}.gz"),
+    };
+    let mut high = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let Some(entry) = e.file_name().to_str().map(str::to_string) else { continue };
+        for base in [name, other.as_str()] {
+            if let Some(n) = rotated_number(base, &entry) {
+                high = high.max(n);
+            }
+        }
+    }
+    Ok(high)
+}
+
+/// `name` split where a rotation number goes: `flows.json.gz` → (`flows`, `.json.gz`).
+fn rotated_parts(name: &str) -> (&str, String) {
     let (rest, gz) = match name.strip_suffix(".gz") {
         Some(r) => (r, ".gz"),
         None => (name, ""),
@@ -270,21 +407,33 @@ pub fn rotated_name(name: &str, n: u32) -> String {
         Some(i) if i > 0 => rest.split_at(i),
         _ => (rest, ""),
     };
-    format!("{stem}.{n}{ext}{gz}")
+    (stem, format!("{ext}{gz}"))
 }
 
-/// The smallest N ≥ 1 whose rotated name is free, with and without `.gz` (as cgmon
-/// chooses), so a rotated file is never overwritten and higher N is newer.
-pub fn next_rotated_name(dir: &Path, name: &str) -> io::Result<PathBuf> {
-    for n in 1..=u32::MAX {
-        let cand = rotated_name(name, n);
-        let other = match cand.strip_suffix(".gz") {
-            Some(s) => s.to_string(),
-            None => format!("{cand}.gz"),
-        };
-        if !dir.join(&cand).exists() && !dir.join(&other).exists() {
-            return Ok(dir.join(cand));
-        }
+/// `name` with `.N` before its extension: `flows.json.gz` → `flows.N.json.gz`,
+/// `flows.gz` → `flows.N.gz`, `flows` → `flows.N`.
+pub fn rotated_name(name: &str, n: u32) -> String {
+    let (stem, suffix) = rotated_parts(name);
+    format!("{stem}.{n}{suffix}")
+}
+
+/// N when `entry` is `rotated_name(name, N)`.
+fn rotated_number(name: &str, entry: &str) -> Option<u32> {
+    let (stem, suffix) = rotated_parts(name);
+    let digits = entry.strip_prefix(stem)?.strip_prefix('.')?.strip_suffix(suffix.as_str())?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-    Err(io::Error::other("no free rotated file name"))
+    digits.parse().ok()
+}
+
+/// The name the next rotation of `name` in `dir` would take (after the highest existing N).
+///
+/// # Errors
+/// The directory cannot be read.
+pub fn next_rotated_name(dir: &Path, name: &str) -> io::Result<PathBuf> {
+    let n = highest_rotated(dir, name)?
+        .checked_add(1)
+        .ok_or_else(|| io::Error::other("no free rotated file name"))?;
+    Ok(dir.join(rotated_name(name, n)))
 }

@@ -104,7 +104,7 @@ fn a_stalled_stdout_reader_fills_the_backlog_not_the_channel() {
     let m = Arc::new(Metrics::default());
     let w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m.clone()).unwrap();
     let (tx, rx) = std::sync::mpsc::sync_channel(16);
-    let h = spawn(w, rx, Duration::from_secs(10)).unwrap();
+    let h = spawn(w, rx, ReopenRequest::default(), Duration::from_secs(10)).unwrap();
     for i in 0..3000 {
         let mut b = Some(Msg::Batch(batch(i..i + 1)));
         let t = Instant::now();
@@ -230,6 +230,118 @@ fn rotated_names_never_overwrite() {
     std::fs::write(dir.path().join("f.2.json"), b"x").unwrap(); // the non-gz variant counts
     let n = file::next_rotated_name(dir.path(), "f.json.gz").unwrap();
     assert_eq!(n, dir.path().join("f.3.json.gz"));
+    // Numbered after the highest, gaps and all, so a higher N is always newer; names of
+    // other shapes do not count.
+    std::fs::write(dir.path().join("f.7.json.gz"), b"x").unwrap();
+    std::fs::write(dir.path().join("f.x9.json.gz"), b"x").unwrap();
+    std::fs::write(dir.path().join("g.9.json.gz"), b"x").unwrap();
+    assert_eq!(file::highest_rotated(dir.path(), "f.json.gz").unwrap(), 7);
+    assert_eq!(file::highest_rotated(dir.path(), "a.0b.json").unwrap(), 0);
+    // The rename never replaces what is there.
+    std::fs::write(dir.path().join("live"), b"new").unwrap();
+    let (from, to) = (dir.path().join("live"), dir.path().join("f.7.json.gz"));
+    let e = file::rename_noreplace(&from, &to).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+    assert_eq!(std::fs::read(&to).unwrap(), b"x");
+}
+
+#[test]
+fn rotation_takes_the_next_number_after_the_highest_and_files_are_0640() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.4.json"), b"{}\n").unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m).unwrap();
+    w.write_batch(batch(0..1)).unwrap();
+    w.reopen();
+    assert_eq!(cookies(&std::fs::read(dir.path().join("f.5.json")).unwrap()), [1]);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("f.json")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o037, 0, "no write for the group, nothing for others: {mode:o}");
+    w.close(Duration::ZERO).unwrap();
+}
+
+#[test]
+fn a_symlink_at_the_output_name_is_refused_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere");
+    std::os::unix::fs::symlink(&target, dir.path().join("f.json")).unwrap();
+    let m = Arc::new(Metrics::default());
+    let e = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m.clone())
+        .err()
+        .expect("a dangling symlink is in the way")
+        .to_string();
+    assert!(e.contains("f.json") && e.contains("symbolic link"), "{e}");
+    assert!(!target.exists(), "the symlink's target was not created");
+    // Put in the way while running: the reopen at rotation is refused, records wait.
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "g.json"))), m.clone()).unwrap();
+    w.write_batch(batch(0..2)).unwrap();
+    std::fs::rename(dir.path().join("g.json"), dir.path().join("moved.json")).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("g.json")).unwrap();
+    w.reopen();
+    w.write_batch(batch(2..3)).unwrap();
+    assert!(!target.exists());
+    assert_eq!((m.output_failing.get(), m.writer_backlog.get()), (1, 1));
+    std::fs::remove_file(dir.path().join("g.json")).unwrap();
+    w.tick(Instant::now()).unwrap();
+    w.close(Duration::ZERO).unwrap();
+    assert_eq!(cookies(&std::fs::read(dir.path().join("moved.json")).unwrap()), [1, 2]);
+    assert_eq!(cookies(&std::fs::read(dir.path().join("g.json")).unwrap()), [3]);
+    assert_eq!((m.records_written.get(), m.records_lost.get()), (3, 0));
+}
+
+#[test]
+fn a_failed_rotation_is_retried_until_it_works_and_nothing_is_lost() {
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("out");
+    std::fs::create_dir(&dir).unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(&dir, "f.json.gz"))), m.clone()).unwrap();
+    w.write_batch(batch(0..2)).unwrap();
+    // The directory goes away; SIGHUP: the close works (its records are on disk), the
+    // reopen cannot.
+    std::fs::rename(&dir, top.path().join("away")).unwrap();
+    w.reopen();
+    assert_eq!(m.records_written.get(), 2, "synced by the close: written");
+    assert_eq!(m.output_failing.get(), 1);
+    w.write_batch(batch(2..5)).unwrap();
+    w.tick(Instant::now()).unwrap();
+    assert_eq!(m.writer_backlog.get(), 3, "records wait; none taken into a closed file");
+    w.reopen(); // a second SIGHUP while it fails changes nothing
+    // The directory comes back: the next tick reopens and writes the backlog.
+    std::fs::create_dir(&dir).unwrap();
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    assert_eq!((m.output_failing.get(), m.writer_backlog.get()), (0, 0));
+    w.close(Duration::ZERO).unwrap();
+    assert_eq!(read_gz(&dir.join("f.json.gz")), (vec![3, 4, 5], true));
+    assert_eq!(read_gz(&top.path().join("away/f.json.gz")), (vec![1, 2], true));
+    assert_eq!((m.records_written.get(), m.records_lost.get()), (5, 0));
+}
+
+#[test]
+fn a_reopen_request_is_done_even_without_its_message() {
+    // SIGHUP sets the request and sends Msg::Reopen only to wake the writer; when the
+    // channel is full that message is lost, and the request alone must be enough.
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m.clone()).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let reopen = ReopenRequest::default();
+    let h = spawn(w, rx, reopen.clone(), Duration::from_secs(5)).unwrap();
+    tx.send(Msg::Batch(batch(0..1))).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    for _ in 0..100 {
+        reopen.request(); // a storm of signals: one reopen
+    }
+    let t = Instant::now();
+    while !dir.path().join("f.1.json").exists() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(tx);
+    h.join().unwrap().unwrap();
+    assert_eq!(cookies(&std::fs::read(dir.path().join("f.1.json")).unwrap()), [1]);
+    assert!(!dir.path().join("f.2.json").exists(), "100 requests, one rotation");
+    assert_eq!(m.rotations.get(), 1);
 }
 
 #[test]
@@ -267,8 +379,17 @@ fn sighup_rotates_and_reopens_and_follows_a_logrotate_move() {
 #[test]
 fn a_full_disk_keeps_records_counts_errors_and_bounds_the_backlog() {
     let dir = tempfile::tempdir().unwrap();
-    // /dev/full fails every write with ENOSPC.
-    std::os::unix::fs::symlink("/dev/full", dir.path().join("f.json")).unwrap();
+    // A device like /dev/full (1, 7) fails every write with ENOSPC. (A symlink to it would
+    // be refused: output files are opened without following links.)
+    let node =
+        std::ffi::CString::new(dir.path().join("f.json").into_os_string().into_encoded_bytes())
+            .unwrap();
+    // SAFETY: a valid path; mknod creates a device node, which needs CAP_MKNOD.
+    if unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 7)) } != 0 {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: mknod needs root");
+        eprintln!("skipped: making a /dev/full node needs root");
+        return;
+    }
     let m = Arc::new(Metrics::default());
     let one = serde_json::to_vec(&record(0)).unwrap().len() as u64 + 1;
     let c = WriterConfig {
