@@ -193,7 +193,7 @@ pub async fn run(cfg: Config) -> u8 {
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match c.http_server {
-        Some(addr) => match crate::http::bind(addr).await {
+        Some(addr) => match crate::http::bind(addr) {
             Ok(l) => {
                 let exporter = Arc::new(crate::prom::Exporter::new(
                     metrics.clone(),
@@ -207,7 +207,18 @@ pub async fn run(cfg: Config) -> u8 {
                     queries: query_tx,
                     interval: c.interval,
                 };
-                Some(tokio::spawn(crate::http::serve(l, served)))
+                let limits = crate::http::Limits {
+                    header_timeout: c.http_header_timeout,
+                    idle_timeout: c.http_idle_timeout,
+                    max_connections: c.http_max_connections as usize,
+                };
+                match crate::http::spawn(l, served, limits) {
+                    Ok(server) => Some(server),
+                    Err(e) => {
+                        eprintln!("cgmon-rs: cannot start the HTTP server: {e}");
+                        return EXIT_FAILURE;
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("cgmon-rs: -run-http-server: cannot listen on {addr}: {e}");
@@ -331,7 +342,8 @@ pub async fn run(cfg: Config) -> u8 {
 
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     if let Some(h) = http {
-        h.abort();
+        // Its thread joins at once: the stop closes the listener and every connection.
+        tokio::task::spawn_blocking(move || h.stop()).await.ok();
     }
     let _ = stop_tx.send(true);
     drop(wtx); // the analyzer's sender is the writer's last one

@@ -291,6 +291,18 @@ pub struct Cli {
         value_parser = crate::http::parse_addr, help_heading = "Run"
     )]
     pub http_server: Option<std::net::SocketAddr>,
+    /// Longest time an HTTP client may take to send a request's headers
+    #[arg(long = "http-header-timeout", env = "CGMON_HTTP_HEADER_TIMEOUT", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "5s", help_heading = "Run")]
+    pub http_header_timeout: Duration,
+    /// An HTTP connection that sends and receives nothing for this long is closed
+    #[arg(long = "http-idle-timeout", env = "CGMON_HTTP_IDLE_TIMEOUT", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "60s", help_heading = "Run")]
+    pub http_idle_timeout: Duration,
+    /// Most HTTP connections served at once; more are closed as they arrive (and counted)
+    #[arg(long = "http-max-connections", env = "CGMON_HTTP_MAX_CONNECTIONS", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100_000), default_value = "64", help_heading = "Run")]
+    pub http_max_connections: u32,
     /// How long a stop signal waits for the pipeline to drain before exiting 1
     #[arg(long = "run-shutdown-timeout", visible_alias = "shutdown-timeout", env = "CGMON_RUN_SHUTDOWN_TIMEOUT",
           value_name = "DURATION", value_parser = positive_duration, default_value = "15s", help_heading = "Run")]

@@ -3,10 +3,20 @@
 //! atomics, or ask the tracker task (which answers between dumps), so serving never blocks
 //! sampling.
 //!
+//! The server runs on a thread and a single-threaded runtime of its own ([`spawn`]), so
+//! parsing requests and serialising large responses never take a worker from the sampling
+//! runtime. It holds under abuse: a header-read timeout, an idle timeout and a cap on
+//! concurrent connections ([`Limits`]); a connection over the cap is closed at once and
+//! counted; accept errors are logged (rate-limited) and counted.
+//!
 //! - `GET /`: an HTML page (no JavaScript): pipeline stages with calls and min/mean/max/stddev
 //!   time, flows, churn, records, destroy events, memory.
 //! - `GET /metrics`: Prometheus text format ([`crate::prom`]).
-//! - `GET /flows`: active flows with their latest sample, as JSON.
+//! - `GET /flows?limit=N&after=COOKIE`: active flows with their latest sample, as JSON, a
+//!   page at a time in cookie order (default 1,000, at most 10,000); a `Link: rel="next"`
+//!   header names the next page and `X-Total-Count` the active flows. 429 with
+//!   `Retry-After` when too many questions wait for the tracker; 503 only when sampling
+//!   has stopped.
 //! - `GET /flows/{cookie}`: one active flow with its recent samples (404 when not active).
 //! - `GET /healthz`: 200 when the last dump succeeded within three intervals (or 10 s) and
 //!   the output is not failing, 503 otherwise.
@@ -17,7 +27,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query as Query_, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -26,7 +37,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
-use crate::tracker::views::{Query, view};
+use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query, view};
 
 /// Parses a listen address: `host:port`, `[v6]:port`, or Go's `:port` (every interface).
 ///
@@ -169,19 +180,62 @@ async fn metrics(State(c): State<Ctx>, headers: HeaderMap) -> Response {
     }
 }
 
-async fn ask<T>(c: &Ctx, q: impl FnOnce(oneshot::Sender<T>) -> Query) -> Result<T, Response> {
-    let (tx, rx) = oneshot::channel();
-    let unavailable =
-        || (StatusCode::SERVICE_UNAVAILABLE, "sampling has stopped\n").into_response();
-    c.queries.try_send(q(tx)).map_err(|_| unavailable())?;
-    rx.await.map_err(|_| unavailable())
+/// Why a question to the tracker got no answer.
+fn refused(e: &mpsc::error::TrySendError<Query>) -> Response {
+    match e {
+        // The queue of questions is full: sampling is fine, only busy answering.
+        mpsc::error::TrySendError::Full(_) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            "too many /flows requests waiting; retry shortly\n",
+        )
+            .into_response(),
+        mpsc::error::TrySendError::Closed(_) => stopped(),
+    }
 }
 
-async fn flows(State(c): State<Ctx>) -> Response {
-    match ask(&c, Query::List).await {
-        Ok(v) => Json(v.iter().map(|f| view(f, false)).collect::<Vec<_>>()).into_response(),
-        Err(r) => r,
+fn stopped() -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, "sampling has stopped\n").into_response()
+}
+
+async fn ask<T>(c: &Ctx, q: impl FnOnce(oneshot::Sender<T>) -> Query) -> Result<T, Response> {
+    let (tx, rx) = oneshot::channel();
+    c.queries.try_send(q(tx)).map_err(|e| refused(&e))?;
+    rx.await.map_err(|_| stopped())
+}
+
+/// `/flows`' query string.
+#[derive(Debug, serde::Deserialize)]
+struct PageQuery {
+    limit: Option<usize>,
+    after: Option<u64>,
+}
+
+async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection>) -> Response {
+    let q = match q {
+        Ok(Query_(q)) => q,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        let msg = format!("invalid limit {limit}: 1 to {MAX_PAGE}\n");
+        return (StatusCode::BAD_REQUEST, msg).into_response();
     }
+    let page = match ask(&c, |tx| Query::List { after: q.after, limit, tx }).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let next = (page.flows.len() == limit).then(|| page.flows.last().map(|f| f.key.cookie));
+    let body: Vec<_> = page.flows.iter().map(|f| view(f, false)).collect();
+    let mut r = Json(body).into_response();
+    let h = r.headers_mut();
+    h.insert("x-total-count", page.total.into());
+    if let Some(Some(last)) = next
+        && let Ok(v) = format!("</flows?limit={limit}&after={last}>; rel=\"next\"").parse()
+    {
+        h.insert(header::LINK, v);
+    }
+    r
 }
 
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
@@ -218,21 +272,90 @@ async fn healthz(State(c): State<Ctx>) -> impl IntoResponse {
     }
 }
 
+/// The server's bounds (`--http-header-timeout`, `--http-idle-timeout`,
+/// `--http-max-connections`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest time a client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// A connection that sends and receives nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections served at once; more are closed as they are accepted.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // A scraper sends its headers at once and reuses its connection every scrape
+        // interval (15-60 s); 60 s idle keeps that, and 64 connections leave room for a few
+        // Prometheus servers and browsers while bounding fds and memory.
+        Self {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 64,
+        }
+    }
+}
+
 /// Binds `addr` (warning when it is not loopback: there is no authentication).
 ///
 /// # Errors
 /// The address cannot be bound.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "the HTTP server listens beyond loopback, without authentication");
     }
-    let l = tokio::net::TcpListener::bind(addr).await?;
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
     tracing::info!(addr = %l.local_addr()?, "HTTP server listening");
     Ok(l)
 }
 
-/// Serves until the task is dropped.
-pub async fn serve(l: tokio::net::TcpListener, s: Served) {
+/// The running server; dropping it (or [`Server::stop`]) stops it.
+pub struct Server {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Stops accepting, closes the connections, and waits for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Serves on a thread of its own, with its own single-threaded runtime.
+///
+/// # Errors
+/// The thread or its runtime cannot be started.
+pub fn spawn(l: std::net::TcpListener, s: Served, limits: Limits) -> std::io::Result<Server> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let thread = std::thread::Builder::new().name("cgmon-http".into()).spawn(move || {
+        rt.block_on(async move {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => serve(l, s, limits, stop_rx).await,
+                Err(e) => tracing::error!(error = %e, "HTTP server cannot start"),
+            }
+        });
+    })?;
+    Ok(Server { stop: Some(stop_tx), thread: Some(thread) })
+}
+
+fn router(s: Served) -> Router {
     let healthy_within = (s.interval * 3).max(Duration::from_secs(10));
     let ctx = Ctx {
         metrics: s.metrics,
@@ -240,15 +363,211 @@ pub async fn serve(l: tokio::net::TcpListener, s: Served) {
         registry: Arc::new(s.registry),
         queries: s.queries,
     };
-    let app = Router::new()
+    Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/flows", get(flows))
         .route("/flows/{cookie}", get(flow))
         .route("/healthz", get(healthz))
         .route("/flow-duration-histogram", get(flow_durations))
-        .with_state(ctx);
-    if let Err(e) = axum::serve(l, app).await {
-        tracing::error!(error = %e, "HTTP server stopped");
+        .with_state(ctx)
+}
+
+/// Accepts until `stop` fires (or its sender goes), within `limits`.
+async fn serve(
+    l: tokio::net::TcpListener,
+    s: Served,
+    limits: Limits,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let metrics = s.metrics.clone();
+    let app = router(s);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut conns = tokio::task::JoinSet::new();
+    let mut last_warning: Option<std::time::Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            r = l.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    // Over the cap: closed at once, before reading a byte.
+                    metrics.http_refused.inc();
+                    drop(stream);
+                    continue;
+                };
+                metrics
+                    .http_connections
+                    .set((limits.max_connections - slots.available_permits()) as u64);
+                let (app, m, slots) = (app.clone(), metrics.clone(), slots.clone());
+                conns.spawn(async move {
+                    connection(stream, app, limits, &m).await;
+                    drop(slot);
+                    m.http_connections
+                        .set((limits.max_connections - slots.available_permits()) as u64);
+                });
+            }
+            Err(e) => {
+                metrics.http_accept_errors.inc();
+                if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    last_warning = Some(std::time::Instant::now());
+                    tracing::warn!(error = %e, "HTTP server: accept failed");
+                }
+                // Out of fds (EMFILE) fails every accept until one closes: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    conns.shutdown().await;
+}
+
+/// Serves one connection: HTTP/1.1 with keep-alive, under two timeouts kept by a watchdog
+/// over the socket's reads and writes (hyper's own header timeout also runs between
+/// kept-alive requests, which would close every idle scraper's connection at it):
+/// - a request's head must arrive within `header_timeout` of its first byte (the first
+///   request, within that of the connection's start), else the connection is dropped;
+/// - between requests, a connection that sends and receives nothing for `idle_timeout` is
+///   closed.
+async fn connection(stream: tokio::net::TcpStream, app: Router, limits: Limits, m: &Metrics) {
+    use hyper_util::rt::TokioIo;
+    use std::sync::atomic::Ordering::Relaxed;
+    use tower_service::Service as _;
+    let clock = Arc::new(Clock {
+        started: tokio::time::Instant::now(),
+        activity: std::sync::atomic::AtomicU64::new(0),
+        head_since: std::sync::atomic::AtomicU64::new(1),
+    });
+    let io = TokioIo::new(Watched { inner: stream, clock: clock.clone() });
+    let on_request = clock.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        // The head is in: no header timeout until the next request's first byte.
+        on_request.head_since.store(0, Relaxed);
+        app.clone().call(req)
+    });
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        let head = clock.head_since.load(Relaxed);
+        let deadline = if head != 0 {
+            clock.at(head) + limits.header_timeout
+        } else {
+            clock.at(clock.activity.load(Relaxed)) + limits.idle_timeout
+        };
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            () = tokio::time::sleep_until(deadline) => {
+                let head = clock.head_since.load(Relaxed);
+                let now = tokio::time::Instant::now();
+                if head != 0 && clock.at(head) + limits.header_timeout <= now {
+                    m.http_timeouts.inc();
+                    break; // half a request: dropped
+                }
+                let idle = clock.at(clock.activity.load(Relaxed)) + limits.idle_timeout <= now;
+                if head == 0 && idle {
+                    if closing {
+                        break; // the close did not finish: dropped
+                    }
+                    m.http_timeouts.inc();
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}
+
+/// When a connection last read or wrote, and since when a request head has been arriving
+/// (0: none is), in ns since its start (plus one, so that 0 stays "none").
+struct Clock {
+    started: tokio::time::Instant,
+    activity: std::sync::atomic::AtomicU64,
+    head_since: std::sync::atomic::AtomicU64,
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64 + 1
+    }
+
+    fn at(&self, t: u64) -> tokio::time::Instant {
+        self.started + Duration::from_nanos(t.saturating_sub(1))
+    }
+}
+
+/// A socket that keeps its connection's [`Clock`].
+struct Watched {
+    inner: tokio::net::TcpStream,
+    clock: Arc<Clock>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let now = self.clock.now();
+            self.clock.activity.store(now, Relaxed);
+            // The first bytes since the last request: a new head begins.
+            let _ = self.clock.head_since.compare_exchange(0, now, Relaxed, Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        b: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, b);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.activity.store(self.clock.now(), std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_is_busy_and_only_a_closed_one_is_stopped() {
+        let (tx, rx) = mpsc::channel::<Query>(1);
+        let (otx, _orx) = oneshot::channel();
+        tx.try_send(Query::Flow(1, otx)).unwrap();
+        let (otx, _orx) = oneshot::channel();
+        let e = tx.try_send(Query::Flow(2, otx)).unwrap_err();
+        let r = refused(&e);
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        drop(rx);
+        let (otx, _orx) = oneshot::channel();
+        let e = tx.try_send(Query::Flow(3, otx)).unwrap_err();
+        assert_eq!(refused(&e).status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

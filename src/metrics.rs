@@ -200,6 +200,14 @@ pub struct Metrics {
     pub flows_awaiting_destroy: Gauge,
     /// 1 while the output fails (a write, a flush, a rotation), 0 once it works again.
     pub output_failing: Gauge,
+    /// HTTP connections open now.
+    pub http_connections: Gauge,
+    /// HTTP connections closed at once for the connection cap.
+    pub http_refused: Counter,
+    /// HTTP connections closed for the header-read or idle timeout.
+    pub http_timeouts: Counter,
+    /// HTTP accepts that failed (e.g. out of file descriptors).
+    pub http_accept_errors: Counter,
     /// Flows that left the dumps and were completed by their destroy event in time.
     pub destroy_awaited: Counter,
     /// Flows that left the dumps and ended as gone when the grace period ran out.
@@ -266,6 +274,10 @@ impl Metrics {
             destroy_overruns: Counter::default(),
             flows_awaiting_destroy: Gauge::default(),
             output_failing: Gauge::default(),
+            http_connections: Gauge::default(),
+            http_refused: Counter::default(),
+            http_timeouts: Counter::default(),
+            http_accept_errors: Counter::default(),
             destroy_awaited: Counter::default(),
             destroy_wait_expired: Counter::default(),
             destroy_late: Counter::default(),

@@ -249,6 +249,30 @@ impl Collector for Exporter {
             "1 while the output fails (write, flush or rotation; records wait in the backlog)",
             m.output_failing.get() as f64,
         )?;
+        gauge(
+            &mut e,
+            "cgmon_http_connections",
+            "HTTP connections open",
+            m.http_connections.get() as f64,
+        )?;
+        counter(
+            &mut e,
+            "cgmon_http_refused",
+            "HTTP connections closed at once: over --http-max-connections",
+            m.http_refused.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_http_timeouts",
+            "HTTP connections closed by the header-read or idle timeout",
+            m.http_timeouts.get(),
+        )?;
+        counter(
+            &mut e,
+            "cgmon_http_accept_errors",
+            "HTTP accepts that failed (e.g. out of file descriptors)",
+            m.http_accept_errors.get(),
+        )?;
         counter(&mut e, "cgmon_records_written", "Flow records written", m.records_written.get())?;
         counter(
             &mut e,

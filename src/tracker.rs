@@ -791,6 +791,41 @@ impl Tracker {
         self.stats
     }
 
+    /// A copy of the active flow `cookie` with its `keep` newest samples (and its
+    /// `Samples` count in `stage.window`), found by its index; nothing else is touched.
+    pub fn view_one(&self, cookie: u64, keep: usize) -> Option<Flow> {
+        let slot = *self.index.get(&cookie)? as usize;
+        Some(self.view_slot(slot, keep))
+    }
+
+    /// The active flows with a cookie above `after`, the `limit` smallest in cookie order
+    /// (a stable order for paging), each with its `keep` newest samples; and how many flows
+    /// are active in all. Only the flows on the page are copied.
+    pub fn view_page(&self, after: Option<u64>, limit: usize, keep: usize) -> (Vec<Flow>, usize) {
+        let mut cookies: Vec<u64> =
+            self.hot.iter().map(|h| h.cookie).filter(|&c| after.is_none_or(|a| c > a)).collect();
+        if cookies.len() > limit {
+            cookies.select_nth_unstable(limit);
+            cookies.truncate(limit);
+        }
+        cookies.sort_unstable();
+        let page = cookies
+            .iter()
+            .filter_map(|c| self.index.get(c))
+            .map(|&slot| self.view_slot(slot as usize, keep))
+            .collect();
+        (page, self.hot.len())
+    }
+
+    fn view_slot(&self, slot: usize, keep: usize) -> Flow {
+        let (f, h) = (&self.slab[slot], &self.hot[slot]);
+        let mut v = views::header(f);
+        sync(&mut v, h);
+        v.stage.window = f.stage.window.max(f.samples.len() as u32);
+        v.samples = self.stages.newest(f, keep);
+        v
+    }
+
     /// The active flows, brought up to date with their latest samples.
     pub fn flows(&mut self) -> impl Iterator<Item = &Flow> {
         for (f, h) in self.slab.iter_mut().zip(&self.hot) {

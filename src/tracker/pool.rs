@@ -309,6 +309,36 @@ impl StagePool {
         }
     }
 
+    /// The flow's `n` newest retained samples, oldest first, read in place: a view of one
+    /// flow copies only what it shows, and the flow's blocks and stage stay as they are.
+    pub(super) fn newest(&self, f: &Flow, n: usize) -> Vec<Retained> {
+        let st = &f.stage;
+        let mut parts: Vec<&[Retained]> = Vec::new();
+        let mut have = 0;
+        if st.idx != u32::MAX {
+            let staged = &self.slots.get(st.idx).0[..usize::from(st.staged)];
+            have += staged.len();
+            parts.push(staged);
+            if let Some(room) = st.room.as_deref() {
+                for &b in room[..st.full_len as usize].iter().rev() {
+                    if have >= n {
+                        break;
+                    }
+                    let block = &self.blocks.slots.get(b).0[..];
+                    have += block.len();
+                    parts.push(block);
+                }
+            }
+        }
+        if have < n {
+            parts.push(&f.samples);
+        }
+        let mut out: Vec<Retained> = parts.iter().rev().flat_map(|p| p.iter().copied()).collect();
+        let extra = out.len().saturating_sub(n);
+        out.drain(..extra);
+        out
+    }
+
     /// Takes the flow's blocks and staged samples out, to go on with it when it is handed
     /// on (or to be gathered at once, for a view): its older samples (`samples`) and its blocks go into the [`Held`], and its staged
     /// samples into `samples`, where a sample added later follows them. Without blocks, no

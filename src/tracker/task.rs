@@ -115,18 +115,14 @@ async fn next_query(q: &mut Option<tokio::sync::mpsc::Receiver<Query>>) -> Optio
     }
 }
 
-fn answer(tracker: &mut Tracker, q: Query) {
+fn answer(tracker: &Tracker, q: Query) {
     match q {
-        Query::List(tx) => {
-            let v = tracker.flows().map(|f| views::snapshot(f, 1)).collect();
-            let _ = tx.send(v);
+        Query::List { after, limit, tx } => {
+            let (flows, total) = tracker.view_page(after, limit, 1);
+            let _ = tx.send(views::Page { flows, total });
         }
         Query::Flow(cookie, tx) => {
-            let v = tracker
-                .flows()
-                .find(|f| f.key.cookie == cookie)
-                .map(|f| views::snapshot(f, views::RECENT_SAMPLES));
-            let _ = tx.send(v);
+            let _ = tx.send(tracker.view_one(cookie, views::RECENT_SAMPLES));
         }
     }
 }
@@ -353,7 +349,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 }
                 Err(e) => tracing::warn!(error = %e, "reading destroy events"),
             },
-            Some(q) = next_query(&mut queries) => answer(&mut tracker, q),
+            Some(q) = next_query(&mut queries) => answer(&tracker, q),
         }
         if hand_on && !out.is_empty() {
             let n = out.len() as u64;

@@ -1,7 +1,7 @@
 //! Read-only views of active flows, for the HTTP server's `/flows` endpoints. When asked
-//! ([`Query`]), the tracker task copies the flows between dumps (headers and the newest
-//! samples only: about 2 ms for 20,000 flows), and the server turns the copies into JSON on
-//! its own thread, so a request costs sampling only the copy.
+//! ([`Query`]), the tracker task copies, between dumps, only the flows a response shows
+//! (a page of them, or one found by its cookie) with only the samples it shows, read in
+//! place from the flows' blocks; the server turns the copies into JSON on its own thread.
 
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -15,19 +15,40 @@ use crate::wire::sock::state_name;
 /// Most samples `/flows/{cookie}` returns (the newest).
 pub const RECENT_SAMPLES: usize = 300;
 
+/// Flows `/flows` lists per page unless told (`?limit=`).
+pub const DEFAULT_PAGE: usize = 1000;
+
+/// Most flows one page may hold.
+pub const MAX_PAGE: usize = 10_000;
+
+/// One page of active flows, in cookie order.
+#[derive(Debug)]
+pub struct Page {
+    /// The flows, each with its latest sample only.
+    pub flows: Vec<Flow>,
+    /// Active flows in all.
+    pub total: usize,
+}
+
 /// A question to the tracker task.
 #[derive(Debug)]
 pub enum Query {
-    /// Every active flow, each with its latest sample only.
-    List(oneshot::Sender<Vec<Flow>>),
+    /// Active flows with a cookie above `after`, at most `limit`, in cookie order.
+    List {
+        /// The last cookie of the previous page.
+        after: Option<u64>,
+        /// Page size.
+        limit: usize,
+        /// Where the answer goes.
+        tx: oneshot::Sender<Page>,
+    },
     /// One flow (by cookie) with its [`RECENT_SAMPLES`] newest samples; `None` when it is
     /// not active.
     Flow(u64, oneshot::Sender<Option<Flow>>),
 }
 
-/// A copy of `f`'s header and its `keep` newest samples.
-pub fn snapshot(f: &Flow, keep: usize) -> Flow {
-    let from = f.samples.len().saturating_sub(keep);
+/// A copy of `f`'s identity and latest values, without samples.
+pub fn header(f: &Flow) -> Flow {
     Flow {
         key: f.key,
         cc: f.cc,
@@ -44,7 +65,7 @@ pub fn snapshot(f: &Flow, keep: usize) -> Flow {
         options: f.options,
         deduped: f.deduped,
         last: f.last,
-        samples: f.samples[from..].to_vec(),
+        samples: Vec::new(),
         counted: f.counted,
         first_chrono: f.first_chrono,
     }
@@ -105,8 +126,8 @@ fn flow_id(f: &Flow) -> FlowId {
     }
 }
 
-/// `f` as JSON, with its latest sample, and with up to [`RECENT_SAMPLES`] samples when
-/// `recent`.
+/// `f` (a view copy: its samples are the newest few, `stage.window` counts all) as JSON,
+/// with its latest sample, and with those samples when `recent`.
 pub fn view(f: &Flow, recent: bool) -> serde_json::Value {
     let id = flow_id(f);
     let l = &f.last;
@@ -119,7 +140,7 @@ pub fn view(f: &Flow, recent: bool) -> serde_json::Value {
         cgroup_id: (f.cgroup_id != 0).then_some(f.cgroup_id),
         seq: f.seq,
         partial_start: f.partial_start,
-        samples: f.samples.len(),
+        samples: f.stage.window as usize,
         deduped: f.deduped,
         last_ts_ns: f.last_ts_ns,
         min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
@@ -131,10 +152,7 @@ pub fn view(f: &Flow, recent: bool) -> serde_json::Value {
         max_pacing_mbps: (l.max_pacing_rate != ABSENT_U64)
             .then(|| l.max_pacing_rate as f64 * 8.0 / 1e6),
         latest: f.samples.last().map(|s| Line::new(f, &id, s)),
-        recent: recent.then(|| {
-            let from = f.samples.len().saturating_sub(RECENT_SAMPLES);
-            f.samples[from..].iter().map(|s| Line::new(f, &id, s)).collect()
-        }),
+        recent: recent.then(|| f.samples.iter().map(|s| Line::new(f, &id, s)).collect()),
     };
     // Serialising numbers and strings into a Value cannot fail.
     serde_json::to_value(&v).unwrap_or(serde_json::Value::Null)

@@ -4,6 +4,7 @@
 
 mod differential;
 mod fixtures;
+mod http;
 mod kernel;
 mod lifecycle;
 mod metrics;

@@ -1,0 +1,166 @@
+//! The HTTP server under abuse and at scale, against the built binary: slow and idle
+//! clients are timed out, connections beyond the cap are closed at once, `/flows` comes a
+//! page at a time, and the monitor's file descriptors stay bounded throughout.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cgmon_rs::testkit::Pair;
+use serde_json::Value;
+
+use crate::monitor::Monitor;
+use crate::program::{http_addr, http_get};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+
+fn monitor(filter: &str, extra: &[&str]) -> (Monitor, String) {
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", filter]);
+    c.args(extra);
+    let m = Monitor::spawn(c);
+    let a = http_addr(&m);
+    (m, a)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// Whether the server closed `s` (EOF or reset) within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 512];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a response (e.g. 408); the close follows
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn slow_and_idle_clients_are_closed_and_connections_beyond_the_cap_refused() {
+    let (m, addr) = monitor(
+        "dport 1",
+        &[
+            "--http-header-timeout",
+            "1s",
+            "--http-idle-timeout",
+            "2s",
+            "--http-max-connections",
+            "8",
+        ],
+    );
+    let base = fds(m.pid());
+    // Eight connections take every slot: four send half a request; four make one request
+    // on a kept-alive connection, then stay silent.
+    let mut held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for s in &mut held[..4] {
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+    }
+    for s in &mut held[4..] {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut b = [0u8; 256];
+        assert!(s.read(&mut b).unwrap() > 0, "answered");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Twelve more are over the cap: closed at once, before a byte is read.
+    let mut over: Vec<TcpStream> = (0..12).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for s in &mut over {
+        assert!(closed_within(s, Duration::from_millis(500)), "over the cap, closed at once");
+    }
+    let during = fds(m.pid());
+    assert!(during <= base + 8, "fds {during} with 20 clients, {base} before");
+    // The half-sent headers time out after 1 s, the silent ones when idle for 2 s.
+    let t = Instant::now();
+    for s in &mut held[..4] {
+        assert!(closed_within(s, Duration::from_millis(2500)), "header timeout");
+    }
+    let header_closed = t.elapsed();
+    for s in &mut held[4..] {
+        assert!(closed_within(s, Duration::from_millis(3000)), "idle timeout");
+    }
+    let idle_closed = t.elapsed();
+    eprintln!("half headers closed after {header_closed:?}, idle ones after {idle_closed:?}");
+    assert!(header_closed < Duration::from_millis(2000), "{header_closed:?}");
+    assert!(idle_closed > Duration::from_millis(1200), "idle 2 s, not the header's 1 s");
+    // Every slot is free again, and the server answers.
+    std::thread::sleep(Duration::from_millis(200));
+    let text = http_get(&addr, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(metric(&text, "cgmon_http_refused_total") >= 12.0, "{text}");
+    assert!(metric(&text, "cgmon_http_timeouts_total") >= 8.0, "{text}");
+    assert!(fds(m.pid()) <= base + 1);
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}
+
+#[test]
+fn flows_come_a_page_at_a_time_in_cookie_order() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let (m, addr) = monitor(&format!("sport {0} or dport {0}", a.port()), &[]);
+    let mut pairs: Vec<Pair> = (0..12).map(|_| Pair::connect(&l, a).unwrap()).collect();
+    for p in &mut pairs {
+        p.exchange(1000).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let body = |r: &str| -> Vec<Value> {
+        serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap()
+    };
+    let header = |r: &str, name: &str| -> Option<String> {
+        r.split("\r\n\r\n").next().unwrap().lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let mut path = "/flows?limit=10".to_string();
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let r = http_get(&addr, &path);
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert_eq!(header(&r, "x-total-count").as_deref(), Some("24"), "{r}");
+        let page = body(&r);
+        assert!(page.len() <= 10);
+        seen.extend(page.iter().map(|f| f["Cookie"].as_u64().unwrap()));
+        pages += 1;
+        match header(&r, "link") {
+            Some(link) => {
+                path = link.trim_start_matches('<').split('>').next().unwrap().to_string();
+            }
+            None => break,
+        }
+    }
+    assert_eq!((pages, seen.len()), (3, 24), "24 flows in pages of 10");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "ascending, no repeats: {seen:?}");
+    // One flow by its cookie, with its samples.
+    let one = http_get(&addr, &format!("/flows/{}", seen[5]));
+    let v: Value = serde_json::from_str(one.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(v["Cookie"].as_u64(), Some(seen[5]));
+    let recent = v["RecentSamples"].as_array().unwrap();
+    assert!(!recent.is_empty() && recent.len() as u64 <= v["Samples"].as_u64().unwrap(), "{v}");
+    // Bad paging values are the client's error, named.
+    for bad in ["/flows?limit=0", "/flows?limit=99999", "/flows?after=x"] {
+        let r = http_get(&addr, bad);
+        assert!(r.starts_with("HTTP/1.1 400"), "{bad}: {r}");
+    }
+    drop(pairs);
+    m.signal(libc::SIGTERM);
+    m.wait(Duration::from_secs(10));
+}
