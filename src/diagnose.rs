@@ -22,6 +22,9 @@ use crate::tracker::task::{self, TaskConfig, Wiring};
 use crate::tracker::{Tracker, TrackerConfig};
 use crate::units::parse_duration;
 
+/// The longest `--seconds`: ten years, far below where a deadline would overflow.
+const MAX_SECONDS: u64 = 10 * 365 * 86_400;
+
 /// `cgmon-rs diagnose` options.
 #[derive(Debug, Parser)]
 #[command(
@@ -35,8 +38,9 @@ use crate::units::parse_duration;
     color = clap::ColorChoice::Never
 )]
 pub struct DiagnoseCli {
-    /// Watch this long, or until every watched flow has ended
-    #[arg(long, value_name = "N", default_value = "10")]
+    /// Watch this long (seconds, at most ten years), or until every watched flow has ended
+    #[arg(long, value_name = "N", default_value = "10",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
     pub seconds: u64,
     /// Sampling interval
     #[arg(long, value_name = "DURATION", default_value = "100ms",

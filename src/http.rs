@@ -356,7 +356,7 @@ pub fn spawn(l: std::net::TcpListener, s: Served, limits: Limits) -> std::io::Re
 }
 
 fn router(s: Served) -> Router {
-    let healthy_within = (s.interval * 3).max(Duration::from_secs(10));
+    let healthy_within = s.interval.saturating_mul(3).max(Duration::from_secs(10));
     let ctx = Ctx {
         metrics: s.metrics,
         healthy_within,

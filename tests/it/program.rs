@@ -484,6 +484,39 @@ fn bad_flags_exit_2_with_one_line_and_write_nothing() {
 }
 
 #[test]
+fn arguments_that_used_to_panic_are_usage_errors() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"dport\xff\xfe");
+    let out = Command::new(BIN).arg(bad).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not valid UTF-8") && err.lines().count() == 1, "{err}");
+    let out =
+        Command::new(BIN).args(["diagnose", "--seconds", "18446744073709551615"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--seconds") && err.contains("18446744073709551615"), "{err}");
+    // The largest durations and counts every flag accepts run without overflow.
+    for args in [
+        &["-run-interval", "5000000h"][..],
+        &["-run-shutdown-timeout", "5000000h"],
+        &["-run-error-delay", "5000000h"],
+        &["--http-idle-timeout", "5000000h", "-run-http-server", "127.0.0.1:0"],
+        &["-tracker-window-samples", "18446744073709551615"],
+        &["-tracker-max-flows", "18446744073709551615"],
+        &["-run-max-errors", "4294967295"],
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .args(["-run-duration", "300ms", "--filter", "dport 1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn a_stdout_reader_that_pauses_loses_no_record() {
     // Nothing reads stdout for 3 s while 1,500 connections open and close (3,000 records).
     // They must wait in the writer's backlog, which `--writer-backlog` bounds. When the
