@@ -57,11 +57,17 @@ pub fn main(args: Vec<String>) -> ExitCode {
     for w in crate::logging::init(&cfg.cli) {
         tracing::warn!("{w}");
     }
+    // Blocking work (a send to a stalled writer, malloc_trim, joining threads) is rare and
+    // short: a few threads do, where tokio's default allows 512 (the unit's TasksMax).
     let rt = if cfg.cli.serial {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread().max_blocking_threads(4).enable_all().build()
     } else {
         // Two workers: sampling never shares its thread with analysis of a large batch.
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(4)
+            .enable_all()
+            .build()
     };
     let rt = match rt {
         Ok(rt) => rt,

@@ -52,6 +52,17 @@ fn parse_btime(text: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
 }
 
+/// Boot time, seconds since the epoch: CLOCK_REALTIME − CLOCK_BOOTTIME (no /proc needed).
+fn boot_time_from_clocks() -> Option<f64> {
+    let read = |clock| {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `t` is a valid timespec for the call to fill.
+        (unsafe { libc::clock_gettime(clock, &mut t) } == 0)
+            .then(|| t.tv_sec as f64 + t.tv_nsec as f64 / 1e9)
+    };
+    Some(read(libc::CLOCK_REALTIME)? - read(libc::CLOCK_BOOTTIME)?)
+}
+
 /// Reads the process's figures; `None` where /proc is not mounted.
 pub fn read() -> Option<ProcessStats> {
     let st = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
@@ -62,8 +73,16 @@ pub fn read() -> Option<ProcessStats> {
     // Boot time plus ticks after boot. btime is read once: it moves only when the wall
     // clock is stepped, and /proc/stat (a line per CPU and per interrupt) is the costliest
     // file here. The directory read counts its own descriptor, as other clients' do.
-    static BTIME: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let btime = (*BTIME.get_or_init(|| parse_btime(&std::fs::read_to_string("/proc/stat").ok()?)))?;
+    // Under systemd's ProcSubset=pid (the shipped unit), /proc/stat is hidden: the boot
+    // time then comes from the clocks, wall time less time since boot.
+    static BTIME: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    let btime = (*BTIME.get_or_init(|| {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|t| parse_btime(&t))
+            .map(|b| b as f64)
+            .or_else(boot_time_from_clocks)
+    }))?;
     let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid rlimit for the call to fill.
@@ -76,7 +95,7 @@ pub fn read() -> Option<ProcessStats> {
         cpu_seconds: st.cpu_ticks as f64 / tck as f64,
         virtual_bytes: st.vsize,
         resident_bytes: st.rss.saturating_mul(page),
-        start_time_seconds: btime as f64 + st.start_ticks as f64 / tck as f64,
+        start_time_seconds: btime + st.start_ticks as f64 / tck as f64,
         open_fds,
         max_fds,
     })
@@ -85,6 +104,18 @@ pub fn read() -> Option<ProcessStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clocks_give_the_boot_time_that_proc_stat_gives() {
+        let Some(proc_btime) =
+            std::fs::read_to_string("/proc/stat").ok().and_then(|t| parse_btime(&t))
+        else {
+            return; // no /proc/stat to compare with
+        };
+        let clocks = boot_time_from_clocks().unwrap();
+        // btime is whole seconds; the clocks drift apart slowly while the host runs.
+        assert!((clocks - proc_btime as f64).abs() < 5.0, "{clocks} vs {proc_btime}");
+    }
 
     #[test]
     fn fields_are_counted_from_the_last_parenthesis() {

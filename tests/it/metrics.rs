@@ -92,6 +92,39 @@ fn promtool_accepts_the_exposition() {
 }
 
 #[test]
+fn process_metrics_survive_the_units_proc_sandbox() {
+    // The unit's ProcSubset=pid and ProtectProc=invisible mount /proc with subset=pid and
+    // hidepid=invisible: /proc/stat (the boot time) is gone. The same mount, in a mount
+    // namespace of the monitor's own.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 && skip("mounting /proc needs root") {
+        return;
+    }
+    let script = format!(
+        "mount -t proc -o subset=pid,hidepid=invisible proc /proc && test ! -e /proc/stat && \
+         exec {BIN} -run-interval 100ms -run-http-server 127.0.0.1:0 --filter 'dport 1'"
+    );
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let m = Monitor::spawn(c);
+    let text = http_get(&http_addr(&m), "/metrics");
+    m.signal(libc::SIGTERM);
+    m.wait(Duration::from_secs(10));
+    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"]
+    {
+        assert!(text.lines().any(|l| l.starts_with(name)), "no {name} in\n{text}");
+    }
+    let start: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("process_start_time_seconds "))
+        .unwrap_or_else(|| panic!("no process_start_time_seconds in\n{text}"))
+        .parse()
+        .unwrap();
+    assert!((start - now.as_secs_f64()).abs() < 5.0, "started at {start}, now {now:?}");
+}
+
+#[test]
 fn process_metrics_describe_the_monitor_process() {
     // The standard process_* series, checked against what /proc says of the same process.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
