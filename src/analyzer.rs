@@ -586,6 +586,7 @@ pub async fn run(
     let mut spare = Vec::new();
     while let Some(ended) = ended_rx.recv().await {
         let start = std::time::Instant::now();
+        let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
         let mut out = Batch::default();
         for mut e in ended {
             // Every flow and window the analyzer receives, written or not, as cgmon's
@@ -603,6 +604,7 @@ pub async fn run(
             spare = std::mem::take(&mut e.flow.samples);
             out.records.push(r);
         }
+        metrics.ended_queue_samples.sub(samples);
         let took = start.elapsed();
         metrics.time(crate::metrics::Stage::Analyzer, took);
         tracing::debug!(target: "cgmon_rs::analyzer", time_us = took.as_micros() as u64,
@@ -610,6 +612,18 @@ pub async fn run(
         if out.records.is_empty() {
             continue;
         }
+        // Bounded in bytes, not only in batches: wait while the writer holds too much (a
+        // batch goes alone into an empty queue, however large).
+        out.queued_bytes =
+            out.records.len() as u64 * crate::writer::RECORD_BYTES + out.samples.len() as u64;
+        // (A writer that stopped takes nothing: the send below finds out.)
+        while metrics.writer_queue_bytes.get() > 0
+            && metrics.writer_queue_bytes.get() + out.queued_bytes > crate::writer::MAX_QUEUED_BYTES
+            && metrics.writer_stopped.get() == 0
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        metrics.writer_queue_bytes.add(out.queued_bytes);
         match writer_tx.try_send(Msg::Batch(out)) {
             Ok(()) => {}
             Err(TrySendError::Full(msg)) => {

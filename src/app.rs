@@ -195,6 +195,7 @@ pub async fn run(cfg: Config) -> u8 {
         min_samples: c.min_samples,
         window_samples: window,
         destroy_grace_ns: grace.as_nanos() as u64,
+        max_samples: c.max_samples,
     });
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);

@@ -319,16 +319,27 @@ pub struct Cli {
     pub top_services: usize,
 
     // ---- Tracker ----
-    /// Most flows recorded at once; flows beyond are counted and not recorded. 0 = no limit
+    /// Most flows recorded at once (flows waiting for their destroy event too); flows beyond
+    /// are counted and not recorded. 0 = no limit
     #[arg(
         long = "tracker-max-flows",
         visible_alias = "max-flows",
         env = "CGMON_TRACKER_MAX_FLOWS",
         value_name = "N",
-        default_value = "0",
+        default_value = "1000000",
         help_heading = "Tracker"
     )]
     pub max_flows: usize,
+    /// Most retained samples (48 bytes each) held by the flows being recorded; past it the
+    /// longest windows are written early as interim records (Seq counts on). 0 = no limit
+    #[arg(
+        long = "tracker-max-samples",
+        env = "CGMON_TRACKER_MAX_SAMPLES",
+        value_name = "N",
+        default_value = "40000000",
+        help_heading = "Tracker"
+    )]
+    pub max_samples: u64,
     /// Fewest retained samples for a flow to be written; 0 = no minimum
     #[arg(
         long = "tracker-min-samples",

@@ -200,6 +200,16 @@ pub struct Metrics {
     pub flows_awaiting_destroy: Gauge,
     /// 1 while the output fails (a write, a flush, a rotation), 0 once it works again.
     pub output_failing: Gauge,
+    /// Retained samples held by the flows being tracked.
+    pub samples_held: Gauge,
+    /// Retained samples of ended flows in the tracker → analyzer channel.
+    pub ended_queue_samples: Gauge,
+    /// Bytes (estimated) of records and sample lines in the analyzer → writer channel.
+    pub writer_queue_bytes: Gauge,
+    /// 1 once the writer thread has stopped.
+    pub writer_stopped: Gauge,
+    /// Windows written early to keep the samples held within -tracker-max-samples.
+    pub windows_cut_for_memory: Counter,
     /// HTTP connections open now.
     pub http_connections: Gauge,
     /// HTTP connections closed at once for the connection cap.
@@ -274,6 +284,11 @@ impl Metrics {
             destroy_overruns: Counter::default(),
             flows_awaiting_destroy: Gauge::default(),
             output_failing: Gauge::default(),
+            samples_held: Gauge::default(),
+            ended_queue_samples: Gauge::default(),
+            writer_queue_bytes: Gauge::default(),
+            writer_stopped: Gauge::default(),
+            windows_cut_for_memory: Counter::default(),
             http_connections: Gauge::default(),
             http_refused: Counter::default(),
             http_timeouts: Counter::default(),

@@ -251,6 +251,18 @@ impl Collector for Exporter {
         )?;
         gauge(
             &mut e,
+            "cgmon_samples_held",
+            "Retained samples held by the flows being tracked (-tracker-max-samples bounds them)",
+            m.samples_held.get() as f64,
+        )?;
+        counter(
+            &mut e,
+            "cgmon_windows_cut_for_memory",
+            "Windows written early to keep the samples held within -tracker-max-samples",
+            m.windows_cut_for_memory.get(),
+        )?;
+        gauge(
+            &mut e,
             "cgmon_http_connections",
             "HTTP connections open",
             m.http_connections.get() as f64,

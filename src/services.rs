@@ -160,8 +160,11 @@ impl Services {
         uid_service(uid, processes(), user_name(uid).as_deref())
     }
 
+    /// Maps every cgroup directory's inode to its service, afresh: cgroups that are gone
+    /// (containers come and go) leave the map, so it holds no more than the tree does.
     fn walk(&mut self) {
         self.walked = Some(Instant::now());
+        self.names.clear();
         let Some(root) = self.root.clone() else { return };
         let mut stack = vec![(root.clone(), 0u32)];
         while let Some((dir, depth)) = stack.pop() {
@@ -260,5 +263,14 @@ mod tests {
         assert_eq!(s.name(id), "web.service");
         assert_eq!(s.name(0), "unknown");
         assert_eq!(s.name(u64::MAX - 1), format!("cgroup-{}", u64::MAX - 1));
+        // A walk forgets cgroups that are gone.
+        let gone = dir.path().join("system.slice/old.service");
+        std::fs::create_dir_all(&gone).unwrap();
+        s.walked = None;
+        s.walk();
+        let n = s.names.len();
+        std::fs::remove_dir(&gone).unwrap();
+        s.walk();
+        assert_eq!(s.names.len(), n - 1);
     }
 }

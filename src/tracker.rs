@@ -72,6 +72,10 @@ pub struct TrackerConfig {
     /// How long a flow absent from a complete dump waits for its destroy event, ns; 0 ends
     /// it at once (what the program uses when no destroy listener runs).
     pub destroy_grace_ns: u64,
+    /// Most retained samples held by the flows being tracked (and those waiting for their
+    /// destroy event); past it the longest windows are cut early, as interim records. 0 =
+    /// no bound.
+    pub max_samples: u64,
 }
 
 impl TrackerConfig {
@@ -84,7 +88,13 @@ impl TrackerConfig {
 
 impl Default for TrackerConfig {
     fn default() -> Self {
-        Self { max_flows: 0, min_samples: 0, window_samples: 3600, destroy_grace_ns: 0 }
+        Self {
+            max_flows: 0,
+            min_samples: 0,
+            window_samples: 3600,
+            destroy_grace_ns: 0,
+            max_samples: 0,
+        }
     }
 }
 
@@ -368,6 +378,10 @@ pub struct TrackerStats {
     pub destroy_wait_expired: u64,
     /// Destroy events for flows already written as `gone`: counted, not written again.
     pub destroy_late: u64,
+    /// Windows cut early because the tracked flows held `max_samples`.
+    pub windows_cut_for_memory: u64,
+    /// Retained samples handed on (in ended flows and windows).
+    pub samples_handed_on: u64,
 }
 
 /// Where a flow was first seen.
@@ -932,7 +946,10 @@ impl Tracker {
             if f.stage.window as usize >= self.cfg.window_samples {
                 let held = self.stages.detach(f);
                 sync(f, h);
-                out.push(Self::cut_window(f, edge, held));
+                let e = Self::cut_window(f, edge, held);
+                self.stats.samples_handed_on += e.sample_count() as u64;
+                self.stats.samples_retained += 1; // the edge, copied into the next window
+                out.push(e);
                 h.deduped = 0;
                 h.options = t.options().unwrap_or(0);
                 self.stats.flows_ended += 1;
@@ -1120,6 +1137,7 @@ impl Tracker {
             }
         }
         self.expire_waits(dump_ts_ns, out);
+        self.bound_samples(out);
         self.refused.retain(|_, g| *g == generation);
         // A dump that started after a destroy cannot hold that socket any more.
         self.destroyed.retain(|_, g| generation.wrapping_sub(*g) < 2);
@@ -1298,7 +1316,43 @@ impl Tracker {
             return; // its blocks go back
         }
         self.stats.flows_ended += 1;
+        self.stats.samples_handed_on += e.sample_count() as u64;
         out.push(e);
+    }
+
+    /// Retained samples held now by the flows being tracked and those waiting.
+    pub fn samples_held(&self) -> u64 {
+        self.stats.samples_retained.saturating_sub(self.stats.samples_handed_on)
+    }
+
+    /// Keeps the samples held within `max_samples`: cuts the longest windows (each as an
+    /// interim record, as at the window cap) until a tenth of the bound is free again.
+    fn bound_samples(&mut self, out: &mut Vec<EndedFlow>) {
+        let max = self.cfg.max_samples;
+        if max == 0 || self.samples_held() <= max {
+            return;
+        }
+        let mut by_len: Vec<(u32, usize)> =
+            self.slab.iter().enumerate().map(|(i, f)| (f.stage.window, i)).collect();
+        by_len.sort_unstable_by(|a, b| b.cmp(a));
+        let goal = max - max / 10;
+        for (len, slot) in by_len {
+            if self.samples_held() <= goal || len < 2 {
+                break;
+            }
+            let (f, h) = (&mut self.slab[slot], &mut self.hot[slot]);
+            let Some(&edge) = self.stages.newest(f, 1).last() else { continue };
+            let held = self.stages.detach(f);
+            sync(f, h);
+            let e = Self::cut_window(f, edge, held);
+            h.deduped = 0;
+            self.stats.samples_handed_on += e.sample_count() as u64;
+            // The new window starts with a copy of the edge sample.
+            self.stats.samples_retained += 1;
+            self.stats.flows_ended += 1;
+            self.stats.windows_cut_for_memory += 1;
+            out.push(e);
+        }
     }
 }
 

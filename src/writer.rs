@@ -65,7 +65,18 @@ pub struct Batch {
     pub records: Vec<FlowStats>,
     /// NDJSON sample lines of the same flows (empty without `--samples-out`).
     pub samples: Vec<u8>,
+    /// What the analyzer counted into `Metrics::writer_queue_bytes` for this batch; the
+    /// writer takes it out again when it receives the batch.
+    pub queued_bytes: u64,
 }
+
+/// Most bytes (estimated: [`RECORD_BYTES`] a record, and the sample lines) waiting in the
+/// analyzer → writer channel; past it the analyzer waits, and the tracker, which never
+/// waits, drops what the analyzer cannot take (counted).
+pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
+
+/// A record's JSON, about (1.5-2.5 KB with a diagnosis).
+pub const RECORD_BYTES: u64 = 2048;
 
 /// Where records go.
 #[derive(Debug, Clone)]
@@ -563,10 +574,21 @@ pub fn spawn(
     patience: Duration,
 ) -> io::Result<std::thread::JoinHandle<Result<(), WriterError>>> {
     std::thread::Builder::new().name("cgmon-writer".into()).spawn(move || {
+        /// Tells the analyzer, however the thread ends, not to wait for room any more.
+        struct Stopped(Arc<Metrics>);
+        impl Drop for Stopped {
+            fn drop(&mut self) {
+                self.0.writer_stopped.set(1);
+            }
+        }
+        let _stopped = Stopped(w.metrics.clone());
         loop {
             let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
             match rx.recv_timeout(wait) {
-                Ok(Msg::Batch(b)) => w.write_batch(b)?,
+                Ok(Msg::Batch(b)) => {
+                    w.metrics.writer_queue_bytes.sub(b.queued_bytes);
+                    w.write_batch(b)?;
+                }
                 Ok(Msg::Reopen) => reopen.request(),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,

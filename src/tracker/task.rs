@@ -39,6 +39,12 @@ use crate::sampler::{SampleError, Sampler};
 /// is dropped.
 pub const ENDED_CHANNEL_CAPACITY: usize = 256;
 
+/// Most retained samples of ended flows waiting in the channel to the analyzer (about
+/// 480 MB): a batch counts its flows' samples, not one slot, so a stalled analyzer cannot
+/// pile up 256 batches of long windows. A batch that would pass it is dropped and counted,
+/// as when the channel is full.
+pub const MAX_QUEUED_SAMPLES: u64 = 10_000_000;
+
 /// Longest back-off between failed dumps, however many failed.
 pub const MAX_ERROR_DELAY: Duration = Duration::from_secs(300);
 
@@ -218,6 +224,8 @@ fn publish(
     m.destroy_awaited.mirror(st.destroy_awaited);
     m.destroy_wait_expired.mirror(st.destroy_wait_expired);
     m.destroy_late.mirror(st.destroy_late);
+    m.samples_held.set(tracker.samples_held());
+    m.windows_cut_for_memory.mirror(st.windows_cut_for_memory);
     m.samples_retained.mirror(st.samples_retained);
     m.samples_deduped.mirror(st.samples_deduped);
     st
@@ -353,8 +361,17 @@ pub async fn run<S: DumpSource, D: DumpSource>(
         }
         if hand_on && !out.is_empty() {
             let n = out.len() as u64;
-            match ended_tx.try_send(std::mem::take(&mut out)) {
+            let samples: u64 = out.iter().map(|e| e.sample_count() as u64).sum();
+            let room = metrics.ended_queue_samples.get() + samples <= MAX_QUEUED_SAMPLES
+                || metrics.ended_queue_samples.get() == 0;
+            let sent = if room {
+                ended_tx.try_send(std::mem::take(&mut out))
+            } else {
+                Err(TrySendError::Full(std::mem::take(&mut out)))
+            };
+            match sent {
                 Ok(()) => {
+                    metrics.ended_queue_samples.add(samples);
                     metrics.ended_queue.set((ended_tx.max_capacity() - ended_tx.capacity()) as u64);
                 }
                 Err(TrySendError::Full(_)) => {

@@ -817,3 +817,33 @@ fn a_disconnected_socket_ends_its_flow_as_reset_without_its_cleared_counters() {
     assert!(destroy(&mut t, 5 * S, &SockBuilder::new(3, 80, 0)).is_empty());
     assert_eq!(t.stats().flows_opened, 2);
 }
+
+#[test]
+fn past_max_samples_the_longest_windows_are_written_early() {
+    let cfg = TrackerConfig { max_samples: 20, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[], true);
+    let (a, b, c) = (
+        SockBuilder::new(1, 5000, 80),
+        SockBuilder::new(2, 5001, 80),
+        SockBuilder::new(3, 5002, 80),
+    );
+    let mut out = Vec::new();
+    for i in 0..25u64 {
+        // Flow 1 changes every dump; 2 and 3 only in the first five.
+        let a = a.clone().bytes_acked(100 * i + 1);
+        let b = b.clone().bytes_acked(10 * i.min(4) + 1);
+        let c = c.clone().bytes_acked(10 * i.min(4) + 1);
+        out.extend(dump(&mut t, (i + 1) * S, &[&a, &b, &c], true));
+        assert!(t.samples_held() <= 20, "dump {i}: {}", t.samples_held());
+    }
+    // Each time 11 + 5 + 5 passed the bound, the longest window (flow 1's) was written
+    // early; the next window began at its edge sample.
+    let cut: Vec<_> = out.iter().map(|e| (e.flow.key.cookie, e.reason, e.flow.seq)).collect();
+    assert_eq!(cut, [(1, EndReason::Window, 0), (1, EndReason::Window, 1)]);
+    assert!(out.iter().all(|e| e.flow.samples.len() == 11));
+    assert_eq!(out[1].flow.first_ts_ns, out[0].end_ts_ns);
+    assert_eq!(t.stats().windows_cut_for_memory, 2);
+    let f = t.flows().find(|f| f.key.cookie == 1).unwrap();
+    assert_eq!(f.seq, 2);
+}

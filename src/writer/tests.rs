@@ -35,7 +35,7 @@ fn file_cfg(dir: &std::path::Path, name: &str) -> FileConfig {
 }
 
 fn batch(range: std::ops::Range<u64>) -> Batch {
-    Batch { records: range.map(record).collect(), samples: Vec::new() }
+    Batch { records: range.map(record).collect(), samples: Vec::new(), queued_bytes: 0 }
 }
 
 /// Every record in a (possibly multi-member, possibly cut) gzip file, by cookie, and

@@ -111,8 +111,7 @@ fn process_metrics_survive_the_units_proc_sandbox() {
     let text = http_get(&http_addr(&m), "/metrics");
     m.signal(libc::SIGTERM);
     m.wait(Duration::from_secs(10));
-    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"]
-    {
+    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"] {
         assert!(text.lines().any(|l| l.starts_with(name)), "no {name} in\n{text}");
     }
     let start: f64 = text
