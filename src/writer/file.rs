@@ -218,6 +218,14 @@ impl OutFile {
         self.pending.is_some()
     }
 
+    /// Whether the live file's path still names the file this writes (logrotate, or a
+    /// person, may have moved it, or put something else there).
+    fn still_ours(&self) -> bool {
+        self.file.is_some()
+            && std::fs::symlink_metadata(self.path())
+                .is_ok_and(|m| m.is_file() && m.ino() == self.inode)
+    }
+
     /// Finishes a pending rotation: the rename (when the file there is still ours and holds
     /// records; logrotate may have moved it) and the reopen. Returns the rotated name.
     ///
@@ -362,6 +370,11 @@ impl OutFile {
     /// Closing, renaming or reopening failed. On a failed close nothing changed and the
     /// rotation can be retried.
     pub fn rotate(&mut self) -> io::Result<(Option<PathBuf>, u64)> {
+        // A file with no record that is still ours stays as it is: a storm of SIGHUPs would
+        // otherwise leave a trail of empty rotated files.
+        if self.pending.is_none() && self.records == 0 && !self.dirty && self.still_ours() {
+            return Ok((None, 0));
+        }
         if self.pending.is_none() {
             self.confirmed += self.close()?;
             self.pending = Some(true);

@@ -7,6 +7,7 @@ mod fixtures;
 mod http;
 mod kernel;
 mod lifecycle;
+mod load;
 mod metrics;
 #[path = "../common/monitor.rs"]
 mod monitor;

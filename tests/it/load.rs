@@ -1,0 +1,438 @@
+//! Load and fault tests of the built binary on loopback: connection churn with every
+//! connection accounted for, the HTTP server abused at 20,000 flows, and the output failing
+//! in every way the writer knows. Each prints `LOAD …` lines with its figures
+//! (`cargo test --test it load:: -- --nocapture`); `churn_for_30_seconds` is the long run
+//! (`-- --ignored`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::monitor::Monitor;
+use crate::program::{http_addr, http_get};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// CPU seconds (user + system) of a process so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / tck
+}
+
+/// Opens and resets connections to `a` from `threads` threads until `stop`: each client
+/// writes 100 bytes, the server closes without reading them (a RST, so no TIME-WAIT piles
+/// up), the client closes. Returns the connections made.
+fn churn(l: TcpListener, a: SocketAddr, threads: usize, stop: Arc<AtomicBool>) -> u64 {
+    let made = Arc::new(AtomicU64::new(0));
+    let server = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            l.set_nonblocking(true).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false).unwrap();
+                        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                        let _ = s.peek(&mut [0u8; 1]); // the data is there, unread
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_micros(200)),
+                }
+            }
+            // Whatever is still queued.
+            while l.accept().is_ok() {}
+        })
+    };
+    let clients: Vec<_> = (0..threads)
+        .map(|_| {
+            let (stop, made) = (stop.clone(), made.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut c) = TcpStream::connect(a) else { continue };
+                    made.fetch_add(1, Ordering::Relaxed);
+                    let _ = c.write_all(&[5u8; 100]);
+                    c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                    let _ = c.read(&mut [0u8; 16]); // the reset
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    server.join().unwrap();
+    made.load(Ordering::Relaxed)
+}
+
+fn churn_for(seconds: u64) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let filter = format!("sport {0} or dport {0}", a.port());
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let cpu0 = cpu_seconds(m.pid());
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = Instant::now();
+    let generator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || churn(l, a, 2, stop))
+    };
+    std::thread::sleep(Duration::from_secs(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let made = generator.join().unwrap();
+    let elapsed = t.elapsed().as_secs_f64();
+    // Let the last destroy events and dumps come in.
+    std::thread::sleep(Duration::from_millis(1500));
+    let cpu = cpu_seconds(m.pid()) - cpu0;
+    let text = http_get(&addr, "/metrics");
+    m.signal(libc::SIGTERM);
+    let (st, log, lines) = m.wait(Duration::from_secs(30));
+    let records: Vec<Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut cookies: Vec<u64> = records.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
+    cookies.sort_unstable();
+    cookies.dedup();
+    // The final counts, from the log's last line (the scrape came before the stop).
+    let lost: u64 = log
+        .lines()
+        .find_map(|l| l.split(" lost (output failed)").next()?.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no final counts in the log:\n{log}"));
+    let (dropped, refused, overruns) = (
+        metric(&text, "cgmon_records_dropped_total") as u64,
+        metric(&text, "cgmon_flows_refused_total") as u64,
+        metric(&text, "cgmon_destroy_overruns_total") as u64,
+    );
+    eprintln!(
+        "LOAD churn {seconds} s: {made} connections ({:.0}/s), {} records for {} sockets, \
+         {dropped} dropped, {refused} refused, {lost} lost (backlog full), {overruns} destroy \
+         overruns; monitor CPU {cpu:.2} s ({:.0} % of a core)",
+        made as f64 / elapsed,
+        records.len(),
+        2 * made,
+        cpu / elapsed * 100.0
+    );
+    // Exit status 1 exactly when records were lost or dropped (and counted).
+    assert_eq!(st.code(), Some(i32::from(lost + dropped > 0)), "{log}");
+    assert_eq!(cookies.len(), records.len(), "a socket written twice");
+    assert_eq!(overruns, 0, "destroy events lost: the kernel does not say how many");
+    // Each connection is two sockets: each written once, or counted.
+    assert_eq!(records.len() as u64 + dropped + refused + lost, 2 * made, "{log}");
+}
+
+#[test]
+fn churn_every_connection_is_accounted_for_once() {
+    churn_for(5);
+}
+
+#[test]
+#[ignore = "30 s; the figures in the notes come from it"]
+fn churn_for_30_seconds() {
+    churn_for(30);
+}
+
+/// Holds `CGMON_TEST_HOLD=addr,n` connections: with `listen` in the spec, accepts them on a
+/// new listener and prints its port; else connects them. Waits for stdin to close.
+#[test]
+#[ignore = "a helper, run by the HTTP abuse test as a child"]
+fn hold_connections_helper() {
+    let spec = std::env::var("CGMON_TEST_HOLD").expect("run only by the HTTP abuse test");
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid rlimit pointers; raising the soft limit to the hard one.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    let mut it = spec.split(',');
+    let (what, n) = (it.next().unwrap(), it.next().unwrap().parse::<usize>().unwrap());
+    let mut held = Vec::with_capacity(n);
+    if what == "listen" {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        println!("\nPORT {}", l.local_addr().unwrap().port());
+        std::io::stdout().flush().unwrap();
+        for _ in 0..n {
+            held.push(l.accept().unwrap().0);
+        }
+    } else {
+        let a: SocketAddr = what.parse().unwrap();
+        for _ in 0..n {
+            held.push(TcpStream::connect(a).unwrap());
+        }
+    }
+    println!("\nHELD");
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+fn helper(spec: String) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "load::hold_connections_helper", "--ignored", "--nocapture"])
+        .env("CGMON_TEST_HOLD", spec)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(c.stdout.take().unwrap());
+    (c, out)
+}
+
+fn line_with(out: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the helper ended before {prefix:?}");
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return rest.trim().to_string();
+        }
+    }
+}
+
+/// A GET that returns "" when the server closes the connection (as over its cap).
+fn try_get(addr: &str, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else { return String::new() };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    if s.write_all(req.as_bytes()).is_err() || s.read_to_string(&mut out).is_err() {
+        return String::new();
+    }
+    out
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn http_abuse_at_20000_flows_leaves_sampling_and_the_bounds_alone() {
+    const PAIRS: usize = 10_000;
+    let (mut server, mut sout) = helper(format!("listen,{PAIRS}"));
+    let port: u16 = line_with(&mut sout, "PORT ").parse().unwrap();
+    let (mut client, mut cout) = helper(format!("127.0.0.1:{port},{PAIRS}"));
+    line_with(&mut cout, "HELD");
+    line_with(&mut sout, "HELD");
+    let filter = format!("sport {port} or dport {port}");
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "500ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    c.args(["--http-header-timeout", "2s"]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    std::thread::sleep(Duration::from_secs(2));
+    let before = http_get(&addr, "/metrics");
+    assert_eq!(metric(&before, "cgmon_flows_active"), (2 * PAIRS) as f64);
+    let (fd0, rss0) =
+        (std::fs::read_dir(format!("/proc/{}/fd", m.pid())).unwrap().count(), rss_bytes(m.pid()));
+    let overruns0 = metric(&before, "cgmon_ticks_overrun_total");
+    // 500 slow clients, each sending half a request; then 50 clients paging through
+    // /flows at once, retrying when turned away.
+    let t = Instant::now();
+    let mut slow: Vec<TcpStream> = Vec::new();
+    for _ in 0..500 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let _ = s.write_all(b"GET /flows HTTP/1.1\r\nHost: x\r\n");
+        slow.push(s);
+    }
+    let pagers: Vec<_> = (0..50)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                // Each asks for one page (the default, 1,000 flows); one of them walks every
+                // page. Turned away (the cap, or 429), it retries.
+                let (mut flows, mut refused) = (0usize, 0u32);
+                let mut after: Option<u64> = None;
+                let end = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < end {
+                    let path = match after {
+                        Some(a) => format!("/flows?after={a}"),
+                        None => "/flows".to_string(),
+                    };
+                    let r = try_get(&addr, &path);
+                    if !r.starts_with("HTTP/1.1 200") {
+                        assert!(!r.starts_with("HTTP/1.1 503"), "{r}");
+                        refused += 1;
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    let body: Vec<Value> =
+                        serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+                    flows += body.len();
+                    match body.last() {
+                        Some(last) if i == 0 && body.len() == 1000 => {
+                            after = last["Cookie"].as_u64()
+                        }
+                        _ => return (flows, refused),
+                    }
+                }
+                panic!("a pager did not finish in 60 s ({flows} flows, {refused} turned away)");
+            })
+        })
+        .collect();
+    let mut fd_max = 0;
+    let mut rss_max = 0;
+    while t.elapsed() < Duration::from_secs(4) {
+        fd_max = fd_max.max(std::fs::read_dir(format!("/proc/{}/fd", m.pid())).unwrap().count());
+        rss_max = rss_max.max(rss_bytes(m.pid()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let results: Vec<(usize, u32)> = pagers.into_iter().map(|p| p.join().unwrap()).collect();
+    // Every slow client was closed: by the cap at once, or by the header timeout.
+    let mut open = 0;
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut b = [0u8; 64];
+        if let Err(e) = s.read(&mut b)
+            && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        {
+            open += 1;
+        }
+    }
+    let after = http_get(&addr, "/metrics");
+    let overruns = metric(&after, "cgmon_ticks_overrun_total") - overruns0;
+    eprintln!(
+        "LOAD http abuse: 500 slow + 50 pagers at 20,000 flows: fds {fd0} → max {fd_max}, \
+         RSS {:.1} → max {:.1} MiB, {overruns} tick overruns, pagers turned away {} times, \
+         {} slow still open after {:?}, {} refused at the cap, {} timed out",
+        rss0 as f64 / 1048576.0,
+        rss_max as f64 / 1048576.0,
+        results.iter().map(|r| r.1).sum::<u32>(),
+        open,
+        t.elapsed(),
+        metric(&after, "cgmon_http_refused_total"),
+        metric(&after, "cgmon_http_timeouts_total"),
+    );
+    assert_eq!(results[0].0, 2 * PAIRS, "the walker saw every flow");
+    assert!(results[1..].iter().all(|r| r.0 == 1000), "a page each: {results:?}");
+    assert_eq!(open, 0, "slow clients still open");
+    assert!(fd_max <= fd0 + 64 + 2, "fds {fd0} → {fd_max}");
+    assert!(rss_max < rss0 + (200 << 20), "RSS {rss0} → {rss_max}");
+    assert_eq!(overruns, 0.0, "the HTTP load delayed sampling");
+    m.signal(libc::SIGTERM);
+    m.wait(Duration::from_secs(20));
+    drop(server.stdin.take());
+    drop(client.stdin.take());
+    let _ = (server.wait(), client.wait());
+}
+
+/// Every record in the files of `dirs` (gzip or not), by cookie.
+fn cookies_in(dirs: &[PathBuf]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        for e in rd.flatten() {
+            let raw = std::fs::read(e.path()).unwrap();
+            let mut text = Vec::new();
+            flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+            for v in serde_json::Deserializer::from_slice(&text).into_iter::<Value>() {
+                out.push(v.unwrap()["Cookie"].as_u64().unwrap());
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+fn connect_some(l: &TcpListener, a: SocketAddr, n: usize) {
+    for _ in 0..n {
+        let mut p = cgmon_rs::testkit::Pair::connect(l, a).unwrap();
+        p.exchange(200).unwrap();
+    }
+}
+
+#[test]
+fn output_faults_lose_nothing_the_backlog_holds() {
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("out");
+    std::fs::create_dir(&dir).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "50ms", "-writer-dir", dir.to_str().unwrap()]);
+    c.args(["-writer-file", "f.json.gz", "-run-http-server", "127.0.0.1:0"]);
+    c.args(["--filter", &format!("dport {}", a.port())]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let mut made = 0;
+    let step = |n: usize, made: &mut usize| {
+        connect_some(&l, a, n);
+        *made += n;
+        std::thread::sleep(Duration::from_millis(400));
+    };
+    step(5, &mut made);
+    // 1. The directory goes away; SIGHUP; records pile up; it comes back.
+    let away = top.path().join("away");
+    std::fs::rename(&dir, &away).unwrap();
+    m.signal(libc::SIGHUP);
+    step(5, &mut made);
+    let failing = http_get(&addr, "/healthz");
+    assert!(failing.starts_with("HTTP/1.1 503") && failing.contains("output failing"), "{failing}");
+    std::fs::create_dir(&dir).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let healthy = http_get(&addr, "/healthz");
+    assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
+    // 2. The file is moved and a symlink put in its place; SIGHUP; the symlink goes.
+    std::fs::rename(dir.join("f.json.gz"), away.join("moved.json.gz")).unwrap();
+    let target = top.path().join("target");
+    std::os::unix::fs::symlink(&target, dir.join("f.json.gz")).unwrap();
+    m.signal(libc::SIGHUP);
+    step(5, &mut made);
+    assert!(!target.exists(), "the symlink was followed");
+    std::fs::remove_file(dir.join("f.json.gz")).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    // 3. A storm: 100 SIGHUPs in a second, while flows end.
+    for i in 0..100 {
+        m.signal(libc::SIGHUP);
+        if i % 20 == 0 {
+            connect_some(&l, a, 1);
+            made += 1;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let text = http_get(&addr, "/metrics");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(20));
+    assert!(st.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let cookies = cookies_in(&[dir.clone(), away.clone()]);
+    let mut unique = cookies.clone();
+    unique.dedup();
+    eprintln!(
+        "LOAD output faults: {made} flows made, {} records in the files, {} write errors, {} rotations",
+        cookies.len(),
+        metric(&text, "cgmon_write_errors_total"),
+        metric(&text, "cgmon_rotations_total")
+    );
+    assert_eq!(unique.len(), cookies.len(), "a record written twice");
+    assert_eq!(cookies.len(), made, "every flow's record, none lost:\n{log}");
+    assert_eq!(metric(&text, "cgmon_records_lost_total"), 0.0);
+    assert!(metric(&text, "cgmon_write_errors_total") >= 2.0, "the faults were seen");
+    // The storm of 100 signals rotated a few times, not 100.
+    assert!(
+        metric(&text, "cgmon_rotations_total") < 40.0,
+        "{}",
+        metric(&text, "cgmon_rotations_total")
+    );
+}
