@@ -244,6 +244,9 @@ pub struct Metrics {
     pub writer_queue: Gauge,
     /// Dump durations.
     pub dump_seconds: Histogram,
+    /// How late each dump started after its point on the interval's grid: the sampling
+    /// interval's jitter.
+    pub tick_lateness: Histogram,
     /// Time spent decoding and tracking (the dump's CPU share), ns.
     pub decode_ns: Counter,
     /// Flows ended in the last dump, and that dump's interval since the previous one (ns):
@@ -306,6 +309,7 @@ impl Metrics {
             ended_queue: Gauge::default(),
             writer_queue: Gauge::default(),
             dump_seconds: Histogram::new(&DUMP_BUCKETS_S),
+            tick_lateness: Histogram::new(&DUMP_BUCKETS_S),
             decode_ns: Counter::default(),
             last_churn: Mutex::new((0, 0)),
             stages: Mutex::new([StageTimes::default(); 3]),

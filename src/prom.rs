@@ -187,6 +187,14 @@ impl Collector for Exporter {
             MetricType::Histogram,
         )?
         .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        let (sum, count, buckets) = m.tick_lateness.snapshot();
+        e.encode_descriptor(
+            "cgmon_tick_lateness_seconds",
+            "How late each dump started after its point on the interval's grid (jitter)",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
         gauge(
             &mut e,
             "cgmon_dump_sockets",

@@ -281,10 +281,11 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 backoff_until = None;
                 tick.reset_immediately();
             }
-            _ = tick.tick(), if backoff_until.is_none() => {
+            due = tick.tick(), if backoff_until.is_none() => {
                 hand_on = true;
                 // tokio's clock (the same as std's outside paused-time tests).
                 let start = tokio::time::Instant::now();
+                metrics.tick_lateness.observe(start.saturating_duration_since(due));
                 tracker.begin_dump();
                 let r = sampler.dump_with(|s| tracker.observe(&s, &mut out)).await;
                 drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);

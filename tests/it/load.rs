@@ -311,6 +311,26 @@ fn http_abuse_at_20000_flows_leaves_sampling_and_the_bounds_alone() {
     }
     let after = http_get(&addr, "/metrics");
     let overruns = metric(&after, "cgmon_ticks_overrun_total") - overruns0;
+    // The interval's jitter: how late dumps started, before and during the load.
+    let late = |t: &str| {
+        (
+            metric(t, "cgmon_tick_lateness_seconds_sum"),
+            metric(t, "cgmon_tick_lateness_seconds_count"),
+        )
+    };
+    let late_over_10ms =
+        |t: &str| late(t).1 - metric(t, "cgmon_tick_lateness_seconds_bucket{le=\"0.01\"}");
+    let (s0, n0) = late(&before);
+    let (s1, n1) = late(&after);
+    let (mean_before, mean_during) = (s0 / n0.max(1.0), (s1 - s0) / (n1 - n0).max(1.0));
+    let late_ticks = late_over_10ms(&after) - late_over_10ms(&before);
+    eprintln!(
+        "LOAD tick lateness: mean {:.2} ms before, {:.2} ms during the load ({} ticks); \
+         {late_ticks} ticks over 10 ms late during it",
+        mean_before * 1e3,
+        mean_during * 1e3,
+        n1 - n0
+    );
     eprintln!(
         "LOAD http abuse: 500 slow + 50 pagers at 20,000 flows: fds {fd0} → max {fd_max}, \
          RSS {:.1} → max {:.1} MiB, {overruns} tick overruns, pagers turned away {} times, \
@@ -329,6 +349,7 @@ fn http_abuse_at_20000_flows_leaves_sampling_and_the_bounds_alone() {
     assert!(fd_max <= fd0 + 64 + 2, "fds {fd0} → {fd_max}");
     assert!(rss_max < rss0 + (200 << 20), "RSS {rss0} → {rss_max}");
     assert_eq!(overruns, 0.0, "the HTTP load delayed sampling");
+    assert!(mean_during < 0.010, "dumps started {mean_during} s late on average under load");
     m.signal(libc::SIGTERM);
     m.wait(Duration::from_secs(20));
     drop(server.stdin.take());
