@@ -18,6 +18,11 @@
 //! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
 //!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
+//!
+//! The facts the code relies on are in the repository's `docs/`: `kernel.md` (sock_diag,
+//! tcp_info, destroy events, measured costs), `cgmon.md` (what is kept for cgmon's users,
+//! and the defects fixed: the ids `B1`…, `R1`… that comments cite) and `records.md` (how a
+//! flow's end is seen and what a record may claim).
 
 pub mod analyzer;
 pub mod app;

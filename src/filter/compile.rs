@@ -10,7 +10,7 @@
 //! We compile with symbolic labels: `emit_expr(e, t, f)` emits code that reaches `t` when `e`
 //! holds and `f` when it does not, where either may be "fall through". A final pass lays the
 //! ops out and resolves labels to byte offsets. For cgmon's port lists this yields exactly
-//! cgmon's bytes (tested below against reference/cgmon.md 1.4).
+//! cgmon's bytes (tested below against docs/cgmon.md).
 
 use super::{Expr, Prefix, Side, audit};
 
@@ -231,14 +231,14 @@ mod tests {
     use super::*;
     use crate::filter::parse;
 
-    /// reference/cgmon.md 1.4: `-netlink-dport 5201` gives `0c 08 0c 00 00 00 51 14`.
+    /// docs/cgmon.md: `-netlink-dport 5201` gives `0c 08 0c 00 00 00 51 14`.
     #[test]
     fn cgmon_single_dport_golden() {
         let e = Expr::from_port_lists("", "5201").unwrap().unwrap();
         assert_eq!(compile(&e).unwrap(), [0x0c, 0x08, 0x0c, 0x00, 0x00, 0x00, 0x51, 0x14]);
     }
 
-    /// reference/cgmon.md 1.4, the 56-byte example, op by op.
+    /// docs/cgmon.md, the 56-byte example, op by op.
     #[test]
     fn cgmon_two_list_golden() {
         let e = Expr::from_port_lists("80,443", "2000-3000,45000-55000").unwrap().unwrap();

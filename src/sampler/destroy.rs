@@ -24,7 +24,7 @@ pub const SKNLGRP_INET_TCP_DESTROY: u32 = 1;
 pub const SKNLGRP_INET6_TCP_DESTROY: u32 = 3;
 
 /// Receive buffer for the event socket. At ~13k closes/s the default 208 KiB overran; 4 MiB
-/// (8 MiB as the kernel accounts it) lost none (reference/kernel.md).
+/// (8 MiB as the kernel accounts it) lost none (docs/kernel.md, "Destroy events").
 pub const DESTROY_RCVBUF: usize = 4 << 20;
 
 /// Upper bound on datagrams gathered into one batch, so one batch stays a bounded unit of

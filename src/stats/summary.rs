@@ -1,6 +1,6 @@
 //! Seven-number summaries: the 2nd, 9th, 25th, 50th, 75th, 91st and 98th percentiles.
 //!
-//! The quantile definitions are cgmon's (gonum's `stat.Quantile`, reference/cgmon.md 1.7), so
+//! The quantile definitions are cgmon's (gonum's `stat.Quantile`, docs/cgmon.md, "Quantiles"), so
 //! the numbers match cgmon's for the same data. With the observations sorted by value and
 //! `W` the total weight, let `f = p·W` and walk the cumulative weight `c` until `c ≥ f` at
 //! index `i`:
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn cgmon_documented_examples() {
-        // reference/cgmon.md 1.7: x = 1..5 unweighted.
+        // docs/cgmon.md, "Quantiles": x = 1..5 unweighted.
         let s = seven_number(&[1.0, 2.0, 3.0, 4.0, 5.0], None, QuantileKind::LinInterp).unwrap();
         assert_eq!(s, [1.0, 1.0, 1.25, 2.5, 3.75, 4.55, 4.9]);
         // "the unweighted median of {0.5, 0.6, 0.7} is 0.55"

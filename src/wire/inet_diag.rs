@@ -239,7 +239,7 @@ impl DumpRequest {
 mod tests {
     use super::*;
 
-    /// cgmon's request for `-netlink-dport 5201` (reference/cgmon.md 1.3, 1.4), extended with
+    /// cgmon's request for `-netlink-dport 5201` (docs/cgmon.md, "Port filters"), extended with
     /// our extensions and states, checked byte by byte.
     #[test]
     fn by_family_request_with_bytecode() {

@@ -6,7 +6,7 @@
 //! read is bounds-checked; a field the kernel did not send reads as `None`, never as zero.
 //!
 //! We decode by hand instead of with netlink-packet-sock-diag because its parser allocates
-//! about eight times per socket and costs ~0.9 µs per socket (../shared/reference/kernel.md),
+//! about eight times per socket and costs ~0.9 µs per socket (docs/kernel.md, "The Rust crates"),
 //! and because it rejects `tcp_info` shorter than 232 bytes and stops at `snd_wnd`. Its parser
 //! remains the oracle our differential tests compare against.
 

@@ -3,7 +3,7 @@
 
 Run: python3 tests/reference/stats_vectors.py   (numpy 2.4.6, scipy 1.17.1 from PyPI)
 
-- Quantiles: a direct Python transcription of the definition in reference/cgmon.md 1.7
+- Quantiles: a direct Python transcription of the definition in docs/cgmon.md, "Quantiles"
   (gonum stat.Quantile: Empirical and LinInterp), sorting by value and then weight.
 - Weighted Pearson: numpy.cov with aweights.
 - Spearman: scipy.stats.spearmanr (unweighted); weighted = weighted Pearson of weighted
