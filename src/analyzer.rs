@@ -24,12 +24,12 @@ use chrono::{DateTime, Local, SecondsFormat};
 use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
 
+use crate::states::name as state_name;
 use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
 use crate::stats::{Adjust, QuantileKind};
 use crate::tracker::{ABSENT_U64, EndReason, EndedFlow, Retained};
 use crate::wire::inet_diag::AF_INET;
-use crate::wire::sock::state_name;
 use crate::wire::tcp_info::{TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, TCPI_OPT_SACK, TCPI_OPT_TIMESTAMPS};
 
 /// Analyzer settings (cgmon's `-analyzer-*` flags).

@@ -166,7 +166,7 @@ pub async fn run(cfg: Config) -> u8 {
     let scfg = SamplerConfig {
         // Listeners too, always: they start no flow, but name the listening ports that
         // label the per-service metrics.
-        states: crate::states::StateSet(c.states.unwrap_or_default().0 | 1 << 10),
+        states: c.states.unwrap_or_default().with_listeners(),
         filter: cfg.filter.clone(),
         read_bufsize: c.read_bufsize as usize,
         recv_timeout: c.receive_timeout,

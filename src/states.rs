@@ -1,23 +1,72 @@
-//! TCP state sets for `idiag_states`, parsed from the names `ss` uses.
+//! The TCP states: their numbers as the kernel gives them in `idiag_state` and
+//! `tcpi_state`, the names `ss` prints and parses, and state sets for `idiag_states`. The
+//! one place that knows them (docs/kernel.md).
 
 use std::fmt;
 
-/// The TCP states, numbered as in include/net/tcp_states.h.
+/// The kernel's TCP states, numbered as in include/net/tcp_states.h.
+pub mod tcp {
+    /// TCP_ESTABLISHED.
+    pub const ESTABLISHED: u8 = 1;
+    /// TCP_SYN_SENT.
+    pub const SYN_SENT: u8 = 2;
+    /// TCP_SYN_RECV.
+    pub const SYN_RECV: u8 = 3;
+    /// TCP_FIN_WAIT1.
+    pub const FIN_WAIT1: u8 = 4;
+    /// TCP_FIN_WAIT2.
+    pub const FIN_WAIT2: u8 = 5;
+    /// TCP_TIME_WAIT.
+    pub const TIME_WAIT: u8 = 6;
+    /// TCP_CLOSE.
+    pub const CLOSE: u8 = 7;
+    /// TCP_CLOSE_WAIT.
+    pub const CLOSE_WAIT: u8 = 8;
+    /// TCP_LAST_ACK.
+    pub const LAST_ACK: u8 = 9;
+    /// TCP_LISTEN.
+    pub const LISTEN: u8 = 10;
+    /// TCP_CLOSING.
+    pub const CLOSING: u8 = 11;
+    /// TCP_NEW_SYN_RECV (request sockets).
+    pub const NEW_SYN_RECV: u8 = 12;
+}
+
+/// The states by the names `ss` parses (`--states`).
 pub const STATE_NAMES: [(&str, u8); 11] = [
-    ("established", 1),
-    ("syn-sent", 2),
-    ("syn-recv", 3),
-    ("fin-wait-1", 4),
-    ("fin-wait-2", 5),
-    ("time-wait", 6),
-    ("closed", 7),
-    ("close-wait", 8),
-    ("last-ack", 9),
-    ("listening", 10),
-    ("closing", 11),
+    ("established", tcp::ESTABLISHED),
+    ("syn-sent", tcp::SYN_SENT),
+    ("syn-recv", tcp::SYN_RECV),
+    ("fin-wait-1", tcp::FIN_WAIT1),
+    ("fin-wait-2", tcp::FIN_WAIT2),
+    ("time-wait", tcp::TIME_WAIT),
+    ("closed", tcp::CLOSE),
+    ("close-wait", tcp::CLOSE_WAIT),
+    ("last-ack", tcp::LAST_ACK),
+    ("listening", tcp::LISTEN),
+    ("closing", tcp::CLOSING),
 ];
 
-const LISTEN: u8 = 10;
+/// A state as `ss` prints it (`ESTAB`, `TIME-WAIT`, …), as records and views name it.
+pub fn name(state: u8) -> &'static str {
+    match state {
+        tcp::ESTABLISHED => "ESTAB",
+        tcp::SYN_SENT => "SYN-SENT",
+        tcp::SYN_RECV => "SYN-RECV",
+        tcp::FIN_WAIT1 => "FIN-WAIT-1",
+        tcp::FIN_WAIT2 => "FIN-WAIT-2",
+        tcp::TIME_WAIT => "TIME-WAIT",
+        tcp::CLOSE => "CLOSE",
+        tcp::CLOSE_WAIT => "CLOSE-WAIT",
+        tcp::LAST_ACK => "LAST-ACK",
+        tcp::LISTEN => "LISTEN",
+        tcp::CLOSING => "CLOSING",
+        tcp::NEW_SYN_RECV => "NEW-SYN-RECV",
+        _ => "UNKNOWN",
+    }
+}
+
+const LISTEN: u8 = tcp::LISTEN;
 const ALL: u32 = 0xffe; // bits 1..=11
 
 /// A set of TCP states as the `idiag_states` bit mask (`1 << state`).
@@ -42,6 +91,12 @@ fn names() -> String {
 }
 
 impl StateSet {
+    /// The set with LISTEN added: listeners start no flow, but name the listening ports
+    /// (per-service metrics, the accepting side of short flows).
+    pub fn with_listeners(self) -> Self {
+        StateSet(self.0 | 1 << LISTEN)
+    }
+
     /// True when `state` is in the set.
     pub fn contains(&self, state: u8) -> bool {
         state < 32 && self.0 & (1 << state) != 0

@@ -29,11 +29,7 @@ use pool::{Held, STAGED, StagePool};
 use crate::wire::sock::{Sample, SockKey, nul_terminated};
 use crate::wire::tcp_info::TcpInfo;
 
-/// TCP_LISTEN in `idiag_state`.
-const TCP_LISTEN: u8 = 10;
-
-/// TCP_TIME_WAIT in `idiag_state`.
-const TCP_TIME_WAIT: u8 = 6;
+use crate::states::tcp;
 
 /// How many cookies of flows ended as `gone` while destroy events were awaited are kept, so
 /// that a destroy event arriving after the grace period is counted as late rather than
@@ -889,7 +885,7 @@ impl Tracker {
 
     /// One socket of the current dump. Interim records (window cuts) go to `out`.
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
-        if s.msg().state() == TCP_LISTEN {
+        if s.msg().state() == tcp::LISTEN {
             // Listeners start no flow; they name the server side's port in the accounts.
             self.accounts.saw_listener(s.msg().sport(), s.cgroup_id().unwrap_or(0));
             return;
@@ -1359,7 +1355,7 @@ impl Tracker {
 /// How a flow that left the dumps without a destroy event closed: only a TIME-WAIT last
 /// seen tells (both FINs were exchanged); anything else is unknown.
 fn gone_close(f: &Flow) -> Option<Close> {
-    (f.last.state == TCP_TIME_WAIT).then_some(Close::Clean)
+    (f.last.state == tcp::TIME_WAIT).then_some(Close::Clean)
 }
 
 /// Copies the hot fields into the flow.

@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::{FlowId, mbps};
+use crate::states::name as state_name;
 use crate::tracker::{ABSENT_U64, EndedFlow, Flow, Retained};
-use crate::wire::sock::state_name;
 
 /// One sample line. Units as in the records: ms, bytes, Mbit/s. Also the sample format of
 /// the HTTP server's `/flows`.

@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 use super::{ABSENT_U64, Flow};
 use crate::analyzer::samples::Line;
 use crate::analyzer::{FlowId, ip};
+use crate::states::name as state_name;
 use crate::wire::inet_diag::AF_INET;
-use crate::wire::sock::state_name;
 
 /// Most samples `/flows/{cookie}` returns (the newest).
 pub const RECENT_SAMPLES: usize = 300;

@@ -456,25 +456,6 @@ impl SockBatch {
     }
 }
 
-/// Names `idiag_state` values the way `ss` prints them.
-pub fn state_name(state: u8) -> &'static str {
-    match state {
-        1 => "ESTAB",
-        2 => "SYN-SENT",
-        3 => "SYN-RECV",
-        4 => "FIN-WAIT-1",
-        5 => "FIN-WAIT-2",
-        6 => "TIME-WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE-WAIT",
-        9 => "LAST-ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW-SYN-RECV",
-        _ => "UNKNOWN",
-    }
-}
-
 /// One JSON object per socket, for `examples/dump.rs` and the samples stream: every field
 /// the kernel sent, kernel member names without prefixes, absent fields left out.
 impl Serialize for Sample<'_> {
@@ -488,7 +469,7 @@ impl Serialize for Sample<'_> {
             _ => "unknown",
         };
         map.serialize_entry("family", family)?;
-        map.serialize_entry("state", state_name(m.state()))?;
+        map.serialize_entry("state", crate::states::name(m.state()))?;
         map.serialize_entry("src", &m.src())?;
         map.serialize_entry("sport", &m.sport())?;
         map.serialize_entry("dst", &m.dst())?;
