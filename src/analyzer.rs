@@ -18,14 +18,12 @@
 //!   times).
 //! - Pacing rate (Mbit/s), over the samples that carry one.
 
-use std::net::IpAddr;
-
 use chrono::{DateTime, Local, SecondsFormat};
-use serde::Serialize;
 use tokio::sync::mpsc::Receiver;
 
+pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, ip, mbps};
 use crate::states::name as state_name;
-use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
+use crate::stats::correlation::{correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
 use crate::stats::{Adjust, QuantileKind};
 use crate::tracker::{ABSENT_U64, EndReason, EndedFlow, Retained};
@@ -45,221 +43,6 @@ pub struct AnalyzerConfig {
     pub adjust: Adjust,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns ([`crate::clock::realtime_offset_ns`]).
     pub realtime_offset_ns: i128,
-}
-
-/// `ID`: the flow's 4-tuple and first sample time, as cgmon writes it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FlowId {
-    /// Local address.
-    #[serde(rename = "SrcIP")]
-    pub src_ip: String,
-    /// Local port.
-    #[serde(rename = "SrcPort")]
-    pub src_port: u16,
-    /// Remote address.
-    #[serde(rename = "DstIP")]
-    pub dst_ip: String,
-    /// Remote port.
-    #[serde(rename = "DstPort")]
-    pub dst_port: u16,
-    /// CLOCK_MONOTONIC ns of the first sample.
-    #[serde(rename = "TstampStartNs")]
-    pub tstamp_start_ns: u64,
-}
-
-/// One correlation with its evidence.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct CorrDetail {
-    /// Pearson's r (after any adjustment); -2 undefined, -3 fewer than two samples.
-    pub pearson: f64,
-    /// Spearman's ρ; same sentinels.
-    pub spearman: f64,
-    /// Two-sided p-value of r; absent when it cannot be computed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pearson_p: Option<f64>,
-    /// Two-sided p-value of ρ.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spearman_p: Option<f64>,
-    /// Pairs used.
-    pub n: usize,
-    /// Effective sample size of the weights (Kish).
-    pub effective_n: f64,
-}
-
-impl From<Correlation> for CorrDetail {
-    fn from(c: Correlation) -> Self {
-        Self {
-            pearson: c.pearson,
-            spearman: c.spearman,
-            pearson_p: c.pearson_p,
-            spearman_p: c.spearman_p,
-            n: c.n,
-            effective_n: c.n_eff,
-        }
-    }
-}
-
-/// The three correlations.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Correlations {
-    /// RTT ~ cwnd.
-    #[serde(rename = "RTTCwnd")]
-    pub rtt_cwnd: CorrDetail,
-    /// Retransmit rate ~ cwnd.
-    #[serde(rename = "RetransCwnd")]
-    pub retrans_cwnd: CorrDetail,
-    /// Pacing rate ~ cwnd.
-    #[serde(rename = "PacingCwnd")]
-    pub pacing_cwnd: CorrDetail,
-}
-
-/// One flow's record. cgmon's fields first, under cgmon's names and units, then ours.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FlowStats {
-    /// Identity.
-    #[serde(rename = "ID")]
-    pub id: FlowId,
-    /// Wall time of the first sample, RFC 3339 with ns, local time zone.
-    #[serde(rename = "StartTime")]
-    pub start_time: String,
-    /// Wall time the end was seen (destroy event, or the dump that missed the flow).
-    #[serde(rename = "EndTime")]
-    pub end_time: String,
-    /// Last sample seen minus first, ns.
-    #[serde(rename = "Duration")]
-    pub duration: i64,
-    /// Retained samples.
-    #[serde(rename = "Samples")]
-    pub samples: usize,
-    /// Deduped samples.
-    #[serde(rename = "SamplesDeduped")]
-    pub samples_deduped: u32,
-    /// Start or end not seen (`PartialStart || PartialEnd`).
-    #[serde(rename = "Partial")]
-    pub partial: bool,
-    /// TCPI_OPT_TIMESTAMPS in any sample.
-    #[serde(rename = "Timestamps")]
-    pub timestamps: bool,
-    /// TCPI_OPT_SACK in any sample.
-    #[serde(rename = "SACK")]
-    pub sack: bool,
-    /// TCPI_OPT_ECN in any sample.
-    #[serde(rename = "ECN")]
-    pub ecn: bool,
-    /// TCPI_OPT_ECN_SEEN in any sample.
-    #[serde(rename = "ECNSeen")]
-    pub ecn_seen: bool,
-    /// tcpi_min_rtt of the last sample, ms; absent when the kernel had no RTT sample.
-    #[serde(rename = "MinRTTKernelms", skip_serializing_if = "Option::is_none")]
-    pub min_rtt_kernel_ms: Option<f64>,
-    /// Smallest tcpi_rtt over retained samples, ms; absent when no sample had an RTT.
-    #[serde(rename = "MinRTTObservedms", skip_serializing_if = "Option::is_none")]
-    pub min_rtt_observed_ms: Option<f64>,
-    /// tcpi_max_pacing_rate (SO_MAX_PACING_RATE), Mbit/s; absent when unlimited.
-    #[serde(rename = "MaxPacingRateKernelMbps", skip_serializing_if = "Option::is_none")]
-    pub max_pacing_rate_kernel_mbps: Option<f64>,
-    /// Largest tcpi_pacing_rate over retained samples, Mbit/s; absent when none had one.
-    #[serde(rename = "MaxPacingRateObservedMbps", skip_serializing_if = "Option::is_none")]
-    pub max_pacing_rate_observed_mbps: Option<f64>,
-    /// Seven-number summary of tcpi_rtt over the samples with an RTT, ms; absent when no
-    /// sample had one (a tcpi_rtt of 0 is "not measured", never a 0 ms RTT).
-    #[serde(rename = "RTTSummary", skip_serializing_if = "Option::is_none")]
-    pub rtt_summary: Option<[f64; 7]>,
-    /// Seven-number summary of tcpi_rttvar over the same samples, ms; absent likewise.
-    #[serde(rename = "RTTVarSummary", skip_serializing_if = "Option::is_none")]
-    pub rttvar_summary: Option<[f64; 7]>,
-    /// Pearson RTT ~ cwnd.
-    #[serde(rename = "CorrRTTCwnd")]
-    pub corr_rtt_cwnd: f64,
-    /// Pearson retransmit rate ~ cwnd.
-    #[serde(rename = "CorrRetransCwnd")]
-    pub corr_retrans_cwnd: f64,
-    /// Pearson pacing rate ~ cwnd.
-    #[serde(rename = "CorrPacingCwnd")]
-    pub corr_pacing_cwnd: f64,
-    /// tcpi_total_retrans of the last sample.
-    #[serde(rename = "TotalRetransmits")]
-    pub total_retransmits: u32,
-    /// tcpi_bytes_acked of the last sample (cumulative; SYN and FIN count 1 each).
-    #[serde(rename = "BytesAcked")]
-    pub bytes_acked: u64,
-    /// Bytes acked during the sampled span over its length, Mbit/s; 0 for a one-sample flow.
-    #[serde(rename = "SendThroughputMbps")]
-    pub send_throughput_mbps: f64,
-    /// tcpi_delivered of the last sample (segments).
-    #[serde(rename = "Delivered")]
-    pub delivered: u32,
-    /// tcpi_delivered_ce of the last sample (segments).
-    #[serde(rename = "DeliveredCE")]
-    pub delivered_ce: u32,
-    /// The start was not seen: open at startup, or a window after the first.
-    #[serde(rename = "PartialStart")]
-    pub partial_start: bool,
-    /// The end was not seen: open at shutdown, or cut at the window cap.
-    #[serde(rename = "PartialEnd")]
-    pub partial_end: bool,
-    /// Window number, from 0; a long flow yields one record per window.
-    #[serde(rename = "Seq")]
-    pub seq: u32,
-    /// destroyed | gone | shutdown | window.
-    #[serde(rename = "EndReason")]
-    pub end_reason: &'static str,
-    /// How the connection closed: clean (this side's FIN was acknowledged) | reset (a RST
-    /// was sent or received, or the kernel gave up on it); absent when the end was not seen
-    /// or cannot be told.
-    #[serde(rename = "Close", skip_serializing_if = "Option::is_none")]
-    pub close: Option<&'static str>,
-    /// Seven-number summary of cwnd, bytes.
-    #[serde(rename = "CwndSummary")]
-    pub cwnd_summary: [f64; 7],
-    /// Seven-number summary of tcpi_pacing_rate, Mbit/s; absent when no sample had one.
-    #[serde(rename = "PacingRateSummary", skip_serializing_if = "Option::is_none")]
-    pub pacing_rate_summary: Option<[f64; 7]>,
-    /// Seven-number summary of tcpi_delivery_rate, Mbit/s.
-    #[serde(rename = "DeliveryRateSummary", skip_serializing_if = "Option::is_none")]
-    pub delivery_rate_summary: Option<[f64; 7]>,
-    /// Pearson and Spearman with p-values and effective sample sizes.
-    #[serde(rename = "Correlations")]
-    pub correlations: Correlations,
-    /// Bytes received during the sampled span over its length, Mbit/s.
-    #[serde(rename = "RecvThroughputMbps")]
-    pub recv_throughput_mbps: f64,
-    /// tcpi_bytes_sent (includes retransmissions).
-    #[serde(rename = "BytesSent")]
-    pub bytes_sent: u64,
-    /// tcpi_bytes_retrans.
-    #[serde(rename = "BytesRetrans")]
-    pub bytes_retrans: u64,
-    /// tcpi_bytes_received.
-    #[serde(rename = "BytesReceived")]
-    pub bytes_received: u64,
-    /// Congestion-control algorithm ("" when the kernel never named it).
-    #[serde(rename = "CongestionControl")]
-    pub congestion_control: String,
-    /// inet | inet6.
-    #[serde(rename = "Family")]
-    pub family: &'static str,
-    /// State at the last sample (ss's names).
-    #[serde(rename = "FinalState")]
-    pub final_state: &'static str,
-    /// Socket cookie.
-    #[serde(rename = "Cookie")]
-    pub cookie: u64,
-    /// cgroup2 id (directory inode); absent when the kernel sent none.
-    #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
-    pub cgroup_id: Option<u64>,
-    /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
-    #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
-    pub diagnosis: Option<diagnosis::Diagnosis>,
-}
-
-pub(crate) fn ip(family: u8, raw: &[u8; 16]) -> String {
-    if family == AF_INET {
-        IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
-    } else {
-        IpAddr::from(*raw).to_string()
-    }
 }
 
 fn wall(mono_ns: u64, offset: i128) -> String {
@@ -292,10 +75,6 @@ pub fn time_weights(samples: &[Retained]) -> Vec<f64> {
     };
     w.push(median);
     w
-}
-
-fn mbps(bytes_per_s: u64) -> f64 {
-    bytes_per_s as f64 * 8.0 / 1e6
 }
 
 fn throughput_mbps(bytes: u64, span_ns: u64) -> f64 {
@@ -574,11 +353,10 @@ impl StageConfig {
 pub async fn run(
     cfg: StageConfig,
     mut ended_rx: Receiver<Vec<EndedFlow>>,
-    writer_tx: std::sync::mpsc::SyncSender<crate::writer::Msg>,
+    writer_tx: std::sync::mpsc::SyncSender<crate::edges::Msg>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
-) -> Result<(), crate::tracker::task::StageError> {
-    use crate::tracker::task::StageError;
-    use crate::writer::{Batch, Msg};
+) -> Result<(), crate::edges::StageError> {
+    use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, StageError};
     use std::sync::mpsc::TrySendError;
     keep_heap_for_reuse();
     // The last flow's samples: the next one is gathered into their memory. It holds at
@@ -614,11 +392,10 @@ pub async fn run(
         }
         // Bounded in bytes, not only in batches: wait while the writer holds too much (a
         // batch goes alone into an empty queue, however large).
-        out.queued_bytes =
-            out.records.len() as u64 * crate::writer::RECORD_BYTES + out.samples.len() as u64;
+        out.queued_bytes = out.records.len() as u64 * RECORD_BYTES + out.samples.len() as u64;
         // (A writer that stopped takes nothing: the send below finds out.)
         while metrics.writer_queue_bytes.get() > 0
-            && metrics.writer_queue_bytes.get() + out.queued_bytes > crate::writer::MAX_QUEUED_BYTES
+            && metrics.writer_queue_bytes.get() + out.queued_bytes > MAX_QUEUED_BYTES
             && metrics.writer_stopped.get() == 0
         {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;

@@ -29,6 +29,7 @@ use pool::{Held, STAGED, StagePool};
 use crate::wire::sock::{Sample, SockKey, nul_terminated};
 use crate::wire::tcp_info::TcpInfo;
 
+pub use crate::record::{ABSENT_U64, Retained};
 use crate::states::tcp;
 
 /// How many cookies of flows ended as `gone` while destroy events were awaited are kept, so
@@ -93,30 +94,6 @@ impl Default for TrackerConfig {
         }
     }
 }
-
-/// One retained sample: what the analysis needs of one poll, in 48 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Retained {
-    /// CLOCK_MONOTONIC ns the sample's datagram arrived.
-    pub ts_ns: u64,
-    /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
-    pub cwnd_bytes: u64,
-    /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
-    pub pacing_rate: u64,
-    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
-    pub delivery_rate: u64,
-    /// Smoothed RTT, µs; 0 when no RTT was measured yet.
-    pub rtt_us: u32,
-    /// RTT variance, µs (meaningless while `rtt_us` is 0).
-    pub rttvar_us: u32,
-    /// Cumulative retransmitted segments.
-    pub total_retrans: u32,
-    /// TCP state.
-    pub state: u8,
-}
-
-/// Marks a rate the kernel did not give.
-pub const ABSENT_U64: u64 = u64::MAX;
 
 /// The newest sample's flow-level values: the flow's final counters. Together with
 /// [`Retained`] they are what dedup compares (option flags aside, which are OR'd).
@@ -1386,5 +1363,7 @@ mod pool;
 pub mod task;
 pub mod views;
 
+#[cfg(test)]
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

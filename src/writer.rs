@@ -28,17 +28,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::analyzer::FlowStats;
+pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANNEL_CAPACITY};
 use crate::metrics::{Metrics, Stage};
 use file::{FileConfig, OutFile};
 use stream::{Refused, StreamOut};
-
-/// Capacity of the analyzer → writer channel, in batches (one batch per batch of ended
-/// flows, so up to a dump's worth of records each). The writer thread empties it into its
-/// byte-bounded backlog at once, so it fills only while that thread is stuck in a system
-/// call on a file (stdout has its own thread); 1024 batches then cover over 15 minutes at
-/// a 1 s interval before a batch is dropped (and counted).
-pub const RECORDS_CHANNEL_CAPACITY: usize = 1024;
 
 /// How often files are sync-flushed: at most this much output is lost to a SIGKILL.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -48,35 +41,6 @@ const TICK: Duration = Duration::from_millis(200);
 
 /// How soon the thread comes back while records wait for room in stdout's hand-off.
 const STREAM_RETRY: Duration = Duration::from_millis(10);
-
-/// What the writer thread receives.
-#[derive(Debug)]
-pub enum Msg {
-    /// Records to write, and (with `--samples-out`) their flows' sample lines.
-    Batch(Batch),
-    /// Close, rotate and reopen the files (SIGHUP).
-    Reopen,
-}
-
-/// One batch from the analyzer.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// Records, in the order their flows ended.
-    pub records: Vec<FlowStats>,
-    /// NDJSON sample lines of the same flows (empty without `--samples-out`).
-    pub samples: Vec<u8>,
-    /// What the analyzer counted into `Metrics::writer_queue_bytes` for this batch; the
-    /// writer takes it out again when it receives the batch.
-    pub queued_bytes: u64,
-}
-
-/// Most bytes (estimated: [`RECORD_BYTES`] a record, and the sample lines) waiting in the
-/// analyzer → writer channel; past it the analyzer waits, and the tracker, which never
-/// waits, drops what the analyzer cannot take (counted).
-pub const MAX_QUEUED_BYTES: u64 = 64 << 20;
-
-/// A record's JSON, about (1.5-2.5 KB with a diagnosis).
-pub const RECORD_BYTES: u64 = 2048;
 
 /// Where records go.
 #[derive(Debug, Clone)]

@@ -22,8 +22,7 @@
 //! least [`SNDBUF_CAP_FRACTION`] of its send-buffer cap is called send-buffer limited rather
 //! than network limited.
 
-use serde::Serialize;
-
+pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
 use crate::tracker::{EndedFlow, Last};
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
@@ -36,102 +35,6 @@ pub const SNDBUF_MIN_SHARE_PCT: f64 = 20.0;
 /// Fraction of the send-buffer cap that only a buffer fixed below what autotuning would
 /// give can reach (autotuned buffers stay at or below 0.5).
 pub const SNDBUF_CAP_FRACTION: f64 = 0.4;
-
-/// How the elapsed time divided, in percent (they sum to 100).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TimeShares {
-    /// Limited by the peer's advertised receive window.
-    #[serde(rename = "ReceiverWindowPct")]
-    pub receiver_window: f64,
-    /// Limited by our send buffer.
-    #[serde(rename = "SendBufferPct")]
-    pub send_buffer: f64,
-    /// Limited by the congestion window: the network.
-    #[serde(rename = "NetworkPct")]
-    pub network: f64,
-    /// Not busy: the application had nothing to send, or the connection was idle.
-    #[serde(rename = "ApplicationPct")]
-    pub application: f64,
-    /// `span` (growth over the sampled span) or `lifetime` (one sample: lifetime counters,
-    /// busy time as elapsed time).
-    #[serde(rename = "Basis")]
-    pub basis: &'static str,
-}
-
-/// What each limit allows, to compare with the achieved throughput.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Caps {
-    /// Largest receive window the peer advertised, bytes.
-    #[serde(rename = "PeerWindowBytes")]
-    pub peer_window_bytes: u32,
-    /// Window cap: peer window ÷ min RTT, Mbit/s.
-    #[serde(rename = "WindowCapMbps", skip_serializing_if = "Option::is_none")]
-    pub window_cap_mbps: Option<f64>,
-    /// SO_SNDBUF as the kernel reports it (SKMEMINFO; twice what was asked for), bytes.
-    #[serde(rename = "SendBufferBytes", skip_serializing_if = "Option::is_none")]
-    pub send_buffer_bytes: Option<u32>,
-    /// Send-buffer cap: the send buffer ÷ min RTT, Mbit/s. The buffer is charged with
-    /// per-packet overhead, but the kernel lets it overshoot by one packet train, so flows
-    /// held by it reach 0.5–1.2 × this (measured in the lab).
-    #[serde(rename = "SendBufferCapMbps", skip_serializing_if = "Option::is_none")]
-    pub send_buffer_cap_mbps: Option<f64>,
-    /// Loss cap (Mathis): MSS ÷ RTT × √(3/2) ÷ √p, with p = retransmitted ÷ sent
-    /// segments and the median smoothed RTT, Mbit/s; absent without loss.
-    #[serde(rename = "LossCapMbps", skip_serializing_if = "Option::is_none")]
-    pub loss_cap_mbps: Option<f64>,
-    /// Bandwidth-delay product of the achieved rate at the min RTT, bytes; absent when no
-    /// RTT was measured.
-    #[serde(rename = "BDPBytes", skip_serializing_if = "Option::is_none")]
-    pub bdp_bytes: Option<f64>,
-    /// Median congestion window, bytes.
-    #[serde(rename = "CwndBytes")]
-    pub cwnd_bytes: f64,
-}
-
-/// Other signals of trouble.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Signals {
-    /// Retransmitted ÷ sent segments, percent.
-    #[serde(rename = "LossPct")]
-    pub loss_pct: f64,
-    /// Reordering events (tcpi_reord_seen).
-    #[serde(rename = "ReorderingEvents")]
-    pub reordering: u32,
-    /// Spurious retransmissions: segments the peer reported twice (tcpi_dsack_dups).
-    #[serde(rename = "SpuriousRetransmits")]
-    pub spurious: u32,
-    /// CE-marked share of delivered segments, percent; absent with nothing delivered.
-    #[serde(rename = "CEMarkedPct", skip_serializing_if = "Option::is_none")]
-    pub ce_pct: Option<f64>,
-    /// Retransmission timeouts (tcpi_total_rto).
-    #[serde(rename = "RTOs")]
-    pub rtos: u16,
-}
-
-/// A flow's diagnosis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Diagnosis {
-    /// Time shares.
-    #[serde(rename = "TimeShares")]
-    pub shares: TimeShares,
-    /// Caps.
-    #[serde(rename = "Caps")]
-    pub caps: Caps,
-    /// Other signals.
-    #[serde(rename = "Signals")]
-    pub signals: Signals,
-    /// The rate the verdict and caps are judged against, Mbit/s: the record's
-    /// SendThroughputMbps, or for a flow seen in a single sample, its bytes acked over its
-    /// busy time.
-    #[serde(rename = "AchievedMbps")]
-    pub achieved_mbps: f64,
-    /// The dominant limit: `receiver-window`, `send-buffer`, `network` or `application`.
-    #[serde(rename = "Verdict")]
-    pub verdict: &'static str,
-    /// One plain sentence with the numbers behind the verdict.
-    #[serde(rename = "Finding")]
-    pub finding: String,
-}
 
 /// What the analysis already computed that the diagnosis uses.
 #[derive(Debug, Clone, Copy)]
@@ -320,7 +223,8 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
 #[cfg(test)]
 mod tests {
     use crate::analyzer::{AnalyzerConfig, analyze};
-    use crate::testkit::{SockBuilder, ended_flow};
+    use crate::tracker::testing::ended_flow;
+    use crate::wire::build::SockBuilder;
 
     const S: u64 = 1_000_000_000;
 

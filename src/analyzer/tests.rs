@@ -1,13 +1,14 @@
 //! Analyzer tests: flows built through the tracker from synthetic samples.
 
 use super::*;
-use crate::testkit::{SockBuilder, batch};
 use crate::tracker::{Tracker, TrackerConfig};
+use crate::wire::build::SockBuilder;
+use crate::wire::sock::batch;
 
 const S: u64 = 1_000_000_000;
 
 fn flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
-    crate::testkit::ended_flow(samples)
+    crate::tracker::testing::ended_flow(samples)
 }
 
 fn cfg() -> AnalyzerConfig {
@@ -141,7 +142,7 @@ fn a_flow_handed_on_ungathered_is_analysed_whole() {
     let a = SockBuilder::new(1, 5000, 80);
     let samples: Vec<_> =
         (0..41u32).map(|i| (u64::from(i) * S, a.clone().rtt_us(1000 + 10 * i))).collect();
-    let mut e = crate::testkit::ended_flow_held(&samples);
+    let mut e = crate::tracker::testing::ended_flow_held(&samples);
     assert!(!e.gathered() && e.flow.samples.len() < 41, "the test needs samples in blocks");
     let r = analyze(&mut e, &cfg());
     assert_eq!(r.samples, 41);

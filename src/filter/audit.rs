@@ -1,7 +1,7 @@
 //! A replica of the kernel's `inet_diag_bc_audit` (net/ipv4/inet_diag.c), so that a program
 //! the kernel would refuse with a bare EINVAL is caught here with a message that says why.
 
-use super::compile::op;
+use crate::wire::inet_diag::bytecode as op;
 
 /// Why the kernel would reject a program.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,22 +12,9 @@
 //! ops out and resolves labels to byte offsets. For cgmon's port lists this yields exactly
 //! cgmon's bytes (tested below against docs/cgmon.md).
 
-use super::{Expr, Prefix, Side, audit};
+pub(crate) use crate::wire::inet_diag::bytecode as op;
 
-/// Opcodes (enum in include/uapi/linux/inet_diag.h).
-pub(crate) mod op {
-    pub const NOP: u8 = 0;
-    pub const JMP: u8 = 1;
-    pub const S_GE: u8 = 2;
-    pub const S_LE: u8 = 3;
-    pub const D_GE: u8 = 4;
-    pub const D_LE: u8 = 5;
-    pub const AUTO: u8 = 6;
-    pub const S_COND: u8 = 7;
-    pub const D_COND: u8 = 8;
-    pub const S_EQ: u8 = 11;
-    pub const D_EQ: u8 = 12;
-}
+use super::{Expr, Prefix, Side, audit};
 
 /// A program the kernel could not take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

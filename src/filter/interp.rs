@@ -2,8 +2,8 @@
 //! proptest drives it against [`Expr::matches`](super::Expr::matches) so that the compiler
 //! and the userspace evaluation cannot drift apart.
 
-use super::compile::op;
 use super::{Prefix, prefix_matches};
+use crate::wire::inet_diag::bytecode as op;
 use crate::wire::sock::SockKey;
 
 /// Runs an audited program; `true` = the kernel would report the socket.

@@ -171,7 +171,7 @@ impl<S: DumpSource> DestroyListener<S> {
 mod tests {
     use super::*;
     use crate::sampler::source::Received;
-    use crate::testkit::MsgBuilder;
+    use crate::wire::build::MsgBuilder;
     use std::collections::VecDeque;
 
     /// A source that plays a script of datagrams and errors.

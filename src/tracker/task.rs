@@ -28,47 +28,17 @@ use tokio::time::MissedTickBehavior;
 use super::accounts::Account;
 use super::views::{self, Query};
 use super::{EndedFlow, Tracker, TrackerStats};
+pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
-
-/// Capacity of the tracker → analyzer channel, in batches: cgmon's 256. Each batch holds
-/// the flows ended since the dump before (by the dump, or by destroy events in between), so
-/// this absorbs a long analyzer stall (over four minutes at a 1 s interval) before a batch
-/// is dropped.
-pub const ENDED_CHANNEL_CAPACITY: usize = 256;
-
-/// Most retained samples of ended flows waiting in the channel to the analyzer (about
-/// 480 MB): a batch counts its flows' samples, not one slot, so a stalled analyzer cannot
-/// pile up 256 batches of long windows. A batch that would pass it is dropped and counted,
-/// as when the channel is full.
-pub const MAX_QUEUED_SAMPLES: u64 = 10_000_000;
 
 /// Longest back-off between failed dumps, however many failed.
 pub const MAX_ERROR_DELAY: Duration = Duration::from_secs(300);
 
 /// How often a recurring warning (overruns, drops) may repeat.
 const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// Why a stage stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum StageError {
-    /// The next stage dropped its receiver.
-    #[error("downstream stage is gone")]
-    DownstreamGone,
-    /// Sampling failed in a way that cannot be retried.
-    #[error(transparent)]
-    Sample(#[from] SampleError),
-    /// Too many dumps failed in a row.
-    #[error("aborted after {count} consecutive failed dumps; last error: {last}")]
-    TooManyErrors {
-        /// Consecutive failures.
-        count: u32,
-        /// The last one.
-        last: SampleError,
-    },
-}
 
 /// The stage's schedule and limits.
 #[derive(Debug, Clone)]

@@ -7,8 +7,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use super::{ABSENT_U64, Flow};
-use crate::analyzer::samples::Line;
-use crate::analyzer::{FlowId, ip};
+use crate::record::{FlowId, Line, ip};
 use crate::states::name as state_name;
 use crate::wire::inet_diag::AF_INET;
 
@@ -151,8 +150,9 @@ pub fn view(f: &Flow, recent: bool) -> serde_json::Value {
         bytes_retrans: l.bytes_retrans,
         max_pacing_mbps: (l.max_pacing_rate != ABSENT_U64)
             .then(|| l.max_pacing_rate as f64 * 8.0 / 1e6),
-        latest: f.samples.last().map(|s| Line::new(f, &id, s)),
-        recent: recent.then(|| f.samples.iter().map(|s| Line::new(f, &id, s)).collect()),
+        latest: f.samples.last().map(|s| Line::new(f.key.cookie, f.seq, &id, s)),
+        recent: recent
+            .then(|| f.samples.iter().map(|s| Line::new(f.key.cookie, f.seq, &id, s)).collect()),
     };
     // Serialising numbers and strings into a Value cannot fail.
     serde_json::to_value(&v).unwrap_or(serde_json::Value::Null)

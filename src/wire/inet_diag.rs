@@ -298,3 +298,30 @@ mod tests {
         assert!(InetDiagMsg::new_checked(&p[..71]).is_err());
     }
 }
+
+/// Bytecode opcodes (`INET_DIAG_BC_*`, the enum in include/uapi/linux/inet_diag.h;
+/// docs/kernel.md, "Bytecode filters").
+pub mod bytecode {
+    #[allow(missing_docs)]
+    pub const NOP: u8 = 0;
+    #[allow(missing_docs)]
+    pub const JMP: u8 = 1;
+    #[allow(missing_docs)]
+    pub const S_GE: u8 = 2;
+    #[allow(missing_docs)]
+    pub const S_LE: u8 = 3;
+    #[allow(missing_docs)]
+    pub const D_GE: u8 = 4;
+    #[allow(missing_docs)]
+    pub const D_LE: u8 = 5;
+    #[allow(missing_docs)]
+    pub const AUTO: u8 = 6;
+    #[allow(missing_docs)]
+    pub const S_COND: u8 = 7;
+    #[allow(missing_docs)]
+    pub const D_COND: u8 = 8;
+    #[allow(missing_docs)]
+    pub const S_EQ: u8 = 11;
+    #[allow(missing_docs)]
+    pub const D_EQ: u8 = 12;
+}

@@ -11,6 +11,7 @@
 //! remains the oracle our differential tests compare against.
 
 pub mod attr;
+pub mod build;
 pub mod cc;
 pub mod inet_diag;
 pub mod nlmsg;

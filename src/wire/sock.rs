@@ -585,10 +585,28 @@ pub fn nul_terminated(mut v: u128) -> u128 {
     v
 }
 
+/// Whole netlink messages, each with its arrival time, as a batch of samples (one datagram
+/// each): for replaying recorded or built messages.
+///
+/// # Panics
+/// A message does not decode (the caller built or recorded it).
+pub fn batch(msgs: &[(u64, Vec<u8>)]) -> SockBatch {
+    let mut b = SockBatch::default();
+    for (ts, m) in msgs {
+        let payload = &m[super::nlmsg::NLMSG_HDRLEN..];
+        let mut idx = index(payload).expect("built messages decode");
+        idx.dgram = b.datagrams.len() as u32;
+        idx.payload_off = super::nlmsg::NLMSG_HDRLEN as u32;
+        b.index.push(idx);
+        b.datagrams.push(Datagram { ts_ns: *ts, bytes: m.clone() });
+    }
+    b
+}
+
 #[cfg(all(test, target_endian = "little"))]
 mod tests {
+    use super::super::build::MsgBuilder;
     use super::*;
-    use crate::testkit::MsgBuilder;
 
     fn payload(m: &[u8]) -> &[u8] {
         &m[16..]

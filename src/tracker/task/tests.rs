@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::sampler::source::Received;
 use crate::sampler::{DumpMode, SamplerConfig};
-use crate::testkit::{SockBuilder, control_msg};
 use crate::tracker::{EndReason, TrackerConfig};
+use crate::wire::build::{SockBuilder, control_msg};
 use crate::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR};
 
 /// Answers each request after `delay`, with one socket whose cookie is the dump number

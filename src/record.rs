@@ -1,0 +1,413 @@
+//! What the program emits, below every stage: the flow record and its parts, the sample
+//! as retained, and the sample line. The analyzer builds records; the writer and the HTTP
+//! side only read them. No logic here beyond construction and serialisation. (The field
+//! names and units are cgmon's where it had the field: docs/cgmon.md.)
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::states::name as state_name;
+use crate::stats::correlation::Correlation;
+use crate::wire::inet_diag::AF_INET;
+
+/// A rate in bytes/s as Mbit/s.
+pub fn mbps(bytes_per_s: u64) -> f64 {
+    bytes_per_s as f64 * 8.0 / 1e6
+}
+
+/// One retained sample: what the analysis needs of one poll, in 48 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retained {
+    /// CLOCK_MONOTONIC ns the sample's datagram arrived.
+    pub ts_ns: u64,
+    /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
+    pub cwnd_bytes: u64,
+    /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
+    pub pacing_rate: u64,
+    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
+    pub delivery_rate: u64,
+    /// Smoothed RTT, µs; 0 when no RTT was measured yet.
+    pub rtt_us: u32,
+    /// RTT variance, µs (meaningless while `rtt_us` is 0).
+    pub rttvar_us: u32,
+    /// Cumulative retransmitted segments.
+    pub total_retrans: u32,
+    /// TCP state.
+    pub state: u8,
+}
+
+/// Marks a rate the kernel did not give.
+pub const ABSENT_U64: u64 = u64::MAX;
+
+/// `ID`: the flow's 4-tuple and first sample time, as cgmon writes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowId {
+    /// Local address.
+    #[serde(rename = "SrcIP")]
+    pub src_ip: String,
+    /// Local port.
+    #[serde(rename = "SrcPort")]
+    pub src_port: u16,
+    /// Remote address.
+    #[serde(rename = "DstIP")]
+    pub dst_ip: String,
+    /// Remote port.
+    #[serde(rename = "DstPort")]
+    pub dst_port: u16,
+    /// CLOCK_MONOTONIC ns of the first sample.
+    #[serde(rename = "TstampStartNs")]
+    pub tstamp_start_ns: u64,
+}
+
+/// One correlation with its evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CorrDetail {
+    /// Pearson's r (after any adjustment); -2 undefined, -3 fewer than two samples.
+    pub pearson: f64,
+    /// Spearman's ρ; same sentinels.
+    pub spearman: f64,
+    /// Two-sided p-value of r; absent when it cannot be computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pearson_p: Option<f64>,
+    /// Two-sided p-value of ρ.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spearman_p: Option<f64>,
+    /// Pairs used.
+    pub n: usize,
+    /// Effective sample size of the weights (Kish).
+    pub effective_n: f64,
+}
+
+impl From<Correlation> for CorrDetail {
+    fn from(c: Correlation) -> Self {
+        Self {
+            pearson: c.pearson,
+            spearman: c.spearman,
+            pearson_p: c.pearson_p,
+            spearman_p: c.spearman_p,
+            n: c.n,
+            effective_n: c.n_eff,
+        }
+    }
+}
+
+/// The three correlations.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Correlations {
+    /// RTT ~ cwnd.
+    #[serde(rename = "RTTCwnd")]
+    pub rtt_cwnd: CorrDetail,
+    /// Retransmit rate ~ cwnd.
+    #[serde(rename = "RetransCwnd")]
+    pub retrans_cwnd: CorrDetail,
+    /// Pacing rate ~ cwnd.
+    #[serde(rename = "PacingCwnd")]
+    pub pacing_cwnd: CorrDetail,
+}
+
+/// One flow's record. cgmon's fields first, under cgmon's names and units, then ours.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlowStats {
+    /// Identity.
+    #[serde(rename = "ID")]
+    pub id: FlowId,
+    /// Wall time of the first sample, RFC 3339 with ns, local time zone.
+    #[serde(rename = "StartTime")]
+    pub start_time: String,
+    /// Wall time the end was seen (destroy event, or the dump that missed the flow).
+    #[serde(rename = "EndTime")]
+    pub end_time: String,
+    /// Last sample seen minus first, ns.
+    #[serde(rename = "Duration")]
+    pub duration: i64,
+    /// Retained samples.
+    #[serde(rename = "Samples")]
+    pub samples: usize,
+    /// Deduped samples.
+    #[serde(rename = "SamplesDeduped")]
+    pub samples_deduped: u32,
+    /// Start or end not seen (`PartialStart || PartialEnd`).
+    #[serde(rename = "Partial")]
+    pub partial: bool,
+    /// TCPI_OPT_TIMESTAMPS in any sample.
+    #[serde(rename = "Timestamps")]
+    pub timestamps: bool,
+    /// TCPI_OPT_SACK in any sample.
+    #[serde(rename = "SACK")]
+    pub sack: bool,
+    /// TCPI_OPT_ECN in any sample.
+    #[serde(rename = "ECN")]
+    pub ecn: bool,
+    /// TCPI_OPT_ECN_SEEN in any sample.
+    #[serde(rename = "ECNSeen")]
+    pub ecn_seen: bool,
+    /// tcpi_min_rtt of the last sample, ms; absent when the kernel had no RTT sample.
+    #[serde(rename = "MinRTTKernelms", skip_serializing_if = "Option::is_none")]
+    pub min_rtt_kernel_ms: Option<f64>,
+    /// Smallest tcpi_rtt over retained samples, ms; absent when no sample had an RTT.
+    #[serde(rename = "MinRTTObservedms", skip_serializing_if = "Option::is_none")]
+    pub min_rtt_observed_ms: Option<f64>,
+    /// tcpi_max_pacing_rate (SO_MAX_PACING_RATE), Mbit/s; absent when unlimited.
+    #[serde(rename = "MaxPacingRateKernelMbps", skip_serializing_if = "Option::is_none")]
+    pub max_pacing_rate_kernel_mbps: Option<f64>,
+    /// Largest tcpi_pacing_rate over retained samples, Mbit/s; absent when none had one.
+    #[serde(rename = "MaxPacingRateObservedMbps", skip_serializing_if = "Option::is_none")]
+    pub max_pacing_rate_observed_mbps: Option<f64>,
+    /// Seven-number summary of tcpi_rtt over the samples with an RTT, ms; absent when no
+    /// sample had one (a tcpi_rtt of 0 is "not measured", never a 0 ms RTT).
+    #[serde(rename = "RTTSummary", skip_serializing_if = "Option::is_none")]
+    pub rtt_summary: Option<[f64; 7]>,
+    /// Seven-number summary of tcpi_rttvar over the same samples, ms; absent likewise.
+    #[serde(rename = "RTTVarSummary", skip_serializing_if = "Option::is_none")]
+    pub rttvar_summary: Option<[f64; 7]>,
+    /// Pearson RTT ~ cwnd.
+    #[serde(rename = "CorrRTTCwnd")]
+    pub corr_rtt_cwnd: f64,
+    /// Pearson retransmit rate ~ cwnd.
+    #[serde(rename = "CorrRetransCwnd")]
+    pub corr_retrans_cwnd: f64,
+    /// Pearson pacing rate ~ cwnd.
+    #[serde(rename = "CorrPacingCwnd")]
+    pub corr_pacing_cwnd: f64,
+    /// tcpi_total_retrans of the last sample.
+    #[serde(rename = "TotalRetransmits")]
+    pub total_retransmits: u32,
+    /// tcpi_bytes_acked of the last sample (cumulative; SYN and FIN count 1 each).
+    #[serde(rename = "BytesAcked")]
+    pub bytes_acked: u64,
+    /// Bytes acked during the sampled span over its length, Mbit/s; 0 for a one-sample flow.
+    #[serde(rename = "SendThroughputMbps")]
+    pub send_throughput_mbps: f64,
+    /// tcpi_delivered of the last sample (segments).
+    #[serde(rename = "Delivered")]
+    pub delivered: u32,
+    /// tcpi_delivered_ce of the last sample (segments).
+    #[serde(rename = "DeliveredCE")]
+    pub delivered_ce: u32,
+    /// The start was not seen: open at startup, or a window after the first.
+    #[serde(rename = "PartialStart")]
+    pub partial_start: bool,
+    /// The end was not seen: open at shutdown, or cut at the window cap.
+    #[serde(rename = "PartialEnd")]
+    pub partial_end: bool,
+    /// Window number, from 0; a long flow yields one record per window.
+    #[serde(rename = "Seq")]
+    pub seq: u32,
+    /// destroyed | gone | shutdown | window.
+    #[serde(rename = "EndReason")]
+    pub end_reason: &'static str,
+    /// How the connection closed: clean (this side's FIN was acknowledged) | reset (a RST
+    /// was sent or received, or the kernel gave up on it); absent when the end was not seen
+    /// or cannot be told.
+    #[serde(rename = "Close", skip_serializing_if = "Option::is_none")]
+    pub close: Option<&'static str>,
+    /// Seven-number summary of cwnd, bytes.
+    #[serde(rename = "CwndSummary")]
+    pub cwnd_summary: [f64; 7],
+    /// Seven-number summary of tcpi_pacing_rate, Mbit/s; absent when no sample had one.
+    #[serde(rename = "PacingRateSummary", skip_serializing_if = "Option::is_none")]
+    pub pacing_rate_summary: Option<[f64; 7]>,
+    /// Seven-number summary of tcpi_delivery_rate, Mbit/s.
+    #[serde(rename = "DeliveryRateSummary", skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_summary: Option<[f64; 7]>,
+    /// Pearson and Spearman with p-values and effective sample sizes.
+    #[serde(rename = "Correlations")]
+    pub correlations: Correlations,
+    /// Bytes received during the sampled span over its length, Mbit/s.
+    #[serde(rename = "RecvThroughputMbps")]
+    pub recv_throughput_mbps: f64,
+    /// tcpi_bytes_sent (includes retransmissions).
+    #[serde(rename = "BytesSent")]
+    pub bytes_sent: u64,
+    /// tcpi_bytes_retrans.
+    #[serde(rename = "BytesRetrans")]
+    pub bytes_retrans: u64,
+    /// tcpi_bytes_received.
+    #[serde(rename = "BytesReceived")]
+    pub bytes_received: u64,
+    /// Congestion-control algorithm ("" when the kernel never named it).
+    #[serde(rename = "CongestionControl")]
+    pub congestion_control: String,
+    /// inet | inet6.
+    #[serde(rename = "Family")]
+    pub family: &'static str,
+    /// State at the last sample (ss's names).
+    #[serde(rename = "FinalState")]
+    pub final_state: &'static str,
+    /// Socket cookie.
+    #[serde(rename = "Cookie")]
+    pub cookie: u64,
+    /// cgroup2 id (directory inode); absent when the kernel sent none.
+    #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
+    #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+}
+
+/// An address as text: IPv4 from the first four bytes, else IPv6.
+pub fn ip(family: u8, raw: &[u8; 16]) -> String {
+    if family == AF_INET {
+        IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
+    } else {
+        IpAddr::from(*raw).to_string()
+    }
+}
+
+/// How the elapsed time divided, in percent (they sum to 100).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeShares {
+    /// Limited by the peer's advertised receive window.
+    #[serde(rename = "ReceiverWindowPct")]
+    pub receiver_window: f64,
+    /// Limited by our send buffer.
+    #[serde(rename = "SendBufferPct")]
+    pub send_buffer: f64,
+    /// Limited by the congestion window: the network.
+    #[serde(rename = "NetworkPct")]
+    pub network: f64,
+    /// Not busy: the application had nothing to send, or the connection was idle.
+    #[serde(rename = "ApplicationPct")]
+    pub application: f64,
+    /// `span` (growth over the sampled span) or `lifetime` (one sample: lifetime counters,
+    /// busy time as elapsed time).
+    #[serde(rename = "Basis")]
+    pub basis: &'static str,
+}
+
+/// What each limit allows, to compare with the achieved throughput.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caps {
+    /// Largest receive window the peer advertised, bytes.
+    #[serde(rename = "PeerWindowBytes")]
+    pub peer_window_bytes: u32,
+    /// Window cap: peer window ÷ min RTT, Mbit/s.
+    #[serde(rename = "WindowCapMbps", skip_serializing_if = "Option::is_none")]
+    pub window_cap_mbps: Option<f64>,
+    /// SO_SNDBUF as the kernel reports it (SKMEMINFO; twice what was asked for), bytes.
+    #[serde(rename = "SendBufferBytes", skip_serializing_if = "Option::is_none")]
+    pub send_buffer_bytes: Option<u32>,
+    /// Send-buffer cap: the send buffer ÷ min RTT, Mbit/s. The buffer is charged with
+    /// per-packet overhead, but the kernel lets it overshoot by one packet train, so flows
+    /// held by it reach 0.5–1.2 × this (measured in the lab).
+    #[serde(rename = "SendBufferCapMbps", skip_serializing_if = "Option::is_none")]
+    pub send_buffer_cap_mbps: Option<f64>,
+    /// Loss cap (Mathis): MSS ÷ RTT × √(3/2) ÷ √p, with p = retransmitted ÷ sent
+    /// segments and the median smoothed RTT, Mbit/s; absent without loss.
+    #[serde(rename = "LossCapMbps", skip_serializing_if = "Option::is_none")]
+    pub loss_cap_mbps: Option<f64>,
+    /// Bandwidth-delay product of the achieved rate at the min RTT, bytes; absent when no
+    /// RTT was measured.
+    #[serde(rename = "BDPBytes", skip_serializing_if = "Option::is_none")]
+    pub bdp_bytes: Option<f64>,
+    /// Median congestion window, bytes.
+    #[serde(rename = "CwndBytes")]
+    pub cwnd_bytes: f64,
+}
+
+/// Other signals of trouble.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Signals {
+    /// Retransmitted ÷ sent segments, percent.
+    #[serde(rename = "LossPct")]
+    pub loss_pct: f64,
+    /// Reordering events (tcpi_reord_seen).
+    #[serde(rename = "ReorderingEvents")]
+    pub reordering: u32,
+    /// Spurious retransmissions: segments the peer reported twice (tcpi_dsack_dups).
+    #[serde(rename = "SpuriousRetransmits")]
+    pub spurious: u32,
+    /// CE-marked share of delivered segments, percent; absent with nothing delivered.
+    #[serde(rename = "CEMarkedPct", skip_serializing_if = "Option::is_none")]
+    pub ce_pct: Option<f64>,
+    /// Retransmission timeouts (tcpi_total_rto).
+    #[serde(rename = "RTOs")]
+    pub rtos: u16,
+}
+
+/// A flow's diagnosis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// Time shares.
+    #[serde(rename = "TimeShares")]
+    pub shares: TimeShares,
+    /// Caps.
+    #[serde(rename = "Caps")]
+    pub caps: Caps,
+    /// Other signals.
+    #[serde(rename = "Signals")]
+    pub signals: Signals,
+    /// The rate the verdict and caps are judged against, Mbit/s: the record's
+    /// SendThroughputMbps, or for a flow seen in a single sample, its bytes acked over its
+    /// busy time.
+    #[serde(rename = "AchievedMbps")]
+    pub achieved_mbps: f64,
+    /// The dominant limit: `receiver-window`, `send-buffer`, `network` or `application`.
+    #[serde(rename = "Verdict")]
+    pub verdict: &'static str,
+    /// One plain sentence with the numbers behind the verdict.
+    #[serde(rename = "Finding")]
+    pub finding: String,
+}
+
+/// One sample line. Units as in the records: ms, bytes, Mbit/s. Also the sample format of
+/// the HTTP server's `/flows`.
+#[derive(Debug, Serialize)]
+pub struct Line<'a> {
+    #[serde(rename = "Cookie")]
+    cookie: u64,
+    #[serde(rename = "Seq")]
+    seq: u32,
+    #[serde(rename = "SrcIP")]
+    src_ip: &'a str,
+    #[serde(rename = "SrcPort")]
+    src_port: u16,
+    #[serde(rename = "DstIP")]
+    dst_ip: &'a str,
+    #[serde(rename = "DstPort")]
+    dst_port: u16,
+    /// CLOCK_MONOTONIC ns, as the record's `ID.TstampStartNs`.
+    #[serde(rename = "TstampNs")]
+    ts_ns: u64,
+    #[serde(rename = "State")]
+    state: &'static str,
+    /// Absent while no RTT was measured.
+    #[serde(rename = "RTTms", skip_serializing_if = "Option::is_none")]
+    rtt_ms: Option<f64>,
+    #[serde(rename = "RTTVarms", skip_serializing_if = "Option::is_none")]
+    rttvar_ms: Option<f64>,
+    #[serde(rename = "CwndBytes")]
+    cwnd_bytes: u64,
+    #[serde(rename = "PacingRateMbps", skip_serializing_if = "Option::is_none")]
+    pacing_rate_mbps: Option<f64>,
+    #[serde(rename = "DeliveryRateMbps", skip_serializing_if = "Option::is_none")]
+    delivery_rate_mbps: Option<f64>,
+    #[serde(rename = "TotalRetransmits")]
+    total_retransmits: u32,
+}
+
+impl<'a> Line<'a> {
+    /// Sample `s` of the flow (window `seq`) with socket cookie `cookie`, whose addresses
+    /// are already text.
+    pub fn new(cookie: u64, seq: u32, id: &'a FlowId, s: &Retained) -> Self {
+        let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
+        Line {
+            cookie,
+            seq,
+            src_ip: &id.src_ip,
+            src_port: id.src_port,
+            dst_ip: &id.dst_ip,
+            dst_port: id.dst_port,
+            ts_ns: s.ts_ns,
+            state: state_name(s.state),
+            rtt_ms: (s.rtt_us > 0).then(|| f64::from(s.rtt_us) / 1000.0),
+            rttvar_ms: (s.rtt_us > 0).then(|| f64::from(s.rttvar_us) / 1000.0),
+            cwnd_bytes: s.cwnd_bytes,
+            pacing_rate_mbps: rate(s.pacing_rate),
+            delivery_rate_mbps: rate(s.delivery_rate),
+            total_retransmits: s.total_retrans,
+        }
+    }
+}
