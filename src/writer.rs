@@ -513,7 +513,7 @@ fn open_error(fc: &FileConfig, samples: bool, source: io::Error) -> WriterError 
 /// A request to reopen the output (SIGHUP) that survives a full channel: the signal sets
 /// it and sends [`Msg::Reopen`] only to wake the thread, so when that send finds the
 /// channel full, the writer still reopens once it has caught up (at its next loop, at most
-/// [`TICK`] later). Any number of requests before then make one reopen.
+/// 200 ms later). Any number of requests before then make one reopen.
 #[derive(Debug, Clone, Default)]
 pub struct ReopenRequest(Arc<std::sync::atomic::AtomicBool>);
 
