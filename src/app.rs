@@ -23,7 +23,7 @@ use crate::analyzer::{self, StageConfig};
 use crate::cli::{self, Config, Parsed};
 use crate::metrics::Metrics;
 use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, SocketOptions};
+use crate::sampler::source::{NetlinkSource, SocketOptions, Source};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY, TaskConfig};
 use crate::tracker::{Tracker, TrackerConfig};
@@ -76,7 +76,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let code = rt.block_on(run(*cfg));
+    let code = rt.block_on(run_main(*cfg));
     // The writer thread and blocking sends are done or abandoned; do not wait for them.
     rt.shutdown_timeout(Duration::from_millis(100));
     ExitCode::from(code)
@@ -131,12 +131,125 @@ fn release_free_memory() -> String {
     }
 }
 
-/// Runs until a stop signal, `-run-duration`, or a fatal error; returns the exit status.
-pub async fn run(cfg: Config) -> u8 {
-    let c = cfg.cli.clone();
-    let metrics = Arc::new(Metrics::new(c.interval));
+/// Every stage's settings, resolved once from the parsed command line; the raw options go
+/// no further than [`settings`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Sampling: states (listeners added), filter, buffers.
+    pub sampler: SamplerConfig,
+    /// The sock_diag socket's receive buffer.
+    pub socket: SocketOptions,
+    /// The tracker; its destroy grace applies only when destroy events are read.
+    pub tracker: TrackerConfig,
+    /// The sampling schedule and error policy.
+    pub task: TaskConfig,
+    /// The analyzer stage.
+    pub analyzer: StageConfig,
+    /// The output.
+    pub writer: WriterConfig,
+    /// The HTTP server, when asked for.
+    pub http: Option<HttpSettings>,
+    /// `-run-duration` (0: until a signal).
+    pub run_duration: Duration,
+    /// `-run-shutdown-timeout`.
+    pub shutdown_timeout: Duration,
+    /// The one-line summary logged at start.
+    pub summary: String,
+}
+
+/// `-run-http-server` and its bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpSettings {
+    /// Where to listen.
+    pub addr: std::net::SocketAddr,
+    /// Timeouts and the connection cap.
+    pub limits: crate::http::Limits,
+    /// `--metrics-top-services`.
+    pub top_services: usize,
+}
+
+/// Resolves the parsed command line into every stage's settings.
+pub fn settings(cfg: &Config) -> Settings {
+    let c = &cfg.cli;
+    let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
+    Settings {
+        sampler: SamplerConfig {
+            // Listeners too, always: they start no flow, but name the listening ports that
+            // label the per-service metrics and the accepting side of short flows.
+            states: c.states.unwrap_or_default().with_listeners(),
+            filter: cfg.filter.clone(),
+            read_bufsize: c.read_bufsize as usize,
+            recv_timeout: c.receive_timeout,
+            ..SamplerConfig::default()
+        },
+        socket: SocketOptions {
+            rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
+            rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
+        },
+        tracker: TrackerConfig {
+            max_flows: c.max_flows,
+            min_samples: c.min_samples,
+            window_samples: window,
+            destroy_grace_ns: c.destroy_grace.as_nanos() as u64,
+            max_samples: c.max_samples,
+        },
+        task: TaskConfig {
+            interval: c.interval,
+            error_delay: c.error_delay,
+            max_errors: c.max_errors,
+        },
+        analyzer: StageConfig {
+            analysis: crate::analyzer::AnalyzerConfig {
+                realtime_offset_ns: crate::clock::realtime_offset_ns(),
+                ..cfg.analyzer
+            },
+            write_partial: c.partial,
+            samples_out: c.samples_out.is_some(),
+        },
+        writer: writer_config(cfg),
+        http: c.http_server.map(|addr| HttpSettings {
+            addr,
+            limits: crate::http::Limits {
+                header_timeout: c.http_header_timeout,
+                idle_timeout: c.http_idle_timeout,
+                max_connections: c.http_max_connections as usize,
+            },
+            top_services: c.top_services,
+        }),
+        run_duration: c.run_duration,
+        shutdown_timeout: c.shutdown_timeout,
+        summary: format!("{} window_samples={window}", cfg.summary()),
+    }
+}
+
+/// What the running program is told from outside (signals, in the program itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Stop (SIGINT, SIGTERM); a second one during the shutdown exits at once.
+    Stop(&'static str),
+    /// Rotate and reopen the output (SIGHUP).
+    Reopen,
+    /// Log the internal metrics (SIGUSR1).
+    Report,
+    /// Give free heap memory back to the OS, then report (SIGUSR2).
+    Trim,
+}
+
+/// Where the program's sockets come from: the dump source, and the destroy listener when
+/// one could be opened.
+pub struct Sources {
+    /// Dumps.
+    pub dump: Source,
+    /// Destroy events.
+    pub destroy: Option<DestroyListener<Source>>,
+}
+
+/// Opens the kernel's sockets, turns signals into events, and runs; the exit status.
+async fn run_main(cfg: Config) -> u8 {
+    let s = settings(&cfg);
+    let metrics = Arc::new(Metrics::new(s.task.interval));
     // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
-    let w = match Writer::open(writer_config(&cfg), metrics.clone()) {
+    let w = match Writer::open(s.writer.clone(), metrics.clone()) {
         Ok(w) => w,
         Err(e) => {
             // The error names the path; which flag gave it, and whether a CGMON_* variable
@@ -145,92 +258,96 @@ pub async fn run(cfg: Config) -> u8 {
                 WriterError::Open { samples: true, .. } => {
                     ("--samples-out", cfg.env.suffix(&["samples_out"]))
                 }
-                _ if c.dir.is_some() => ("-writer-dir", cfg.env.suffix(&["dir", "file"])),
+                _ if cfg.cli.dir.is_some() => ("-writer-dir", cfg.env.suffix(&["dir", "file"])),
                 _ => ("stdout", String::new()),
             };
             eprintln!("cgmon-rs: {flag}: {e}{from}");
             return EXIT_USAGE;
         }
     };
-    let opts = SocketOptions {
-        rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
-        rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
-    };
-    let source = match NetlinkSource::open(opts) {
-        Ok(s) => s,
+    let dump = match NetlinkSource::open(s.socket) {
+        Ok(src) => Source::Netlink(src),
         Err(e) => {
             eprintln!("cgmon-rs: cannot open a sock_diag netlink socket: {e}");
             return EXIT_FAILURE;
         }
     };
-    let scfg = SamplerConfig {
-        // Listeners too, always: they start no flow, but name the listening ports that
-        // label the per-service metrics.
-        states: c.states.unwrap_or_default().with_listeners(),
-        filter: cfg.filter.clone(),
-        read_bufsize: c.read_bufsize as usize,
-        recv_timeout: c.receive_timeout,
-        ..SamplerConfig::default()
-    };
-    let sampler = match Sampler::new(source, scfg) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("cgmon-rs: filter: {e}");
-            return EXIT_USAGE;
-        }
-    };
-    let destroy = match DestroyListener::open(cfg.filter.clone()) {
-        Ok(d) => Some(d),
+    let destroy = match DestroyListener::open(s.sampler.filter.clone()) {
+        Ok(d) => Some(d.map_source(Source::Netlink)),
         Err(e) => {
             tracing::warn!(error = %e,
                 "no destroy events; flows end when a dump misses them, with the counters of their last sample");
             None
         }
     };
-    let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
-    // Without destroy events nothing would end a waiting flow but the grace period.
-    let grace = if destroy.is_some() { c.destroy_grace } else { std::time::Duration::ZERO };
-    let tracker = Tracker::new(TrackerConfig {
-        max_flows: c.max_flows,
-        min_samples: c.min_samples,
-        window_samples: window,
-        destroy_grace_ns: grace.as_nanos() as u64,
-        max_samples: c.max_samples,
+    let events = match signal_events() {
+        Ok(ev) => ev,
+        Err(e) => {
+            eprintln!("cgmon-rs: cannot install signal handlers: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    run(s, Sources { dump, destroy }, w, events, metrics).await
+}
+
+/// The signals the program answers, as events. SIGUSR2 too: cgmon answers it (with a GC and
+/// the metrics), so scripts send it; left at its default action it would kill us.
+fn signal_events() -> std::io::Result<tokio::sync::mpsc::Receiver<Event>> {
+    let mut sigs = [
+        (signal(SignalKind::interrupt())?, Event::Stop("SIGINT")),
+        (signal(SignalKind::terminate())?, Event::Stop("SIGTERM")),
+        (signal(SignalKind::hangup())?, Event::Reopen),
+        (signal(SignalKind::user_defined1())?, Event::Report),
+        (signal(SignalKind::user_defined2())?, Event::Trim),
+    ];
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let [a, b, c, d, e] = &mut sigs;
+            let ev = tokio::select! {
+                _ = a.0.recv() => a.1,
+                _ = b.0.recv() => b.1,
+                _ = c.0.recv() => c.1,
+                _ = d.0.recv() => d.1,
+                _ = e.0.recv() => e.1,
+            };
+            // A full queue (a storm) loses nothing that matters: a reopen is remembered by
+            // the writer, and one stop is enough.
+            if tx.try_send(ev).is_err() && tx.is_closed() {
+                break;
+            }
+        }
     });
+    Ok(rx)
+}
+
+/// Runs the pipeline on `sources` into `writer` until a [`Event::Stop`], `-run-duration`,
+/// or a fatal error; returns the exit status. Tests run it in-process on a replayed source.
+pub async fn run(
+    s: Settings,
+    sources: Sources,
+    writer: Writer,
+    mut events: tokio::sync::mpsc::Receiver<Event>,
+    metrics: Arc<Metrics>,
+) -> u8 {
+    let sampler = match Sampler::new(sources.dump, s.sampler.clone()) {
+        Ok(smp) => smp,
+        Err(e) => {
+            eprintln!("cgmon-rs: filter: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    // Without destroy events nothing would end a waiting flow but the grace period.
+    let mut tcfg = s.tracker;
+    if sources.destroy.is_none() {
+        tcfg.destroy_grace_ns = 0;
+    }
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
-    let http = match c.http_server {
-        Some(addr) => match crate::http::bind(addr) {
-            Ok(l) => {
-                let exporter = Arc::new(crate::prom::Exporter::new(
-                    metrics.clone(),
-                    accounts.clone(),
-                    crate::services::Services::new(),
-                    c.top_services,
-                ));
-                let served = crate::http::Served {
-                    metrics: metrics.clone(),
-                    registry: exporter.registry(),
-                    queries: query_tx,
-                    interval: c.interval,
-                };
-                let limits = crate::http::Limits {
-                    header_timeout: c.http_header_timeout,
-                    idle_timeout: c.http_idle_timeout,
-                    max_connections: c.http_max_connections as usize,
-                };
-                match crate::http::spawn(l, served, limits) {
-                    Ok(server) => Some(server),
-                    Err(e) => {
-                        eprintln!("cgmon-rs: cannot start the HTTP server: {e}");
-                        return EXIT_FAILURE;
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!("cgmon-rs: -run-http-server: cannot listen on {addr}: {e}");
-                return EXIT_FAILURE;
-            }
+    let http = match s.http {
+        Some(h) => match start_http(h, s.task.interval, &metrics, &accounts, query_tx) {
+            Ok(server) => Some(server),
+            Err(code) => return code,
         },
         None => None,
     };
@@ -238,7 +355,7 @@ pub async fn run(cfg: Config) -> u8 {
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
-    let writer_thread = match writer::spawn(w, wrx, reopen.clone(), c.shutdown_timeout / 2) {
+    let writer_thread = match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("cgmon-rs: cannot start the writer thread: {e}");
@@ -246,28 +363,11 @@ pub async fn run(cfg: Config) -> u8 {
         }
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let tcfg =
-        TaskConfig { interval: c.interval, error_delay: c.error_delay, max_errors: c.max_errors };
-    let watchdog = sd_notify::watchdog_enabled();
-    let mut ready = false;
-    let mut last_ping = Instant::now();
-    let on_dump = move |o: DumpOutcome| {
-        if o == DumpOutcome::Ok && !ready {
-            ready = true;
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
-        }
-        if let Some(wd) = watchdog
-            && last_ping.elapsed() >= wd / 4
-        {
-            last_ping = Instant::now();
-            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
-        }
-    };
     let mut tracker_task = tokio::spawn(task::run(
-        tracker,
+        Tracker::new(tcfg),
         sampler,
-        destroy,
-        tcfg,
+        sources.destroy,
+        s.task.clone(),
         task::Wiring {
             stop: stop_rx,
             ended_tx,
@@ -275,68 +375,42 @@ pub async fn run(cfg: Config) -> u8 {
             accounts: http.is_some().then(|| accounts.clone()),
             queries: http.is_some().then_some(query_rx),
         },
-        on_dump,
+        systemd_hooks(),
     ));
-    let stage = StageConfig {
-        analysis: crate::analyzer::AnalyzerConfig {
-            realtime_offset_ns: crate::clock::realtime_offset_ns(),
-            ..cfg.analyzer
-        },
-        write_partial: c.partial,
-        samples_out: c.samples_out.is_some(),
-    };
-    let analyzer_task = tokio::spawn(analyzer::run(stage, ended_rx, wtx.clone(), metrics.clone()));
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        window_samples = window,
-        "{}",
-        cfg.summary()
-    );
-
-    // SIGUSR2 too: cgmon answers it (with a GC and the metrics), so scripts send it; left
-    // at its default action it would kill us.
-    let (mut sigint, mut sigterm, mut sighup, mut sigusr1, mut sigusr2) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    ) {
-        (Ok(a), Ok(b), Ok(c), Ok(d), Ok(e)) => (a, b, c, d, e),
-        _ => {
-            eprintln!("cgmon-rs: cannot install signal handlers");
-            return EXIT_FAILURE;
-        }
-    };
+    let analyzer_task =
+        tokio::spawn(analyzer::run(s.analyzer.clone(), ended_rx, wtx.clone(), metrics.clone()));
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
     let duration = async {
-        if c.run_duration.is_zero() {
+        if s.run_duration.is_zero() {
             std::future::pending::<()>().await;
         }
-        tokio::time::sleep(c.run_duration).await;
+        tokio::time::sleep(s.run_duration).await;
     };
     tokio::pin!(duration);
     let mut code = 0;
     let mut tracker_done = false;
     loop {
         tokio::select! {
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            ev = events.recv() => match ev {
+                Some(Event::Stop(why)) => { tracing::info!("{why}: stopping"); break; }
+                None => { tracing::info!("no more events: stopping"); break; }
+                Some(Event::Reopen) => {
+                    tracing::info!("SIGHUP: rotating and reopening the output");
+                    // Remembered even when the channel is full: the writer reopens once
+                    // it has caught up. The message only wakes it sooner.
+                    reopen.request();
+                    let _ = wtx.try_send(Msg::Reopen);
+                }
+                Some(Event::Report) => {
+                    tracing::info!("received SIGUSR1; internal metrics:\n{}", metrics.report());
+                }
+                Some(Event::Trim) => {
+                    let freed = release_free_memory();
+                    tracing::info!("received SIGUSR2; {freed}; internal metrics:\n{}",
+                        metrics.report());
+                }
+            },
             () = &mut duration => { tracing::info!("-run-duration reached: stopping"); break; }
-            _ = sighup.recv() => {
-                tracing::info!("SIGHUP: rotating and reopening the output");
-                // Remembered even when the channel is full: the writer reopens once it
-                // has caught up. The message only wakes it sooner.
-                reopen.request();
-                let _ = wtx.try_send(Msg::Reopen);
-            }
-            _ = sigusr1.recv() => {
-                tracing::info!("received SIGUSR1; internal metrics:\n{}", metrics.report());
-            }
-            _ = sigusr2.recv() => {
-                let freed = release_free_memory();
-                tracing::info!("received SIGUSR2; {freed}; internal metrics:\n{}",
-                    metrics.report());
-            }
             r = &mut tracker_task => {
                 tracker_done = true;
                 if !stage_ok("sampling", r.map(|r| r.map(drop))) {
@@ -367,20 +441,32 @@ pub async fn run(cfg: Config) -> u8 {
         };
         if ok { 0 } else { EXIT_FAILURE }
     };
+    let second_stop = async {
+        while let Some(ev) = events.recv().await {
+            if matches!(ev, Event::Stop(_)) {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
     let code = tokio::select! {
         code = drain => code,
-        () = tokio::time::sleep(c.shutdown_timeout) => {
+        () = tokio::time::sleep(s.shutdown_timeout) => {
             tracing::error!("shutdown did not finish within -run-shutdown-timeout {}; records may be lost",
-                format_duration(c.shutdown_timeout));
+                format_duration(s.shutdown_timeout));
             EXIT_FAILURE
         }
-        _ = sigint.recv() => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
-        _ = sigterm.recv() => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
+        () = second_stop => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
     };
+    exit_status(code, &metrics)
+}
+
+/// The status after a drain that gave `code`: records lost along the way (pushed out of a
+/// full backlog, or dropped while the analyzer was behind) fail the run as surely as
+/// records left unwritten at the end, so that a wrapper script or systemd does not take an
+/// incomplete output for a complete one.
+fn exit_status(code: u8, metrics: &Metrics) -> u8 {
     tracing::info!("stopped; {}", metrics.report().lines().nth(4).unwrap_or_default());
-    // Records lost along the way (pushed out of a full backlog, or dropped while the
-    // analyzer was behind) fail the run as surely as records left unwritten at the end: a
-    // wrapper script or systemd must not take an incomplete output for a complete one.
     let (lost, dropped) = (metrics.records_lost.get(), metrics.records_dropped.get());
     let code = if code == 0 && lost + dropped > 0 {
         tracing::error!(lost, dropped, "records were lost during the run: exit status 1");
@@ -392,6 +478,56 @@ pub async fn run(cfg: Config) -> u8 {
         tracing::info!("successful termination");
     }
     code
+}
+
+/// systemd's hooks after each dump: READY=1 after the first good one, WATCHDOG=1 at a
+/// quarter of the watchdog's period.
+fn systemd_hooks() -> impl FnMut(DumpOutcome) + Send {
+    let watchdog = sd_notify::watchdog_enabled();
+    let mut ready = false;
+    let mut last_ping = Instant::now();
+    move |o: DumpOutcome| {
+        if o == DumpOutcome::Ok && !ready {
+            ready = true;
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+        if let Some(wd) = watchdog
+            && last_ping.elapsed() >= wd / 4
+        {
+            last_ping = Instant::now();
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+}
+
+/// Binds and starts the HTTP server with the `/metrics` exporter.
+fn start_http(
+    h: HttpSettings,
+    interval: Duration,
+    metrics: &Arc<Metrics>,
+    accounts: &Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
+    queries: tokio::sync::mpsc::Sender<crate::tracker::views::Query>,
+) -> Result<crate::http::Server, u8> {
+    let l = crate::http::bind(h.addr).map_err(|e| {
+        eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
+        EXIT_FAILURE
+    })?;
+    let exporter = Arc::new(crate::prom::Exporter::new(
+        metrics.clone(),
+        accounts.clone(),
+        crate::services::Services::new(),
+        h.top_services,
+    ));
+    let served = crate::http::Served {
+        metrics: metrics.clone(),
+        registry: exporter.registry(),
+        queries,
+        interval,
+    };
+    crate::http::spawn(l, served, h.limits).map_err(|e| {
+        eprintln!("cgmon-rs: cannot start the HTTP server: {e}");
+        EXIT_FAILURE
+    })
 }
 
 /// Logs how a stage ended; true when it ended well. `outer` is the task's own failure

@@ -76,6 +76,11 @@ impl<S: DumpSource> DestroyListener<S> {
         Self { source, filter }
     }
 
+    /// The same listener over its source wrapped by `f` (e.g. into the program's `Source`).
+    pub fn map_source<T>(self, f: impl FnOnce(S) -> T) -> DestroyListener<T> {
+        DestroyListener { source: f(self.source), filter: self.filter }
+    }
+
     /// Waits for at least one event, then takes whatever else is already queued.
     ///
     /// An overrun (ENOBUFS) is counted in the batch and reception goes on: the socket stays

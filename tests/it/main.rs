@@ -5,6 +5,7 @@
 mod differential;
 mod fixtures;
 mod http;
+mod inprocess;
 mod kernel;
 mod lifecycle;
 mod load;
