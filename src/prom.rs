@@ -157,28 +157,128 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
     e.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&v)
 }
 
+/// A plain series of the monitor's own: a counter or a gauge, read from the metrics.
+#[derive(Clone, Copy)]
+enum Value {
+    Counter(fn(&Metrics) -> u64),
+    Gauge(fn(&Metrics) -> u64),
+}
+
+/// The monitor's plain series, in the order they are exposed: name, help, value.
+const SERIES: &[(&str, &str, Value)] = &[
+    ("cgmon_dumps", "sock_diag dumps taken", Value::Counter(|m| m.dumps.get())),
+    (
+        "cgmon_netlink_errors",
+        "Dumps that failed (netlink error or timeout)",
+        Value::Counter(|m| m.dump_errors.get()),
+    ),
+    (
+        "cgmon_dumps_incomplete",
+        "Dumps interrupted (NLM_F_DUMP_INTR), truncated or malformed; no flow ended on them",
+        Value::Counter(|m| m.dumps_incomplete.get()),
+    ),
+    (
+        "cgmon_ticks_overrun",
+        "Ticks missed because a dump outlasted the interval",
+        Value::Counter(|m| m.ticks_overrun.get()),
+    ),
+    ("cgmon_dump_sockets", "Sockets in the last dump", Value::Gauge(|m| m.sockets_last_dump.get())),
+    ("cgmon_flows_active", "Flows being tracked", Value::Gauge(|m| m.flows_active.get())),
+    (
+        "cgmon_flows_refused",
+        "Flows not recorded for -tracker-max-flows",
+        Value::Counter(|m| m.flows_refused.get()),
+    ),
+    (
+        "cgmon_destroy_events",
+        "Socket destroy events received",
+        Value::Counter(|m| m.destroy_events.get()),
+    ),
+    (
+        "cgmon_destroy_overruns",
+        "Destroy events lost to receive-buffer overruns",
+        Value::Counter(|m| m.destroy_overruns.get()),
+    ),
+    (
+        "cgmon_flows_awaiting_destroy",
+        "Flows that left the dumps, waiting for their destroy event (-tracker-destroy-grace)",
+        Value::Gauge(|m| m.flows_awaiting_destroy.get()),
+    ),
+    (
+        "cgmon_destroy_awaited",
+        "Flows that left the dumps and got their destroy event within the grace period",
+        Value::Counter(|m| m.destroy_awaited.get()),
+    ),
+    (
+        "cgmon_destroy_wait_expired",
+        "Flows that left the dumps and ended as gone: no destroy event within the grace period",
+        Value::Counter(|m| m.destroy_wait_expired.get()),
+    ),
+    (
+        "cgmon_destroy_events_late",
+        "Destroy events for flows already written as gone (counted, not written again)",
+        Value::Counter(|m| m.destroy_late.get()),
+    ),
+    (
+        "cgmon_output_failing",
+        "1 while the output fails (write, flush or rotation; records wait in the backlog)",
+        Value::Gauge(|m| m.output_failing.get()),
+    ),
+    (
+        "cgmon_samples_held",
+        "Retained samples held by the flows being tracked (-tracker-max-samples bounds them)",
+        Value::Gauge(|m| m.samples_held.get()),
+    ),
+    (
+        "cgmon_windows_cut_for_memory",
+        "Windows written early to keep the samples held within -tracker-max-samples",
+        Value::Counter(|m| m.windows_cut_for_memory.get()),
+    ),
+    ("cgmon_http_connections", "HTTP connections open", Value::Gauge(|m| m.http_connections.get())),
+    (
+        "cgmon_http_refused",
+        "HTTP connections closed at once: over --http-max-connections",
+        Value::Counter(|m| m.http_refused.get()),
+    ),
+    (
+        "cgmon_http_timeouts",
+        "HTTP connections closed by the header-read or idle timeout",
+        Value::Counter(|m| m.http_timeouts.get()),
+    ),
+    (
+        "cgmon_http_accept_errors",
+        "HTTP accepts that failed (e.g. out of file descriptors)",
+        Value::Counter(|m| m.http_accept_errors.get()),
+    ),
+    ("cgmon_records_written", "Flow records written", Value::Counter(|m| m.records_written.get())),
+    (
+        "cgmon_records_partial_skipped",
+        "Partial flow records not written (no -writer-partial)",
+        Value::Counter(|m| m.records_partial_skipped.get()),
+    ),
+    (
+        "cgmon_records_dropped",
+        "Flow records dropped because a stage's channel was full",
+        Value::Counter(|m| m.records_dropped.get()),
+    ),
+    (
+        "cgmon_records_lost",
+        "Flow records lost because the output failed",
+        Value::Counter(|m| m.records_lost.get()),
+    ),
+    ("cgmon_write_errors", "Output write errors", Value::Counter(|m| m.write_errors.get())),
+    ("cgmon_rotations", "Output files rotated", Value::Counter(|m| m.rotations.get())),
+];
+
 impl Collector for Exporter {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let m = &self.metrics;
-        counter(&mut e, "cgmon_dumps", "sock_diag dumps taken", m.dumps.get())?;
-        counter(
-            &mut e,
-            "cgmon_netlink_errors",
-            "Dumps that failed (netlink error or timeout)",
-            m.dump_errors.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_dumps_incomplete",
-            "Dumps interrupted (NLM_F_DUMP_INTR), truncated or malformed; no flow ended on them",
-            m.dumps_incomplete.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_ticks_overrun",
-            "Ticks missed because a dump outlasted the interval",
-            m.ticks_overrun.get(),
-        )?;
+        for (name, help, v) in SERIES {
+            match v {
+                Value::Counter(get) => counter(&mut e, name, help, get(m))?,
+                Value::Gauge(get) => gauge(&mut e, name, help, get(m) as f64)?,
+            }
+        }
         let (sum, count, buckets) = m.dump_seconds.snapshot();
         e.encode_descriptor(
             "cgmon_dump_duration_seconds",
@@ -195,12 +295,6 @@ impl Collector for Exporter {
             MetricType::Histogram,
         )?
         .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-        gauge(
-            &mut e,
-            "cgmon_dump_sockets",
-            "Sockets in the last dump",
-            m.sockets_last_dump.get() as f64,
-        )?;
         e.encode_descriptor(
             "cgmon_decode_seconds",
             "Time spent decoding dumps and tracking their sockets (without the kernel's walk)",
@@ -208,112 +302,6 @@ impl Collector for Exporter {
             MetricType::Counter,
         )?
         .encode_counter::<NoLabelSet, _, u64>(&(m.decode_ns.get() as f64 / 1e9), None)?;
-        gauge(&mut e, "cgmon_flows_active", "Flows being tracked", m.flows_active.get() as f64)?;
-        counter(
-            &mut e,
-            "cgmon_flows_refused",
-            "Flows not recorded for -tracker-max-flows",
-            m.flows_refused.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_destroy_events",
-            "Socket destroy events received",
-            m.destroy_events.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_destroy_overruns",
-            "Destroy events lost to receive-buffer overruns",
-            m.destroy_overruns.get(),
-        )?;
-        gauge(
-            &mut e,
-            "cgmon_flows_awaiting_destroy",
-            "Flows that left the dumps, waiting for their destroy event (-tracker-destroy-grace)",
-            m.flows_awaiting_destroy.get() as f64,
-        )?;
-        counter(
-            &mut e,
-            "cgmon_destroy_awaited",
-            "Flows that left the dumps and got their destroy event within the grace period",
-            m.destroy_awaited.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_destroy_wait_expired",
-            "Flows that left the dumps and ended as gone: no destroy event within the grace period",
-            m.destroy_wait_expired.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_destroy_events_late",
-            "Destroy events for flows already written as gone (counted, not written again)",
-            m.destroy_late.get(),
-        )?;
-        gauge(
-            &mut e,
-            "cgmon_output_failing",
-            "1 while the output fails (write, flush or rotation; records wait in the backlog)",
-            m.output_failing.get() as f64,
-        )?;
-        gauge(
-            &mut e,
-            "cgmon_samples_held",
-            "Retained samples held by the flows being tracked (-tracker-max-samples bounds them)",
-            m.samples_held.get() as f64,
-        )?;
-        counter(
-            &mut e,
-            "cgmon_windows_cut_for_memory",
-            "Windows written early to keep the samples held within -tracker-max-samples",
-            m.windows_cut_for_memory.get(),
-        )?;
-        gauge(
-            &mut e,
-            "cgmon_http_connections",
-            "HTTP connections open",
-            m.http_connections.get() as f64,
-        )?;
-        counter(
-            &mut e,
-            "cgmon_http_refused",
-            "HTTP connections closed at once: over --http-max-connections",
-            m.http_refused.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_http_timeouts",
-            "HTTP connections closed by the header-read or idle timeout",
-            m.http_timeouts.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_http_accept_errors",
-            "HTTP accepts that failed (e.g. out of file descriptors)",
-            m.http_accept_errors.get(),
-        )?;
-        counter(&mut e, "cgmon_records_written", "Flow records written", m.records_written.get())?;
-        counter(
-            &mut e,
-            "cgmon_records_partial_skipped",
-            "Partial flow records not written (no -writer-partial)",
-            m.records_partial_skipped.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_records_dropped",
-            "Flow records dropped because a stage's channel was full",
-            m.records_dropped.get(),
-        )?;
-        counter(
-            &mut e,
-            "cgmon_records_lost",
-            "Flow records lost because the output failed",
-            m.records_lost.get(),
-        )?;
-        counter(&mut e, "cgmon_write_errors", "Output write errors", m.write_errors.get())?;
-        counter(&mut e, "cgmon_rotations", "Output files rotated", m.rotations.get())?;
         {
             let mut d = e.encode_descriptor(
                 "cgmon_channel_depth",
