@@ -363,7 +363,7 @@ pub async fn run(
         }
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tracker_task = tokio::spawn(task::run(
+    let tracker_task = tokio::spawn(task::run(
         Tracker::new(tcfg),
         sampler,
         sources.destroy,
@@ -380,6 +380,40 @@ pub async fn run(
     let analyzer_task =
         tokio::spawn(analyzer::run(s.analyzer.clone(), ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
+    let stage = Running {
+        tracker: tracker_task,
+        analyzer: analyzer_task,
+        writer: writer_thread,
+        stop: stop_tx,
+        http,
+    };
+    let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
+    drop(wtx); // the analyzer's sender is the writer's last one
+    let code = shut_down(&s, &mut events, stage, code).await;
+    exit_status(code, &metrics)
+}
+
+/// The running stages.
+struct Running {
+    tracker:
+        tokio::task::JoinHandle<Result<crate::tracker::TrackerStats, crate::edges::StageError>>,
+    analyzer: tokio::task::JoinHandle<Result<(), crate::edges::StageError>>,
+    writer: std::thread::JoinHandle<Result<(), WriterError>>,
+    stop: watch::Sender<bool>,
+    http: Option<crate::http::Server>,
+}
+
+/// Answers events until a stop, `-run-duration`, or the sampling stage's end; returns the
+/// status so far (1 when sampling failed) and the stages, the sampling one taken when it
+/// ended.
+async fn until_stop(
+    s: &Settings,
+    events: &mut tokio::sync::mpsc::Receiver<Event>,
+    mut stage: Running,
+    reopen: &writer::ReopenRequest,
+    wtx: &std::sync::mpsc::SyncSender<Msg>,
+    metrics: &Metrics,
+) -> (u8, (Running, bool)) {
     let duration = async {
         if s.run_duration.is_zero() {
             std::future::pending::<()>().await;
@@ -387,8 +421,6 @@ pub async fn run(
         tokio::time::sleep(s.run_duration).await;
     };
     tokio::pin!(duration);
-    let mut code = 0;
-    let mut tracker_done = false;
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
@@ -411,29 +443,36 @@ pub async fn run(
                 }
             },
             () = &mut duration => { tracing::info!("-run-duration reached: stopping"); break; }
-            r = &mut tracker_task => {
-                tracker_done = true;
-                if !stage_ok("sampling", r.map(|r| r.map(drop))) {
-                    code = EXIT_FAILURE;
-                }
-                break;
+            r = &mut stage.tracker => {
+                let code = if stage_ok("sampling", r.map(|r| r.map(drop))) { 0 } else { EXIT_FAILURE };
+                return (code, (stage, true));
             }
         }
     }
+    (0, (stage, false))
+}
 
+/// Stops sampling and drains the analyzer and the writer within `-run-shutdown-timeout`; a
+/// second stop exits at once. Returns the status.
+async fn shut_down(
+    s: &Settings,
+    events: &mut tokio::sync::mpsc::Receiver<Event>,
+    (stage, tracker_done): (Running, bool),
+    code: u8,
+) -> u8 {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    if let Some(h) = http {
+    if let Some(h) = stage.http {
         // Its thread joins at once: the stop closes the listener and every connection.
         tokio::task::spawn_blocking(move || h.stop()).await.ok();
     }
-    let _ = stop_tx.send(true);
-    drop(wtx); // the analyzer's sender is the writer's last one
+    let _ = stage.stop.send(true);
+    let (tracker, analyzer, writer_thread) = (stage.tracker, stage.analyzer, stage.writer);
     let drain = async {
         let mut ok = code == 0;
         if !tracker_done {
-            ok &= stage_ok("sampling", tracker_task.await.map(|r| r.map(drop)));
+            ok &= stage_ok("sampling", tracker.await.map(|r| r.map(drop)));
         }
-        ok &= stage_ok("analyzer", analyzer_task.await);
+        ok &= stage_ok("analyzer", analyzer.await);
         let writer = tokio::task::spawn_blocking(move || writer_thread.join()).await;
         ok &= match writer {
             Ok(Ok(r)) => stage_ok("writer", Ok::<_, &str>(r)),
@@ -449,7 +488,7 @@ pub async fn run(
         }
         std::future::pending::<()>().await;
     };
-    let code = tokio::select! {
+    tokio::select! {
         code = drain => code,
         () = tokio::time::sleep(s.shutdown_timeout) => {
             tracing::error!("shutdown did not finish within -run-shutdown-timeout {}; records may be lost",
@@ -457,8 +496,7 @@ pub async fn run(
             EXIT_FAILURE
         }
         () = second_stop => { tracing::warn!("second signal: exiting at once"); EXIT_FAILURE }
-    };
-    exit_status(code, &metrics)
+    }
 }
 
 /// The status after a drain that gave `code`: records lost along the way (pushed out of a

@@ -263,32 +263,13 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 match r {
                     Ok(d) => {
                         errors = 0;
-                        metrics.dump_ok();
-                        let complete = d.is_complete();
-                        tracker.end_dump(complete, d.span_ns.0, &mut out);
-                        if !complete {
-                            metrics.dumps_incomplete.inc();
-                            tracing::warn!(interrupted = d.interrupted, truncated = d.truncated,
-                                malformed = d.malformed, "incomplete dump; no flow ends on it");
-                        }
-                        metrics.sockets_last_dump.set(d.sockets as u64);
-                        metrics.decode_ns.add(d.process_ns);
-                        tracing::debug!(target: "cgmon_rs::sampler", time_us = start.elapsed().as_micros() as u64,
-                            sockets = d.sockets, datagrams = d.datagrams, bytes = d.bytes,
-                            requests = d.requests, "netlink dump");
+                        dump_done(&d, &mut tracker, &mut out, &metrics, start);
                         on_dump(DumpOutcome::Ok);
                     }
                     Err(e) => {
                         tracker.end_dump(false, 0, &mut out);
-                        metrics.dump_errors.inc();
                         errors += 1;
-                        if cfg.max_errors > 0 && errors >= cfg.max_errors {
-                            return Err(StageError::TooManyErrors { count: errors, last: e });
-                        }
-                        let shift = (errors - 1).min(20);
-                        let delay = cfg.error_delay.saturating_mul(1 << shift).min(MAX_ERROR_DELAY);
-                        tracing::warn!(error = %e, consecutive = errors, retry_in_ms = delay.as_millis() as u64,
-                            "dump failed; no flow ends on it");
+                        let delay = dump_failed(e, errors, &cfg, &metrics)?;
                         backoff_until = Some(tokio::time::Instant::now() + delay);
                         on_dump(DumpOutcome::Failed);
                     }
@@ -305,20 +286,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 metrics.time(Stage::Dump, took);
                 metrics.dump_seconds.observe(took);
                 if took > cfg.interval {
-                    // tokio would still fire the missed tick at once; move it to the next
-                    // point of the grid instead, so an overrun never turns into
-                    // back-to-back dumps.
-                    let now = tokio::time::Instant::now();
-                    let iv = cfg.interval.as_nanos().max(1);
-                    let k = (now.duration_since(grid0).as_nanos() / iv + 1) as u64;
-                    let next = grid0 + Duration::from_nanos(k.saturating_mul(iv as u64));
-                    tick.reset_at(next);
-                    metrics.ticks_overrun.inc();
-                    if let Some(more) = overrun_warn.hit() {
-                        tracing::warn!(took_ms = took.as_millis() as u64,
-                            interval_ms = cfg.interval.as_millis() as u64, overruns_since_last_warning = more,
-                            "a dump took longer than the interval; skipping the missed ticks");
-                    }
+                    skip_missed_ticks(&mut tick, grid0, &cfg, took, &metrics, &mut overrun_warn);
                 }
             }
             b = next_destroy(&mut destroy) => match b {
@@ -331,32 +299,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
             Some(q) = next_query(&mut queries) => answer(&tracker, q),
         }
         if hand_on && !out.is_empty() {
-            let n = out.len() as u64;
-            let samples: u64 = out.iter().map(|e| e.sample_count() as u64).sum();
-            let room = metrics.ended_queue_samples.get() + samples <= MAX_QUEUED_SAMPLES
-                || metrics.ended_queue_samples.get() == 0;
-            let sent = if room {
-                ended_tx.try_send(std::mem::take(&mut out))
-            } else {
-                Err(TrySendError::Full(std::mem::take(&mut out)))
-            };
-            match sent {
-                Ok(()) => {
-                    metrics.ended_queue_samples.add(samples);
-                    metrics.ended_queue.set((ended_tx.max_capacity() - ended_tx.capacity()) as u64);
-                }
-                Err(TrySendError::Full(_)) => {
-                    metrics.records_dropped.add(n);
-                    if let Some(more) = drop_warn.hit() {
-                        tracing::error!(
-                            flows = n,
-                            drops_since_last_warning = more,
-                            "analyzer is behind: ended flows dropped (counted in records_dropped)"
-                        );
-                    }
-                }
-                Err(TrySendError::Closed(_)) => return Err(StageError::DownstreamGone),
-            }
+            hand_off(&mut out, &ended_tx, &metrics, &mut drop_warn)?;
         }
     }
     // Connections that closed before the stop have their events queued, unread: applied,
@@ -369,6 +312,120 @@ pub async fn run<S: DumpSource, D: DumpSource>(
         ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
     }
     Ok(st)
+}
+
+/// A dump that completed: the tracker ends what it missed (when complete), and the figures.
+fn dump_done(
+    d: &crate::sampler::Dump,
+    tracker: &mut Tracker,
+    out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
+    start: tokio::time::Instant,
+) {
+    metrics.dump_ok();
+    let complete = d.is_complete();
+    tracker.end_dump(complete, d.span_ns.0, out);
+    if !complete {
+        metrics.dumps_incomplete.inc();
+        tracing::warn!(
+            interrupted = d.interrupted,
+            truncated = d.truncated,
+            malformed = d.malformed,
+            "incomplete dump; no flow ends on it"
+        );
+    }
+    metrics.sockets_last_dump.set(d.sockets as u64);
+    metrics.decode_ns.add(d.process_ns);
+    tracing::debug!(target: "cgmon_rs::sampler", time_us = start.elapsed().as_micros() as u64,
+        sockets = d.sockets, datagrams = d.datagrams, bytes = d.bytes,
+        requests = d.requests, "netlink dump");
+}
+
+/// The `errors`-th failed dump in a row: the back-off before the next, or the end.
+///
+/// # Errors
+/// `max_errors` dumps failed in a row.
+fn dump_failed(
+    e: SampleError,
+    errors: u32,
+    cfg: &TaskConfig,
+    metrics: &Metrics,
+) -> Result<Duration, StageError> {
+    metrics.dump_errors.inc();
+    if cfg.max_errors > 0 && errors >= cfg.max_errors {
+        return Err(StageError::TooManyErrors { count: errors, last: e });
+    }
+    let shift = (errors - 1).min(20);
+    let delay = cfg.error_delay.saturating_mul(1 << shift).min(MAX_ERROR_DELAY);
+    tracing::warn!(error = %e, consecutive = errors, retry_in_ms = delay.as_millis() as u64,
+        "dump failed; no flow ends on it");
+    Ok(delay)
+}
+
+/// A dump outlasted the interval: tokio would still fire the missed tick at once; move it
+/// to the next point of the grid instead, so an overrun never turns into back-to-back
+/// dumps. Counted, and warned about at most once a minute.
+fn skip_missed_ticks(
+    tick: &mut tokio::time::Interval,
+    grid0: tokio::time::Instant,
+    cfg: &TaskConfig,
+    took: Duration,
+    metrics: &Metrics,
+    warn: &mut RateLimited,
+) {
+    let now = tokio::time::Instant::now();
+    let iv = cfg.interval.as_nanos().max(1);
+    let k = (now.duration_since(grid0).as_nanos() / iv + 1) as u64;
+    tick.reset_at(grid0 + Duration::from_nanos(k.saturating_mul(iv as u64)));
+    metrics.ticks_overrun.inc();
+    if let Some(more) = warn.hit() {
+        tracing::warn!(
+            took_ms = took.as_millis() as u64,
+            interval_ms = cfg.interval.as_millis() as u64,
+            overruns_since_last_warning = more,
+            "a dump took longer than the interval; skipping the missed ticks"
+        );
+    }
+}
+
+/// Hands the flows ended since the last hand-off to the analyzer without waiting; a batch
+/// that finds no room (in batches, or in samples) is dropped and counted.
+///
+/// # Errors
+/// The analyzer is gone.
+fn hand_off(
+    out: &mut Vec<EndedFlow>,
+    ended_tx: &Sender<Vec<EndedFlow>>,
+    metrics: &Metrics,
+    drop_warn: &mut RateLimited,
+) -> Result<(), StageError> {
+    let n = out.len() as u64;
+    let samples: u64 = out.iter().map(|e| e.sample_count() as u64).sum();
+    let room = metrics.ended_queue_samples.get() + samples <= MAX_QUEUED_SAMPLES
+        || metrics.ended_queue_samples.get() == 0;
+    let sent = if room {
+        ended_tx.try_send(std::mem::take(out))
+    } else {
+        Err(TrySendError::Full(std::mem::take(out)))
+    };
+    match sent {
+        Ok(()) => {
+            metrics.ended_queue_samples.add(samples);
+            metrics.ended_queue.set((ended_tx.max_capacity() - ended_tx.capacity()) as u64);
+        }
+        Err(TrySendError::Full(_)) => {
+            metrics.records_dropped.add(n);
+            if let Some(more) = drop_warn.hit() {
+                tracing::error!(
+                    flows = n,
+                    drops_since_last_warning = more,
+                    "analyzer is behind: ended flows dropped (counted in records_dropped)"
+                );
+            }
+        }
+        Err(TrySendError::Closed(_)) => return Err(StageError::DownstreamGone),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
