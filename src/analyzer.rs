@@ -23,7 +23,7 @@ use tokio::sync::mpsc::Receiver;
 
 pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, ip, mbps};
 use crate::states::name as state_name;
-use crate::stats::correlation::{correlate_ranked, ranks_of_subset};
+use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
 use crate::stats::{Adjust, QuantileKind};
 use crate::tracker::{ABSENT_U64, EndReason, EndedFlow, Retained};
@@ -88,27 +88,30 @@ fn throughput_mbps(bytes: u64, span_ns: u64) -> f64 {
 pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     e.gather();
     let e = &*e;
-    let f = &e.flow;
-    let s = &f.samples;
-    let w = time_weights(s);
-    let wq = (!cfg.unweighted_quantiles).then_some(&w[..]);
-    let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
-    let kind = cfg.quantile;
-    let adjust = cfg.adjust;
-    let n = s.len();
+    let b = Basis::new(&e.flow.samples, cfg);
+    let rtt = rtt_figures(&b, cfg);
+    let rates = rate_figures(&b, cfg);
+    record(e, cfg, &b, rtt, rates)
+}
 
-    // A subset of samples with a value for each: (values, weights, cwnd, slot of each sample
-    // in the subset or u32::MAX).
-    struct Subset {
-        x: Vec<f64>,
-        w: Vec<f64>,
-        cwnd: Vec<f64>,
-        slot: Vec<u32>,
-    }
-    let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
-    let subset = |value: &dyn Fn(usize) -> Option<(f64, f64)>| -> Subset {
-        let mut out =
-            Subset { x: Vec::new(), w: Vec::new(), cwnd: Vec::new(), slot: vec![u32::MAX; n] };
+/// A subset of samples with a value for each: values, weights, the cwnd of each, and the
+/// slot of each sample in the subset (`u32::MAX` when it has no value).
+struct Subset {
+    x: Vec<f64>,
+    w: Vec<f64>,
+    cwnd: Vec<f64>,
+    slot: Vec<u32>,
+}
+
+impl Subset {
+    /// The samples `value` gives a (value, weight) for.
+    fn of(cwnd: &[f64], value: &dyn Fn(usize) -> Option<(f64, f64)>) -> Subset {
+        let mut out = Subset {
+            x: Vec::new(),
+            w: Vec::new(),
+            cwnd: Vec::new(),
+            slot: vec![u32::MAX; cwnd.len()],
+        };
         for (i, &c) in cwnd.iter().enumerate() {
             if let Some((v, weight)) = value(i) {
                 out.slot[i] = out.x.len() as u32;
@@ -118,26 +121,61 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
             }
         }
         out
-    };
-    fn weights(flag: bool, sub: &Subset) -> Option<&[f64]> {
-        (!flag).then_some(sub.w.as_slice())
     }
 
-    // Each series is sorted once; its order serves both the summary and Spearman's ranks
-    // (of the whole series or of a subset). Sorting dominates the analysis.
-    // A tcpi_rtt of 0 means no RTT was measured yet (e.g. in SYN-SENT): such samples are
-    // left out of the RTT figures instead of reading as a 0 ms RTT.
+    /// Its weights, unless `unweighted`.
+    fn weights(&self, unweighted: bool) -> Option<&[f64]> {
+        (!unweighted).then_some(self.w.as_slice())
+    }
+}
+
+/// What every figure shares: the samples, their time weights, and cwnd sorted once (its
+/// order serves both its summary and Spearman's ranks; sorting dominates the analysis).
+struct Basis<'a> {
+    s: &'a [Retained],
+    w: Vec<f64>,
+    cwnd: Vec<f64>,
+    o_cwnd: Vec<u32>,
+    cwnd_ranks: Vec<f64>,
+}
+
+impl<'a> Basis<'a> {
+    fn new(s: &'a [Retained], cfg: &AnalyzerConfig) -> Self {
+        let w = time_weights(s);
+        let wq = (!cfg.unweighted_quantiles).then_some(&w[..]);
+        let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
+        let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
+        let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
+        let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, s.len(), wc);
+        Self { s, w, cwnd, o_cwnd, cwnd_ranks }
+    }
+}
+
+/// The RTT figures.
+struct RttFigures {
+    summary: Option<[f64; 7]>,
+    var_summary: Option<[f64; 7]>,
+    corr: Correlation,
+    min_observed_ms: Option<f64>,
+}
+
+/// RTT and RTT variance over the samples with an RTT, and RTT ~ cwnd. A tcpi_rtt of 0 means
+/// no RTT was measured yet (e.g. in SYN-SENT): such samples are left out of the RTT figures
+/// instead of reading as a 0 ms RTT.
+fn rtt_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RttFigures {
+    let (s, w, n) = (b.s, &b.w, b.s.len());
     let has_rtt = |i: usize| s[i].rtt_us > 0;
     // Usually every sample has an RTT: then the full series serve as they are, uncopied.
     let all_rtt = s.iter().all(|r| r.rtt_us > 0);
-    let rtt_sub = (!all_rtt)
-        .then(|| subset(&|i| has_rtt(i).then(|| (f64::from(s[i].rtt_us) / 1000.0, w[i]))));
+    let rtt_sub = (!all_rtt).then(|| {
+        Subset::of(&b.cwnd, &|i| has_rtt(i).then(|| (f64::from(s[i].rtt_us) / 1000.0, w[i])))
+    });
     let rtt_full: Vec<f64>;
     let (rtt_x, rtt_cwnd, rtt_w): (&[f64], &[f64], &[f64]) = match &rtt_sub {
         Some(sub) => (&sub.x, &sub.cwnd, &sub.w),
         None => {
             rtt_full = s.iter().map(|r| f64::from(r.rtt_us) / 1000.0).collect();
-            (&rtt_full, &cwnd, &w)
+            (&rtt_full, &b.cwnd, w)
         }
     };
     let rttvar: Vec<f64> =
@@ -152,78 +190,114 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     };
     let o_rtt = sort_order_by(&rtt_u32(|r| r.rtt_us), rq);
     let o_var = sort_order_by(&rtt_u32(|r| r.rttvar_us), rq);
-    let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
-    let summary = |x: &[f64], o: &[u32], w: Option<&[f64]>| {
-        seven_number_sorted(x, w, o, kind).unwrap_or([0.0; 7])
-    };
-    let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, n, wc);
     let rtt_cwnd_ranks: Vec<f64>;
-    let c_rtt = correlate_ranked(
+    let corr = correlate_ranked(
         rtt_x,
         rtt_cwnd,
         &ranks_of_subset(rtt_x, &o_rtt, None, rtt_x.len(), rcw),
         match &rtt_sub {
-            None => &cwnd_ranks, // every sample has an RTT: same subset, same weights
+            None => &b.cwnd_ranks, // every sample has an RTT: same subset, same weights
             Some(sub) => {
-                rtt_cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, Some(&sub.slot), sub.x.len(), rcw);
+                rtt_cwnd_ranks =
+                    ranks_of_subset(&b.cwnd, &b.o_cwnd, Some(&sub.slot), sub.x.len(), rcw);
                 &rtt_cwnd_ranks
             }
         },
         rcw,
-        adjust,
+        cfg.adjust,
     );
+    RttFigures {
+        summary: seven_number_sorted(rtt_x, rq, &o_rtt, cfg.quantile),
+        var_summary: seven_number_sorted(&rttvar, rq, &o_var, cfg.quantile),
+        corr,
+        min_observed_ms: rtt_x.iter().copied().reduce(f64::min),
+    }
+}
 
+/// The rate figures.
+struct RateFigures {
+    pacing_summary: Option<[f64; 7]>,
+    pacing_max: Option<f64>,
+    delivery_summary: Option<[f64; 7]>,
+    pacing_corr: Correlation,
+    retrans_corr: Correlation,
+}
+
+/// Pacing and delivery rates over the samples that have one, pacing rate ~ cwnd, and the
+/// retransmit rate over each interval a sample stands for ~ its cwnd.
+fn rate_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RateFigures {
+    let (s, w, n) = (b.s, &b.w, b.s.len());
+    let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
     let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
-    let pacing = subset(&|i| rate(s[i].pacing_rate).map(|v| (v, w[i])));
-    let delivery = subset(&|i| rate(s[i].delivery_rate).map(|v| (v, w[i])));
-    // Retransmits per second over each interval a sample stands for, with its cwnd.
-    let retrans = subset(&|i| {
+    let pacing = Subset::of(&b.cwnd, &|i| rate(s[i].pacing_rate).map(|v| (v, w[i])));
+    let delivery = Subset::of(&b.cwnd, &|i| rate(s[i].delivery_rate).map(|v| (v, w[i])));
+    let retrans = Subset::of(&b.cwnd, &|i| {
         let next = s.get(i + 1)?;
         let dt = next.ts_ns.saturating_sub(s[i].ts_ns) as f64 / 1e9;
         (dt > 0.0)
             .then(|| (f64::from(next.total_retrans.wrapping_sub(s[i].total_retrans)) / dt, dt))
     });
     let (pq, pc) =
-        (weights(cfg.unweighted_quantiles, &pacing), weights(cfg.unweighted_correlations, &pacing));
-    let rc = weights(cfg.unweighted_correlations, &retrans);
-    let dq = weights(cfg.unweighted_quantiles, &delivery);
+        (pacing.weights(cfg.unweighted_quantiles), pacing.weights(cfg.unweighted_correlations));
+    let rc = retrans.weights(cfg.unweighted_correlations);
+    let dq = delivery.weights(cfg.unweighted_quantiles);
     let raw = |get: fn(&Retained) -> u64| -> Vec<u64> {
         s.iter().map(get).filter(|&v| v != ABSENT_U64).collect()
     };
     let o_pacing = sort_order_u64(&raw(|r| r.pacing_rate), pq);
     let o_delivery = sort_order_u64(&raw(|r| r.delivery_rate), dq);
     let pacing_cwnd_ranks: Vec<f64>;
-    let c_pacing = correlate_ranked(
+    let pacing_corr = correlate_ranked(
         &pacing.x,
         &pacing.cwnd,
         &ranks_of_subset(&pacing.x, &o_pacing, None, pacing.x.len(), pc),
         if pacing.x.len() == n && pc.is_some() == wc.is_some() {
-            &cwnd_ranks // every sample has a pacing rate: same subset, same weights
+            &b.cwnd_ranks // every sample has a pacing rate: same subset, same weights
         } else {
             pacing_cwnd_ranks =
-                ranks_of_subset(&cwnd, &o_cwnd, Some(&pacing.slot), pacing.x.len(), pc);
+                ranks_of_subset(&b.cwnd, &b.o_cwnd, Some(&pacing.slot), pacing.x.len(), pc);
             &pacing_cwnd_ranks
         },
         pc,
-        adjust,
+        cfg.adjust,
     );
     let o_retrans = sort_order(&retrans.x, None);
-    let c_retrans = correlate_ranked(
+    let retrans_corr = correlate_ranked(
         &retrans.x,
         &retrans.cwnd,
         &ranks_of_subset(&retrans.x, &o_retrans, None, retrans.x.len(), rc),
-        &ranks_of_subset(&cwnd, &o_cwnd, Some(&retrans.slot), retrans.x.len(), rc),
+        &ranks_of_subset(&b.cwnd, &b.o_cwnd, Some(&retrans.slot), retrans.x.len(), rc),
         rc,
-        adjust,
+        cfg.adjust,
     );
+    RateFigures {
+        pacing_summary: seven_number_sorted(&pacing.x, pq, &o_pacing, cfg.quantile),
+        pacing_max: pacing.x.iter().copied().reduce(f64::max),
+        delivery_summary: seven_number_sorted(&delivery.x, dq, &o_delivery, cfg.quantile),
+        pacing_corr,
+        retrans_corr,
+    }
+}
 
+/// The record of `e` from its figures.
+fn record(
+    e: &EndedFlow,
+    cfg: &AnalyzerConfig,
+    b: &Basis<'_>,
+    rtt: RttFigures,
+    rates: RateFigures,
+) -> FlowStats {
+    let f = &e.flow;
+    let s = b.s;
+    let wq = (!cfg.unweighted_quantiles).then_some(&b.w[..]);
+    let kind = cfg.quantile;
+    let (rtt_summary, min_rtt_observed_ms, c_rtt) = (rtt.summary, rtt.min_observed_ms, rtt.corr);
+    let (c_pacing, c_retrans) = (rates.pacing_corr, rates.retrans_corr);
     let span = f.span_ns();
     let last = &f.last;
     let send_throughput_mbps =
         throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
-    let rtt_summary = seven_number_sorted(rtt_x, rq, &o_rtt, kind);
-    let cwnd_summary = summary(&cwnd, &o_cwnd, wq);
-    let min_rtt_observed_ms = rtt_x.iter().copied().reduce(f64::min);
+    let cwnd_summary = seven_number_sorted(&b.cwnd, wq, &b.o_cwnd, kind).unwrap_or([0.0; 7]);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
     let diagnosis = diagnosis::diagnose(
@@ -259,9 +333,9 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         min_rtt_observed_ms,
         max_pacing_rate_kernel_mbps: (last.max_pacing_rate != ABSENT_U64)
             .then(|| mbps(last.max_pacing_rate)),
-        max_pacing_rate_observed_mbps: pacing.x.iter().copied().reduce(f64::max),
+        max_pacing_rate_observed_mbps: rates.pacing_max,
         rtt_summary,
-        rttvar_summary: seven_number_sorted(&rttvar, rq, &o_var, kind),
+        rttvar_summary: rtt.var_summary,
         corr_rtt_cwnd: c_rtt.pearson,
         corr_retrans_cwnd: c_retrans.pearson,
         corr_pacing_cwnd: c_pacing.pearson,
@@ -281,8 +355,8 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
         },
         close: e.close.map(crate::tracker::Close::as_str),
         cwnd_summary,
-        pacing_rate_summary: seven_number_sorted(&pacing.x, pq, &o_pacing, kind),
-        delivery_rate_summary: seven_number_sorted(&delivery.x, dq, &o_delivery, kind),
+        pacing_rate_summary: rates.pacing_summary,
+        delivery_rate_summary: rates.delivery_summary,
         correlations: Correlations {
             rtt_cwnd: c_rtt.into(),
             retrans_cwnd: c_retrans.into(),
