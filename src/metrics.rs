@@ -1,7 +1,7 @@
 //! The monitor's own counters, shared by every stage through an `Arc<Metrics>`.
 //!
 //! Counters are relaxed atomics: each is written by one stage and read by the reporting
-//! paths (SIGUSR1 now, the HTTP server later), which need no ordering between counters.
+//! paths (SIGUSR1, the HTTP server), which need no ordering between counters.
 //! Stage timings are Welford running statistics behind a mutex held for a few ns per call.
 
 use std::fmt::Write as _;
