@@ -920,8 +920,8 @@ impl Tracker {
                 let held = self.stages.detach(f);
                 sync(f, h);
                 let e = Self::cut_window(f, edge, held);
-                self.stats.samples_handed_on += e.sample_count() as u64;
-                self.stats.samples_retained += 1; // the edge, copied into the next window
+                // The edge sample stays held: it also begins the next window.
+                self.stats.samples_handed_on += e.sample_count() as u64 - 1;
                 out.push(e);
                 h.deduped = 0;
                 h.options = t.options().unwrap_or(0);
@@ -1319,9 +1319,8 @@ impl Tracker {
             sync(f, h);
             let e = Self::cut_window(f, edge, held);
             h.deduped = 0;
-            self.stats.samples_handed_on += e.sample_count() as u64;
-            // The new window starts with a copy of the edge sample.
-            self.stats.samples_retained += 1;
+            // The edge sample stays held: it also begins the next window.
+            self.stats.samples_handed_on += e.sample_count() as u64 - 1;
             self.stats.flows_ended += 1;
             self.stats.windows_cut_for_memory += 1;
             out.push(e);
