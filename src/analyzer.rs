@@ -383,9 +383,9 @@ fn record(
 ///
 /// Analyzing a long flow allocates and frees about 1 MB of vectors. With the default, the
 /// freed top of the heap went back to the kernel after every record and was faulted in
-/// again for the next: 10,000 samples took 3.1 ms, of which ~1 ms was page faults; with
-/// the memory kept, 2.1 ms (best of 100, same run). The analyzer stage calls this; the
-/// memory kept is bounded by the largest analysis, a few MB.
+/// again for the next, about a third of the analysis (`cargo bench --bench tracker`,
+/// `analyze`; benches/RESULTS.md, D9). The analyzer stage calls this; the memory kept is
+/// bounded by the largest analysis, a few MB.
 pub fn keep_heap_for_reuse() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only adjusts allocator parameters; it is safe to call at any time.

@@ -50,10 +50,8 @@ pub const MAX_DESTROY_GRACE: std::time::Duration = std::time::Duration::from_sec
 const PREFETCH_AHEAD: usize = 8;
 
 /// A dump prefetches for busy flows when at least one sample in this many changed in the
-/// dump before: looking ahead costs every socket some 2.5 ns (measured with 1,000 flows in
-/// cache), and saves a changed socket's cache misses, some 120–190 ns (`cargo bench --bench
-/// kept`, 20,000 flows, every 10th sample changing: minima 68.2–81.2 fell to 56.7–62.1 ns
-/// per socket).
+/// dump before: looking ahead costs every socket a little, and saves a changed socket's
+/// cache misses, which cost far more (`cargo bench --bench kept`; benches/RESULTS.md, D1).
 const LOOKAHEAD_SHARE: u64 = 64;
 
 /// Tracker settings.
@@ -584,9 +582,9 @@ fn tuple_hash(s: &Sample<'_>) -> u32 {
 ///   own: a new tuple still changes the fingerprint, and only a sample that changed pays
 ///   for the tuple's own hash ([`tuple_hash`]), to tell a new tuple from new values.
 ///
-/// Ten multiplies before (fourteen words, and the tuple mixed on its own), six now: 32.3
-/// against 37.3 ns per deduped socket and 63.6 against 66.0 per changed one (1,000 flows in
-/// cache, minima of four alternations).
+/// Six multiplies, where fourteen words with the tuple mixed on its own took ten, and cost
+/// more per deduped and per changed socket (`cargo bench --bench tracker`;
+/// benches/RESULTS.md, D2).
 #[inline(always)]
 fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
     let info = t.as_bytes();
@@ -667,10 +665,9 @@ fn prefetch_ahead(slab: &[Flow], hot: &[Hot], stages: &StagePool, slot: usize) {
         prefetch_line(at);
         prefetch_line(at.wrapping_add(size_of::<Retained>() - 1));
         // A sample that fills the stage also writes the number of the block it moves to
-        // into the flow's list of blocks, a heap allocation of its own, cold by then: 20,000
-        // flows out of step, minima of five alternations, 160.2 → 145.0 ns per changed
-        // socket with 64-sample windows and 124.4 → 101.6 with hour windows. (Fetching the
-        // stage's older lines too, to be copied with it, gained nothing more.)
+        // into the flow's list of blocks, a heap allocation of its own, cold by then
+        // (`cargo bench --bench tracker`; benches/RESULTS.md, D3). Fetching the stage's
+        // older lines too, to be copied with it, gained nothing more.
         if usize::from(f.stage.staged) == STAGED - 1
             && let Some(room) = f.stage.room.as_deref()
         {
@@ -716,7 +713,7 @@ fn same_socket(k: &SockKey, s: &Sample<'_>) -> bool {
 
 /// The congestion control, read only when a sample is retained: it rarely changes, so the
 /// raw attribute is compared with the name held first, and the NUL looked for only when they
-/// differ (1,000 flows in cache: 75.7 against 79.2 ns per changed socket).
+/// differ, which is cheaper per changed socket (benches/RESULTS.md, D4).
 fn refresh_attrs(f: &mut Flow, s: &Sample<'_>) {
     if let Some(raw) = s.cong_raw()
         && raw != u128::from_le_bytes(f.cc.0)

@@ -5,9 +5,9 @@
 //!
 //! Why not gather in the tracker: flows that open together and change at every poll fill
 //! their windows together, and copying every window into fresh memory in one dump stalled
-//! sampling. With 20,000 such flows (`SECS=8 WINDOW=900 cargo bench --bench kept`, flows in
-//! step), the dump that ended every 900-sample window took 40.4 µs per socket, 0.8 s; with
-//! hour windows it would have been seconds, and their memory briefly doubled.
+//! sampling: a dump that ended thousands of windows at once took most of a second, and
+//! their memory briefly doubled (`SECS=8 WINDOW=900 cargo bench --bench kept`;
+//! benches/RESULTS.md, D5).
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,19 +29,16 @@ const READY_BLOCKS: usize = 16;
 /// Stages sit together in one small pool (192 bytes a changing flow, mostly taken in walk
 /// order), so a dump writes its samples within a few megabytes rather than across every
 /// flow's storage. Appending each sample straight to its flow's own `Vec` cost a TLB miss
-/// and a cache miss per socket once the vectors outgrew a page: 265 ns per changed socket
-/// against 160 ns while they were small and adjacent. A flow takes a stage at its second
-/// retained sample, so idle flows cost nothing.
+/// and a cache miss per socket once the vectors outgrew a page (benches/RESULTS.md, D6). A
+/// flow takes a stage at its second retained sample, so idle flows cost nothing.
 ///
 /// A full stage is copied, three whole cache lines at once, to a block of the block pool,
 /// and the flow notes the block's number. Blocks never move: a flow's samples are gathered
 /// into one `Vec` once, after it is handed on. (Each flow's own `Vec` doubled as it grew, so
 /// every sample was copied about once more by `realloc`, and all flows that change every dump
-/// doubled in the same dump: in a profile of the kept dump with hour windows, 17.6 % of all
-/// time went to `extend_from_slice`, 10.8 points of it in `realloc`. Writing samples
-/// straight into pool blocks, with no stage, was slower once blocks were reused, as reused
-/// blocks no longer lie in walk order: 200–235 ns against 126–175 ns per changed socket,
-/// medians at 20,000 flows with 64-sample windows.)
+/// doubled in the same dump. Writing samples straight into pool blocks, with no stage, was
+/// slower once blocks were reused, as reused blocks no longer lie in walk order.
+/// `cargo bench --bench kept` and `--bench tracker`; benches/RESULTS.md, D7.)
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 struct Stage([Retained; STAGED]);
@@ -276,8 +273,7 @@ impl StagePool {
 
     /// Where the flow's next sample goes: the sample is decoded straight into its stage,
     /// then [`commit`](Self::commit)ted. (Built first and copied in, its fields were stored
-    /// one by one and read back as whole lines: 69.2 against 71.7 ns per changed socket,
-    /// 1,000 flows in cache.)
+    /// one by one and read back as whole lines, which was slower: benches/RESULTS.md, D8.)
     #[inline]
     pub(super) fn next_slot(&mut self, st: &mut StageRef) -> &mut Retained {
         if st.idx == u32::MAX {
