@@ -11,7 +11,7 @@ use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
 use crate::monitor::Monitor;
-use crate::program::{http_addr, http_get};
+use crate::program::{http_addr, http_get, metric};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -41,15 +41,6 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
             Err(_) => return true,
         }
     }
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::monitor::Monitor;
-use crate::program::{http_addr, http_get};
+use crate::program::{http_addr, http_get, metric};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -42,15 +42,6 @@ fn the_record(v: &[Value], port: u16) -> &Value {
     let mine: Vec<&Value> = v.iter().filter(|r| r["ID"]["SrcPort"] == port).collect();
     assert_eq!(mine.len(), 1, "records of local port {port}: {mine:#?}");
     mine[0]
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// A connection on which the client sends `n` bytes that the server never reads; the

@@ -15,18 +15,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::monitor::Monitor;
-use crate::program::{http_addr, http_get};
+use crate::program::{http_addr, http_get, metric};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// CPU seconds (user + system) of a process so far.
 fn cpu_seconds(pid: u32) -> f64 {

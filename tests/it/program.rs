@@ -709,6 +709,16 @@ fn systemd_unit_verifies() {
     assert!(out.status.success() && err.trim().is_empty(), "{err}");
 }
 
+/// The value of the series `name` (without labels) in a `/metrics` text.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 pub fn http_get(addr: &str, path: &str) -> String {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
