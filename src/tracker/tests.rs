@@ -707,16 +707,23 @@ fn past_the_grace_period_a_flow_ends_as_gone_and_its_late_destroy_is_counted() {
 }
 
 #[test]
-fn a_destroy_event_matches_a_waiting_flow_by_its_tuple_when_the_cookie_differs() {
+fn a_destroy_event_matches_a_waiting_flow_by_cookie_and_by_tuple_only_without_one() {
     let mut t = waiting_tracker(5);
     let a = SockBuilder::new(1, 5000, 80);
     dump(&mut t, S, &[&a], true);
     dump(&mut t, 2 * S, &[], true);
-    let other_cookie = SockBuilder::new(77, 5000, 80).bytes_acked(9);
-    let ended = destroy(&mut t, 3 * S, &other_cookie);
-    assert_eq!(ended.len(), 1);
-    assert_eq!((ended[0].flow.key.cookie, ended[0].flow.last.bytes_acked), (1, 9));
-    assert_eq!(t.stats().flows_opened, 1);
+    // A new connection on the same 4-tuple, reset and closed between two dumps: its own
+    // flow, not the waiting one's end.
+    let reuse = SockBuilder::new(77, 5000, 80).bytes_acked(9);
+    let ended = destroy(&mut t, 3 * S, &reuse);
+    assert_eq!((ended.len(), ended[0].flow.key.cookie), (1, 77));
+    assert_eq!(t.awaiting_destroy(), 1);
+    // An event with no cookie matches by the 4-tuple.
+    let ended = destroy(&mut t, 3 * S, &SockBuilder::new(0, 5000, 80).bytes_acked(11));
+    assert_eq!((ended[0].flow.key.cookie, ended[0].flow.last.bytes_acked), (1, 11));
+    // The waiting flow's own event, arriving after that, is late: no second record.
+    assert!(destroy(&mut t, 3 * S, &a).is_empty());
+    assert_eq!((t.stats().flows_opened, t.stats().destroy_late), (2, 1));
 }
 
 #[test]
