@@ -178,6 +178,7 @@ pub fn settings(cfg: &Config) -> Settings {
             // label the per-service metrics and the accepting side of short flows.
             states: c.states.unwrap_or_default().with_listeners(),
             filter: cfg.filter.clone(),
+            bytecode: cfg.bytecode.clone(),
             read_bufsize: c.read_bufsize as usize,
             recv_timeout: c.receive_timeout,
             ..SamplerConfig::default()

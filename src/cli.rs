@@ -536,6 +536,8 @@ pub struct Config {
     pub cli: Cli,
     /// Port lists and the filter expression combined (AND).
     pub filter: Option<Expr>,
+    /// `filter` compiled to kernel bytecode.
+    pub bytecode: Option<Vec<u8>>,
     /// The analyzer's settings (the clock offset is filled in at start).
     pub analyzer: AnalyzerConfig,
     /// The output file name.
@@ -704,11 +706,14 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
         None => None,
     };
     let filter = Expr::all_of(ports.into_iter().chain(expr));
-    if let Some(f) = &filter {
-        filter::compile(f).map_err(|e| {
+    // Compiled here, once: a filter too large for the kernel is a usage error, and the
+    // sampler takes the bytecode as it is.
+    let bytecode = match &filter {
+        Some(f) => Some(filter::compile(f).map_err(|e| {
             UsageError(format!("filter: {e}{}", env.suffix(&["filter", "sport", "dport"])))
-        })?;
-    }
+        })?),
+        None => None,
+    };
     if cli.window_samples.is_some_and(|n| n < 2) {
         return Err(UsageError(format!(
             "invalid value '{}' for '--tracker-window-samples': must be at least 2{}",
@@ -746,7 +751,7 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
         adjust,
         realtime_offset_ns: 0,
     };
-    Ok(Config { cli, filter, analyzer, file_name, env })
+    Ok(Config { cli, filter, bytecode, analyzer, file_name, env })
 }
 
 /// The host name (cgmon's default file name uses it).

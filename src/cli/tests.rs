@@ -221,3 +221,14 @@ proptest::proptest! {
         proptest::prop_assert_eq!(format!("{:?}", run(&mixed).unwrap()), want);
     }
 }
+
+#[test]
+fn the_filter_is_compiled_once_here_for_the_sampler() {
+    let Ok(Parsed::Run(cfg)) = parse(["dport".to_string(), "5201".to_string()]) else {
+        panic!("a run")
+    };
+    let f = cfg.filter.as_ref().unwrap();
+    assert_eq!(cfg.bytecode, Some(crate::filter::compile(f).unwrap()));
+    let Ok(Parsed::Run(none)) = parse(Vec::<String>::new()) else { panic!("a run") };
+    assert_eq!((none.filter, none.bytecode), (None, None));
+}

@@ -56,6 +56,9 @@ pub struct SamplerConfig {
     pub states: StateSet,
     /// Kernel-side filter.
     pub filter: Option<Expr>,
+    /// `filter` already compiled (by the command line's check), so that it is compiled
+    /// once; `None` compiles `filter` here.
+    pub bytecode: Option<Vec<u8>>,
     /// `idiag_ext` bits.
     pub ext: u8,
     /// User-space receive buffer per datagram, in bytes.
@@ -71,6 +74,7 @@ impl Default for SamplerConfig {
         Self {
             states: StateSet::default(),
             filter: None,
+            bytecode: None,
             ext: default_extensions(),
             read_bufsize: DEFAULT_READ_BUFSIZE,
             mode: DumpMode::Auto,
@@ -167,7 +171,10 @@ impl<S: DumpSource> Sampler<S> {
     /// # Errors
     /// The filter does not compile.
     pub fn new(source: S, cfg: SamplerConfig) -> Result<Self, CompileError> {
-        let bytecode = cfg.filter.as_ref().map(compile).transpose()?;
+        let bytecode = match &cfg.bytecode {
+            Some(b) => Some(b.clone()),
+            None => cfg.filter.as_ref().map(compile).transpose()?,
+        };
         let single_walk = cfg.mode != DumpMode::PerFamily;
         let bufsize = cfg.read_bufsize.max(MIN_READ_BUFSIZE);
         Ok(Self { source, cfg, bytecode, seq: 0, single_walk, bufsize, pool: Vec::new() })

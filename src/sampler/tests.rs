@@ -161,6 +161,26 @@ async fn filter_is_compiled_into_the_request() {
 }
 
 #[tokio::test]
+async fn a_filter_compiled_by_the_caller_is_sent_as_it_is() {
+    // The command line compiles the filter once (a usage error when it cannot); the
+    // sampler sends those bytes and compiles nothing.
+    let filter = crate::filter::Expr::from_port_lists("", "5201").unwrap();
+    let bytecode = crate::filter::compile(filter.as_ref().unwrap()).unwrap();
+    let cfg = SamplerConfig {
+        mode: DumpMode::SingleWalk,
+        filter,
+        bytecode: Some(bytecode.clone()),
+        ..SamplerConfig::default()
+    };
+    let mut s =
+        Sampler::new(ReplaySource::new(vec![dg(1, &[control_msg(1, nlmsg::NLMSG_DONE, 0)])]), cfg)
+            .unwrap();
+    s.dump().await.unwrap();
+    let sent = &s.into_source().sent[0];
+    assert_eq!(&sent[sent.len() - bytecode.len()..], &bytecode[..]);
+}
+
+#[tokio::test]
 async fn dump_with_visits_every_socket_and_keeps_nothing() {
     let mut s = three_sockets_in_two_datagrams();
     let mut seen = Vec::new();
