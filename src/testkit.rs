@@ -155,3 +155,18 @@ impl Drop for ConnHolder {
         }
     }
 }
+
+/// Makes a character device like /dev/full (1, 7) at `path`: every write to it fails with
+/// ENOSPC. A node of its own, since outputs refuse a symlink to /dev/full. Needs CAP_MKNOD.
+///
+/// # Errors
+/// mknod failed (not root, or the path exists).
+pub fn dev_full_at(path: &std::path::Path) -> io::Result<()> {
+    let node = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+    // SAFETY: a valid NUL-terminated path; mknod touches nothing of ours.
+    if unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 7)) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

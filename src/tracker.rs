@@ -34,8 +34,8 @@ use crate::states::tcp;
 
 /// How many cookies of flows ended as `gone` while destroy events were awaited are kept, so
 /// that a destroy event arriving after the grace period is counted as late rather than
-/// written as a second, one-sample flow. 65,536 cookies are about 1.5 MB with the map's
-/// overhead; past that the oldest are forgotten (docs/records.md, "One flow, one record").
+/// written as a second, one-sample flow: 8 bytes a cookie in the set and 8 in the queue,
+/// plus the set's table. Past that the oldest are forgotten (docs/records.md).
 pub const LATE_COOKIES: usize = 65_536;
 
 /// The program's grace period unless told otherwise (`-tracker-destroy-grace`; why 5 s:
@@ -371,12 +371,6 @@ struct Waiting {
     missed_ns: u64,
 }
 
-/// The family and 4-tuple of a key, without its cookie: the fallback match for a destroy
-/// event whose cookie no waiting flow has.
-fn tuple_of(k: &SockKey) -> SockKey {
-    SockKey { cookie: 0, ..*k }
-}
-
 /// The per-flow fields every sample touches, in an array parallel to the flows (40 bytes a
 /// flow). A sample whose fingerprint equals the flow's is deduped without reading the flow
 /// itself, which would cost a cache miss per socket per dump.
@@ -417,8 +411,6 @@ pub struct Tracker {
     destroyed: FxHashMap<u64, u32>,
     /// Flows absent from a complete dump, waiting for their destroy event, by cookie.
     waiting: FxHashMap<u64, Waiting>,
-    /// The same flows by family and 4-tuple.
-    waiting_tuples: FxHashMap<SockKey, u64>,
     /// Waiting cookies in the order they began to wait (some may have stopped waiting).
     wait_order: std::collections::VecDeque<u64>,
     /// Cookies of flows ended as `gone` after waiting, oldest first, at most
@@ -736,7 +728,6 @@ impl Tracker {
             refused: FxHashMap::default(),
             destroyed: FxHashMap::default(),
             waiting: FxHashMap::default(),
-            waiting_tuples: FxHashMap::default(),
             wait_order: std::collections::VecDeque::new(),
             gone: rustc_hash::FxHashSet::default(),
             gone_order: std::collections::VecDeque::new(),
@@ -933,7 +924,7 @@ impl Tracker {
         if self.destroyed.contains_key(&cookie) {
             return;
         }
-        if let Some(w) = self.stop_waiting(cookie) {
+        if let Some(w) = self.waiting.remove(&cookie) {
             // A socket that left the dumps is back: it connected again (after a refused or
             // reset connection). The old connection is over; the new one is a new flow.
             self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, None, out);
@@ -1101,7 +1092,6 @@ impl Tracker {
             } else {
                 // The kernel unhashes a reset or aborted socket at once, but destroys it
                 // (and sends its final counters) only when its owner closes it.
-                self.waiting_tuples.insert(tuple_of(&f.key), cookie);
                 self.waiting.insert(cookie, Waiting { flow: f, held, missed_ns: dump_ts_ns });
                 self.wait_order.push_back(cookie);
             }
@@ -1124,19 +1114,12 @@ impl Tracker {
                 break;
             }
             self.wait_order.pop_front();
-            let w = self.stop_waiting(cookie).expect("looked up just above");
+            let w = self.waiting.remove(&cookie).expect("looked up just above");
             self.stats.destroy_wait_expired += 1;
             self.remember_gone(cookie);
             let close = gone_close(&w.flow);
             self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
         }
-    }
-
-    /// Takes `cookie`'s flow out of the waiting set.
-    fn stop_waiting(&mut self, cookie: u64) -> Option<Waiting> {
-        let w = self.waiting.remove(&cookie)?;
-        self.waiting_tuples.remove(&tuple_of(&w.flow.key));
-        Some(w)
     }
 
     /// Keeps `cookie` among the flows written as gone, forgetting the oldest past
@@ -1170,20 +1153,12 @@ impl Tracker {
             self.stats.destroy_late += 1; // its flow already ended on an event
             return;
         }
-        // By cookie: a socket's cookie is unique and stable. The 4-tuple only when the event
-        // has no cookie: after a reset a 4-tuple is reused at once, and matching by it
-        // merged a new connection's event into an old waiting flow (2 of 39,752 sockets in
-        // the churn test), which then came back as a second record.
-        let no_cookie = key.cookie == 0 || key.cookie == u64::MAX;
-        let waited = if self.waiting.contains_key(&key.cookie) {
-            Some(key.cookie)
-        } else if no_cookie {
-            self.waiting_tuples.get(&tuple_of(&key)).copied()
-        } else {
-            None
-        };
-        if let Some(cookie) = waited {
-            let mut w = self.stop_waiting(cookie).expect("waiting, looked up just above");
+        // By cookie alone: a socket's cookie is unique and stable, while its 4-tuple is
+        // reused at once after a reset. Matching by 4-tuple merged a new connection's event
+        // into an old waiting flow (2 of 39,752 sockets in the churn test), which then came
+        // back as a second record.
+        if let Some(mut w) = self.waiting.remove(&key.cookie) {
+            let cookie = key.cookie;
             self.stats.destroy_awaited += 1;
             // The connection ended before the dump that missed it; the socket only lingered
             // until its owner closed it. Its final counters belong to that time, so the
@@ -1234,7 +1209,8 @@ impl Tracker {
     /// clears its peer and its counters. Only a flow already followed by that cookie ends on
     /// it, as reset, with the counters of its last sample; anything else is ignored.
     fn disconnected(&mut self, cookie: u64, ts_ns: u64, out: &mut Vec<EndedFlow>) {
-        let (f, held, end) = if let Some(w) = self.stop_waiting(cookie) {
+        let (f, held, end) = if let Some(w) = self.waiting.remove(&cookie) {
+            self.stats.destroy_awaited += 1;
             (w.flow, w.held, w.missed_ns)
         } else if self.index.contains_key(&cookie) {
             let (f, held) = self.remove(cookie).expect("indexed just above");
@@ -1242,7 +1218,6 @@ impl Tracker {
         } else {
             return;
         };
-        self.stats.destroy_awaited += u64::from(end != ts_ns);
         self.destroyed.insert(cookie, self.generation);
         self.hand_on(f, held, EndReason::Destroyed, end, Some(Close::Reset), out);
     }
@@ -1272,7 +1247,7 @@ impl Tracker {
             }
         }
         while let Some(cookie) = self.wait_order.pop_front() {
-            if let Some(w) = self.stop_waiting(cookie) {
+            if let Some(w) = self.waiting.remove(&cookie) {
                 let close = gone_close(&w.flow);
                 self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
             }
@@ -1292,12 +1267,13 @@ impl Tracker {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
         let e = EndedFlow { flow, reason, end_ts_ns, close, held };
+        // Its samples leave the tracker either way: dropped or handed on.
+        self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
             self.stats.flows_too_short += 1;
             return; // its blocks go back
         }
         self.stats.flows_ended += 1;
-        self.stats.samples_handed_on += e.sample_count() as u64;
         out.push(e);
     }
 

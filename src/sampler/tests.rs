@@ -143,41 +143,27 @@ async fn stale_replies_and_bad_messages_are_skipped() {
 }
 
 #[tokio::test]
-async fn filter_is_compiled_into_the_request() {
-    let cfg = SamplerConfig {
-        mode: DumpMode::SingleWalk,
-        filter: crate::filter::Expr::from_port_lists("", "5201").unwrap(),
-        ..SamplerConfig::default()
-    };
-    let mut s =
-        Sampler::new(ReplaySource::new(vec![dg(1, &[control_msg(1, nlmsg::NLMSG_DONE, 0)])]), cfg)
-            .unwrap();
-    s.dump().await.unwrap();
-    let sent = &s.into_source().sent[0];
-    assert_eq!(
-        &sent[sent.len() - 12..],
-        &[12, 0, 1, 0, 0x0c, 0x08, 0x0c, 0x00, 0x00, 0x00, 0x51, 0x14]
-    );
-}
-
-#[tokio::test]
-async fn a_filter_compiled_by_the_caller_is_sent_as_it_is() {
-    // The command line compiles the filter once (a usage error when it cannot); the
-    // sampler sends those bytes and compiles nothing.
+async fn filter_is_compiled_into_the_request_or_sent_as_the_caller_compiled_it() {
+    // cgmon's bytes for `-netlink-dport 5201`. The command line compiles the filter once
+    // (`cli::Config::bytecode`); the sampler then sends those bytes as they are.
+    let cgmon = [12, 0, 1, 0, 0x0c, 0x08, 0x0c, 0x00, 0x00, 0x00, 0x51, 0x14];
     let filter = crate::filter::Expr::from_port_lists("", "5201").unwrap();
-    let bytecode = crate::filter::compile(filter.as_ref().unwrap()).unwrap();
-    let cfg = SamplerConfig {
-        mode: DumpMode::SingleWalk,
-        filter,
-        bytecode: Some(bytecode.clone()),
-        ..SamplerConfig::default()
-    };
-    let mut s =
-        Sampler::new(ReplaySource::new(vec![dg(1, &[control_msg(1, nlmsg::NLMSG_DONE, 0)])]), cfg)
-            .unwrap();
-    s.dump().await.unwrap();
-    let sent = &s.into_source().sent[0];
-    assert_eq!(&sent[sent.len() - bytecode.len()..], &bytecode[..]);
+    let compiled = crate::filter::compile(filter.as_ref().unwrap()).unwrap();
+    // Given bytes win over the expression (here one that would compile to other bytes).
+    let other = crate::filter::Expr::from_port_lists("", "80").unwrap();
+    for (filter, bytecode) in [(filter, None), (other, Some(compiled))] {
+        let cfg = SamplerConfig {
+            mode: DumpMode::SingleWalk,
+            filter,
+            bytecode,
+            ..SamplerConfig::default()
+        };
+        let done = dg(1, &[control_msg(1, nlmsg::NLMSG_DONE, 0)]);
+        let mut s = Sampler::new(ReplaySource::new(vec![done]), cfg).unwrap();
+        s.dump().await.unwrap();
+        let sent = &s.into_source().sent[0];
+        assert_eq!(&sent[sent.len() - 12..], &cgmon);
+    }
 }
 
 #[tokio::test]

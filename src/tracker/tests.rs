@@ -707,7 +707,7 @@ fn past_the_grace_period_a_flow_ends_as_gone_and_its_late_destroy_is_counted() {
 }
 
 #[test]
-fn a_destroy_event_matches_a_waiting_flow_by_cookie_and_by_tuple_only_without_one() {
+fn a_destroy_event_matches_a_waiting_flow_by_cookie_never_by_its_tuple() {
     let mut t = waiting_tracker(5);
     let a = SockBuilder::new(1, 5000, 80);
     dump(&mut t, S, &[&a], true);
@@ -718,12 +718,24 @@ fn a_destroy_event_matches_a_waiting_flow_by_cookie_and_by_tuple_only_without_on
     let ended = destroy(&mut t, 3 * S, &reuse);
     assert_eq!((ended.len(), ended[0].flow.key.cookie), (1, 77));
     assert_eq!(t.awaiting_destroy(), 1);
-    // An event with no cookie matches by the 4-tuple.
-    let ended = destroy(&mut t, 3 * S, &SockBuilder::new(0, 5000, 80).bytes_acked(11));
+    // The waiting flow's own event completes it; a second one for it is late.
+    let ended = destroy(&mut t, 3 * S, &a.clone().bytes_acked(11));
     assert_eq!((ended[0].flow.key.cookie, ended[0].flow.last.bytes_acked), (1, 11));
-    // The waiting flow's own event, arriving after that, is late: no second record.
     assert!(destroy(&mut t, 3 * S, &a).is_empty());
     assert_eq!((t.stats().flows_opened, t.stats().destroy_late), (2, 1));
+}
+
+#[test]
+fn samples_of_flows_dropped_for_min_samples_are_no_longer_held() {
+    let cfg = TrackerConfig { min_samples: 5, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[], true);
+    for i in 0..3u64 {
+        dump(&mut t, (i + 1) * S, &[&SockBuilder::new(1, 5000, 80).bytes_acked(i + 1)], true);
+    }
+    assert_eq!(t.samples_held(), 3);
+    assert!(dump(&mut t, 4 * S, &[], true).is_empty(), "too short: dropped");
+    assert_eq!((t.stats().flows_too_short, t.samples_held()), (1, 0));
 }
 
 #[test]

@@ -382,13 +382,9 @@ fn a_full_disk_keeps_records_counts_errors_and_bounds_the_backlog() {
     let dir = tempfile::tempdir().unwrap();
     // A device like /dev/full (1, 7) fails every write with ENOSPC. (A symlink to it would
     // be refused: output files are opened without following links.)
-    let node =
-        std::ffi::CString::new(dir.path().join("f.json").into_os_string().into_encoded_bytes())
-            .unwrap();
-    // SAFETY: a valid path; mknod creates a device node, which needs CAP_MKNOD.
-    if unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 7)) } != 0 {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: mknod needs root");
-        eprintln!("skipped: making a /dev/full node needs root");
+    if let Err(e) = crate::testkit::dev_full_at(&dir.path().join("f.json")) {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: mknod: {e}");
+        eprintln!("skipped: making a /dev/full node needs root: {e}");
         return;
     }
     let m = Arc::new(Metrics::default());

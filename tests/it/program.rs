@@ -331,13 +331,9 @@ fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     // Every write to a /dev/full device (1, 7) fails with ENOSPC. A node of its own at the
     // output name: a symlink to /dev/full would be refused (outputs never follow links).
-    let node =
-        std::ffi::CString::new(dir.path().join("f.json").into_os_string().into_encoded_bytes())
-            .unwrap();
-    // SAFETY: a valid path; mknod needs CAP_MKNOD.
-    if unsafe { libc::mknod(node.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 7)) } != 0 {
-        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: mknod needs root");
-        eprintln!("skipped: making a /dev/full node needs root");
+    if let Err(e) = cgmon_rs::testkit::dev_full_at(&dir.path().join("f.json")) {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: mknod: {e}");
+        eprintln!("skipped: making a /dev/full node needs root: {e}");
         return;
     }
     let m = file_monitor(dir.path(), "f.json", a, &["-run-shutdown-timeout", "2s"]);
