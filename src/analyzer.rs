@@ -312,13 +312,7 @@ fn record(
     let has = |bit: u8| f.options & bit != 0;
     let partial_end = e.partial_end();
     FlowStats {
-        id: FlowId {
-            src_ip: ip(f.key.family, &f.key.src),
-            src_port: f.key.sport,
-            dst_ip: ip(f.key.family, &f.key.dst),
-            dst_port: f.key.dport,
-            tstamp_start_ns: f.first_ts_ns,
-        },
+        id: FlowId::new(&f.key, f.first_ts_ns),
         start_time: wall(f.first_ts_ns, cfg.realtime_offset_ns),
         end_time: wall(e.end_ts_ns, cfg.realtime_offset_ns),
         duration: i64::try_from(span).unwrap_or(i64::MAX),

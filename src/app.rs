@@ -11,7 +11,6 @@
 //! valid gzip. All of it must finish within `-run-shutdown-timeout`, else exit 1; a second
 //! signal exits at once.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,19 +18,17 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::analyzer::{self, StageConfig};
+use crate::analyzer;
 use crate::cli::{self, Config, Parsed};
+pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
+use crate::sampler::Sampler;
 use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, SocketOptions, Source};
-use crate::sampler::{Sampler, SamplerConfig};
-use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY, TaskConfig};
-use crate::tracker::{Tracker, TrackerConfig};
+use crate::sampler::source::{NetlinkSource, Source};
+use crate::tracker::Tracker;
+use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::units::format_duration;
-use crate::writer::file::FileConfig;
-use crate::writer::{
-    self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterConfig, WriterError,
-};
+use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
 
 /// Exit status for a usage error.
 pub const EXIT_USAGE: u8 = 2;
@@ -40,9 +37,6 @@ pub const EXIT_FAILURE: u8 = 1;
 
 /// Parses `args` (without the program name) and runs; the process's exit status.
 pub fn main(args: Vec<String>) -> ExitCode {
-    if args.first().is_some_and(|a| a == "diagnose") {
-        return crate::diagnose::main(args[1..].to_vec());
-    }
     let cfg = match cli::parse(args) {
         Ok(Parsed::Run(c)) => c,
         Ok(Parsed::Print(s)) => {
@@ -54,12 +48,12 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    for w in crate::logging::init(&cfg.cli) {
+    for w in crate::logging::init(&cfg.log) {
         tracing::warn!("{w}");
     }
     // Blocking work (a send to a stalled writer, malloc_trim, joining threads) is rare and
     // short: a few threads do, where tokio's default allows 512 (the unit's TasksMax).
-    let rt = if cfg.cli.serial {
+    let rt = if cfg.serial {
         tokio::runtime::Builder::new_current_thread().max_blocking_threads(4).enable_all().build()
     } else {
         // Two workers: sampling never shares its thread with analysis of a large batch.
@@ -82,34 +76,6 @@ pub fn main(args: Vec<String>) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn writer_config(cfg: &Config) -> WriterConfig {
-    let c = &cfg.cli;
-    let target = match &c.dir {
-        Some(dir) => Target::File(FileConfig {
-            dir: dir.clone(),
-            name: cfg.file_name.clone(),
-            level: c.compression_level,
-        }),
-        None => Target::Stdout,
-    };
-    let samples = c.samples_out.as_ref().map(|p| {
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        FileConfig { dir, name, level: c.compression_level }
-    });
-    WriterConfig {
-        target,
-        pretty: c.pretty,
-        rotate_size: c.rotate_size,
-        rotate_interval: (!c.rotate_interval.is_zero()).then_some(c.rotate_interval),
-        backlog_bytes: c.backlog,
-        samples,
-    }
-}
-
 /// What SIGUSR2 does in place of cgmon's `runtime.GC()`: hands the heap's free memory back
 /// to the OS (glibc keeps freed memory for reuse, so RSS stays at its high-water mark after
 /// a burst of flows), and says what RSS that saved.
@@ -128,98 +94,6 @@ fn release_free_memory() -> String {
             mib(a)
         ),
         _ => "free heap memory returned to the OS".into(),
-    }
-}
-
-/// Every stage's settings, resolved once from the parsed command line; the raw options go
-/// no further than [`settings`].
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Sampling: states (listeners added), filter, buffers.
-    pub sampler: SamplerConfig,
-    /// The sock_diag socket's receive buffer.
-    pub socket: SocketOptions,
-    /// The tracker; its destroy grace applies only when destroy events are read.
-    pub tracker: TrackerConfig,
-    /// The sampling schedule and error policy.
-    pub task: TaskConfig,
-    /// The analyzer stage.
-    pub analyzer: StageConfig,
-    /// The output.
-    pub writer: WriterConfig,
-    /// The HTTP server, when asked for.
-    pub http: Option<HttpSettings>,
-    /// `-run-duration` (0: until a signal).
-    pub run_duration: Duration,
-    /// `-run-shutdown-timeout`.
-    pub shutdown_timeout: Duration,
-    /// The one-line summary logged at start.
-    pub summary: String,
-}
-
-/// `-run-http-server` and its bounds.
-#[derive(Debug, Clone, Copy)]
-pub struct HttpSettings {
-    /// Where to listen.
-    pub addr: std::net::SocketAddr,
-    /// Timeouts and the connection cap.
-    pub limits: crate::http::Limits,
-    /// `--metrics-top-services`.
-    pub top_services: usize,
-}
-
-/// Resolves the parsed command line into every stage's settings.
-pub fn settings(cfg: &Config) -> Settings {
-    let c = &cfg.cli;
-    let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
-    Settings {
-        sampler: SamplerConfig {
-            // Listeners too, always: they start no flow, but name the listening ports that
-            // label the per-service metrics and the accepting side of short flows.
-            states: c.states.unwrap_or_default().with_listeners(),
-            filter: cfg.filter.clone(),
-            bytecode: cfg.bytecode.clone(),
-            read_bufsize: c.read_bufsize as usize,
-            recv_timeout: c.receive_timeout,
-            ..SamplerConfig::default()
-        },
-        socket: SocketOptions {
-            rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
-            rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
-        },
-        tracker: TrackerConfig {
-            max_flows: c.max_flows,
-            min_samples: c.min_samples,
-            window_samples: window,
-            destroy_grace_ns: c.destroy_grace.as_nanos() as u64,
-            max_samples: c.max_samples,
-        },
-        task: TaskConfig {
-            interval: c.interval,
-            error_delay: c.error_delay,
-            max_errors: c.max_errors,
-        },
-        analyzer: StageConfig {
-            analysis: crate::analyzer::AnalyzerConfig {
-                realtime_offset_ns: crate::clock::realtime_offset_ns(),
-                ..cfg.analyzer
-            },
-            write_partial: c.partial,
-            samples_out: c.samples_out.is_some(),
-        },
-        writer: writer_config(cfg),
-        http: c.http_server.map(|addr| HttpSettings {
-            addr,
-            limits: crate::http::Limits {
-                header_timeout: c.http_header_timeout,
-                idle_timeout: c.http_idle_timeout,
-                max_connections: c.http_max_connections as usize,
-            },
-            top_services: c.top_services,
-        }),
-        run_duration: c.run_duration,
-        shutdown_timeout: c.shutdown_timeout,
-        summary: format!("{} window_samples={window}", cfg.summary()),
     }
 }
 
@@ -247,7 +121,7 @@ pub struct Sources {
 
 /// Opens the kernel's sockets, turns signals into events, and runs; the exit status.
 async fn run_main(cfg: Config) -> u8 {
-    let s = settings(&cfg);
+    let s = cfg.settings;
     let metrics = Arc::new(Metrics::new(s.task.interval));
     // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
     let w = match Writer::open(s.writer.clone(), metrics.clone()) {
@@ -259,7 +133,9 @@ async fn run_main(cfg: Config) -> u8 {
                 WriterError::Open { samples: true, .. } => {
                     ("--samples-out", cfg.env.suffix(&["samples_out"]))
                 }
-                _ if cfg.cli.dir.is_some() => ("-writer-dir", cfg.env.suffix(&["dir", "file"])),
+                _ if matches!(s.writer.target, Target::File(_)) => {
+                    ("-writer-dir", cfg.env.suffix(&["dir", "file"]))
+                }
                 _ => ("stdout", String::new()),
             };
             eprintln!("cgmon-rs: {flag}: {e}{from}");
@@ -343,6 +219,10 @@ pub async fn run(
     if sources.destroy.is_none() {
         tcfg.destroy_grace_ns = 0;
     }
+    // Records turn CLOCK_MONOTONIC into wall-clock time with the offset of the run's start
+    // (as cgmon does), not of the moment the options were read.
+    let mut acfg = s.analyzer.clone();
+    acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
@@ -378,8 +258,7 @@ pub async fn run(
         },
         systemd_hooks(),
     ));
-    let analyzer_task =
-        tokio::spawn(analyzer::run(s.analyzer.clone(), ended_rx, wtx.clone(), metrics.clone()));
+    let analyzer_task = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
     let stage = Running {
         tracker: tracker_task,
@@ -551,7 +430,7 @@ fn start_http(
         eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
         EXIT_FAILURE
     })?;
-    let exporter = Arc::new(crate::prom::Exporter::new(
+    let exporter = Arc::new(crate::http::prom::Exporter::new(
         metrics.clone(),
         accounts.clone(),
         crate::services::Services::new(),

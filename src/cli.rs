@@ -13,6 +13,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::analyzer::AnalyzerConfig;
 use crate::filter::{self, Expr};
+use crate::logging::{LogFormat, LogSettings};
 use crate::states::StateSet;
 use crate::stats::correlation::Adjust;
 use crate::stats::summary::QuantileKind;
@@ -65,15 +66,6 @@ pub enum CumulantKind {
     Lininterp,
     /// The first value whose cumulative weight reaches the quantile.
     Empirical,
-}
-
-/// `--log-format` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines on stderr.
-    Text,
-    /// One JSON object per line on stderr.
-    Json,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, ValueError> {
@@ -529,19 +521,16 @@ pub(crate) fn normalize_for(
     out
 }
 
-/// Everything the program needs, validated.
+/// Everything the program needs, validated and resolved: the raw options stop at
+/// [`parse`].
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The parsed options.
-    pub cli: Cli,
-    /// Port lists and the filter expression combined (AND).
-    pub filter: Option<Expr>,
-    /// `filter` compiled to kernel bytecode.
-    pub bytecode: Option<Vec<u8>>,
-    /// The analyzer's settings (the clock offset is filled in at start).
-    pub analyzer: AnalyzerConfig,
-    /// The output file name.
-    pub file_name: String,
+    /// Every stage's settings.
+    pub settings: Settings,
+    /// Logging.
+    pub log: LogSettings,
+    /// `-run-serial`: one runtime thread.
+    pub serial: bool,
     /// Which options took their value from a `CGMON_*` variable.
     pub env: EnvOrigins,
 }
@@ -751,7 +740,15 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
         adjust,
         realtime_offset_ns: 0,
     };
-    Ok(Config { cli, filter, bytecode, analyzer, file_name, env })
+    let summary = summary(&cli, filter.as_ref(), &file_name);
+    let log = LogSettings {
+        directives: crate::logging::directives(&cli.log_level, &cli.log_stages()),
+        format: cli.log_format,
+        syslog: cli.log_syslog,
+    };
+    let settings =
+        resolve::resolve(&cli, resolve::Parts { filter, bytecode, analyzer, file_name, summary });
+    Ok(Config { settings, log, serial: cli.serial, env })
 }
 
 /// The host name (cgmon's default file name uses it).
@@ -767,24 +764,31 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-impl Config {
-    /// One line per setting that matters, for the start-up log.
-    pub fn summary(&self) -> String {
-        let c = &self.cli;
-        format!(
-            "interval={} filter={} states={} output={} partial={} max_flows={} min_samples={}",
-            format_duration(c.interval),
-            self.filter.as_ref().map_or("none".into(), |f| format!("{f:?}")),
-            c.states.unwrap_or_default(),
-            c.dir
-                .as_ref()
-                .map_or("stdout".into(), |d| d.join(&self.file_name).display().to_string()),
-            c.partial,
-            c.max_flows,
-            c.min_samples,
-        )
+/// One line per setting that matters, for the start-up log.
+fn summary(c: &Cli, filter: Option<&Expr>, file_name: &str) -> String {
+    format!(
+        "interval={} filter={} states={} output={} partial={} max_flows={} min_samples={}",
+        format_duration(c.interval),
+        filter.map_or("none".into(), |f| format!("{f:?}")),
+        c.states.unwrap_or_default(),
+        c.dir.as_ref().map_or("stdout".into(), |d| d.join(file_name).display().to_string()),
+        c.partial,
+        c.max_flows,
+        c.min_samples,
+    )
+}
+
+impl Cli {
+    /// The `-log-<stage>` switches, in [`crate::logging::STAGE_TARGETS`]' order (all on
+    /// with `-log-all`).
+    fn log_stages(&self) -> [bool; 4] {
+        [self.log_netlink, self.log_tracker, self.log_analyzer, self.log_writer]
+            .map(|on| on || self.log_all)
     }
 }
+
+mod resolve;
+pub use resolve::{HttpSettings, Settings};
 
 #[cfg(test)]
 mod tests;

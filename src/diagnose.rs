@@ -2,25 +2,24 @@
 //!
 //! It watches the current flows (or those a filter names) for a while, or until every one
 //! of them has ended, then prints a table: rate, RTT, retransmits, the limit and the finding
-//! (`--json`: the full records, one per line). It runs the monitor's own stages: sampler,
-//! tracker and analysis, with every flow written (partial ones included).
+//! (`--json`: the full records, one per line). It is the monitor itself ([`app::run`]),
+//! with every flow written (partial ones included) into memory instead of stdout.
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clap::Parser;
+use serde_json::Value;
 
-use crate::analyzer::{AnalyzerConfig, FlowStats, analyze};
-use crate::filter::{self, Expr};
+use crate::app::{self, EXIT_FAILURE, EXIT_USAGE, Event, Settings, Sources};
+use crate::cli::{Parsed, UsageError};
 use crate::metrics::Metrics;
 use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, SocketOptions};
-use crate::sampler::{Sampler, SamplerConfig};
-use crate::tracker::task::{self, TaskConfig, Wiring};
-use crate::tracker::{Tracker, TrackerConfig};
+use crate::sampler::source::{NetlinkSource, Source};
 use crate::units::parse_duration;
+use crate::writer::Writer;
 
 /// The longest `--seconds`: ten years, far below where a deadline would overflow.
 const MAX_SECONDS: u64 = 10 * 365 * 86_400;
@@ -70,106 +69,133 @@ pub fn main(args: Vec<String>) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("cgmon-rs diagnose: {}", crate::cli::one_line(&e.to_string()));
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
-    let filter = if cli.filter.is_empty() {
-        None
-    } else {
-        let text = cli.filter.join(" ");
-        match filter::parse(&text) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                eprintln!("cgmon-rs diagnose: filter {text:?}: {e}");
-                return ExitCode::from(2);
-            }
+    let settings = match settings(&cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cgmon-rs diagnose: {e}");
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cgmon-rs diagnose: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("cgmon-rs diagnose: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match rt.block_on(watch(&cli, filter)) {
-        Ok(records) => {
-            let mut out = std::io::stdout().lock();
-            let r = if cli.json {
-                print_json(&records, &mut out)
-            } else {
-                print_table(&records, &mut out)
-            };
-            if r.is_err() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
-        }
-        Err(e) => {
-            eprintln!("cgmon-rs diagnose: {e}");
-            ExitCode::FAILURE
-        }
+    let (code, records) = rt.block_on(watch(settings));
+    if code != 0 {
+        return ExitCode::from(code);
     }
+    let mut out = std::io::stdout().lock();
+    let r = if cli.json { print_json(&records, &mut out) } else { print_table(&records, &mut out) };
+    if r.is_err() { ExitCode::from(EXIT_FAILURE) } else { ExitCode::SUCCESS }
 }
 
-/// Samples until the time is up or every flow seen has ended; returns their records.
+/// The monitor's settings for a look: the monitor itself, run as
+/// `cgmon-rs -run-interval I -run-duration S -writer-partial -tracker-window-samples MAX FILTER`,
+/// so that `diagnose` says what the monitor's records would say. Every flow is written,
+/// open ones as partial; no window cuts a flow in two.
 ///
 /// # Errors
-/// The sock_diag socket cannot be opened, or sampling failed.
-pub async fn watch(cli: &DiagnoseCli, filter: Option<Expr>) -> Result<Vec<FlowStats>, String> {
-    let source = NetlinkSource::open(SocketOptions::default()).map_err(|e| e.to_string())?;
-    let cfg = SamplerConfig { filter: filter.clone(), ..SamplerConfig::default() };
-    let sampler = Sampler::new(source, cfg).map_err(|e| e.to_string())?;
-    let destroy = DestroyListener::open(filter).ok();
-    let metrics = Arc::new(Metrics::default());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(task::ENDED_CHANNEL_CAPACITY);
-    // A reset flow leaves the dumps before its destroy event: wait for it, as the monitor
-    // does, so that it gives one line with its final counters.
-    let grace =
-        if destroy.is_some() { crate::tracker::DEFAULT_DESTROY_GRACE } else { Duration::ZERO };
-    let tracker = Tracker::new(TrackerConfig {
-        window_samples: usize::MAX / 2,
-        destroy_grace_ns: grace.as_nanos() as u64,
-        ..TrackerConfig::default()
-    });
-    let stage = tokio::spawn(task::run(
-        tracker,
-        sampler,
-        destroy,
-        TaskConfig::every(cli.interval),
-        Wiring::new(stop_rx, tx, metrics.clone()),
-        |_| {},
-    ));
-    let acfg = AnalyzerConfig {
-        realtime_offset_ns: crate::clock::realtime_offset_ns(),
-        ..AnalyzerConfig::default()
-    };
-    let record = |mut e: crate::tracker::EndedFlow| analyze(&mut e, &acfg);
-    let mut records = Vec::new();
-    let end = Instant::now() + Duration::from_secs(cli.seconds);
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    loop {
-        tokio::select! {
-            Some(batch) = rx.recv() => records.extend(batch.into_iter().map(record)),
-            _ = tick.tick() => {
-                let all_ended = metrics.dumps.get() > 0
-                    && metrics.flows_opened.get() > 0
-                    && metrics.flows_active.get() == 0
-                    && metrics.flows_awaiting_destroy.get() == 0;
-                if Instant::now() >= end || all_ended {
-                    break;
-                }
-            }
-        }
+/// The filter does not parse or compile (the monitor's own message).
+pub fn settings(cli: &DiagnoseCli) -> Result<Settings, UsageError> {
+    let mut args = vec![
+        "-run-interval".to_string(),
+        crate::units::format_duration(cli.interval),
+        "-run-duration".to_string(),
+        format!("{}s", cli.seconds),
+        "-writer-partial".to_string(),
+        "-tracker-window-samples".to_string(),
+        WHOLE_FLOW.to_string(),
+    ];
+    if !cli.filter.is_empty() {
+        args.push("--filter".to_string());
+        args.push(cli.filter.join(" "));
     }
-    let _ = stop_tx.send(true);
-    while let Some(batch) = rx.recv().await {
-        records.extend(batch.into_iter().map(record));
+    match crate::cli::parse(args)? {
+        Parsed::Run(c) => Ok(c.settings),
+        Parsed::Print(_) => Err(UsageError("unexpected help request".into())),
     }
-    stage.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    records.sort_by_key(|r| std::cmp::Reverse(r.bytes_acked));
-    Ok(records)
 }
 
-fn print_json(records: &[FlowStats], out: &mut impl Write) -> std::io::Result<()> {
+/// No window: one record per flow, however long the look.
+const WHOLE_FLOW: usize = 1 << 40;
+
+/// Runs the monitor ([`app::run`]) on the kernel's sockets until the time is up or every
+/// flow seen has ended; its exit status and its records, busiest first, as it wrote them.
+pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
+    let metrics = Arc::new(Metrics::new(s.task.interval));
+    let out = Collected::default();
+    let writer = match Writer::to_stream(s.writer.clone(), Box::new(out.clone()), metrics.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("cgmon-rs diagnose: {e}");
+            return (EXIT_FAILURE, Vec::new());
+        }
+    };
+    let dump = match NetlinkSource::open(s.socket) {
+        Ok(src) => Source::Netlink(src),
+        Err(e) => {
+            eprintln!("cgmon-rs diagnose: cannot open a sock_diag netlink socket: {e}");
+            return (EXIT_FAILURE, Vec::new());
+        }
+    };
+    // A reset flow leaves the dumps before its destroy event: with the listener it gives
+    // one line with its final counters, as in the monitor.
+    let destroy =
+        DestroyListener::open(s.sampler.filter.clone()).ok().map(|d| d.map_source(Source::Netlink));
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let m = metrics.clone();
+    // Stop once every flow seen has ended (the monitor stops itself at -run-duration).
+    let ender = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let all_ended = m.dumps.get() > 0
+                && m.flows_opened.get() > 0
+                && m.flows_active.get() == 0
+                && m.flows_awaiting_destroy.get() == 0;
+            if all_ended {
+                let _ = tx.send(Event::Stop("every flow ended")).await;
+                return;
+            }
+        }
+    });
+    let code = app::run(s, Sources { dump, destroy }, writer, rx, metrics).await;
+    ender.abort();
+    let mut records = out.records();
+    records.sort_by_key(|r| std::cmp::Reverse(r["BytesAcked"].as_u64().unwrap_or(0)));
+    (code, records)
+}
+
+/// The writer's output, kept in memory.
+#[derive(Clone, Default)]
+struct Collected(Arc<Mutex<Vec<u8>>>);
+
+impl Collected {
+    /// The records written so far. The writer wrote them; a line that does not parse
+    /// cannot occur, and would be left out.
+    fn records(&self) -> Vec<Value> {
+        let text = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        serde_json::Deserializer::from_slice(&text).into_iter::<Value>().flatten().collect()
+    }
+}
+
+impl Write for Collected {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn print_json(records: &[Value], out: &mut impl Write) -> std::io::Result<()> {
     for r in records {
         serde_json::to_writer(&mut *out, r)?;
         writeln!(out)?;
@@ -177,8 +203,8 @@ fn print_json(records: &[FlowStats], out: &mut impl Write) -> std::io::Result<()
     Ok(())
 }
 
-/// The table: one line per flow, busiest first.
-pub fn print_table(records: &[FlowStats], out: &mut impl Write) -> std::io::Result<()> {
+/// The table: one line per flow, busiest first, read from the records as written.
+pub fn print_table(records: &[Value], out: &mut impl Write) -> std::io::Result<()> {
     if records.is_empty() {
         return writeln!(out, "no flows seen");
     }
@@ -188,19 +214,80 @@ pub fn print_table(records: &[FlowStats], out: &mut impl Write) -> std::io::Resu
         "FLOW", "Mbit/s", "RTT ms", "RETRANS", "LIMIT"
     )?;
     for r in records {
-        let flow = format!("{}:{} > {}:{}", r.id.src_ip, r.id.src_port, r.id.dst_ip, r.id.dst_port);
+        let id = &r["ID"];
+        let flow = format!(
+            "{}:{} > {}:{}",
+            id["SrcIP"].as_str().unwrap_or("?"),
+            id["SrcPort"],
+            id["DstIP"].as_str().unwrap_or("?"),
+            id["DstPort"]
+        );
         // The diagnosis's rate: for a flow seen only once, its rate while busy (its record's
         // throughput over a zero span is 0).
-        let (rate, limit, finding) = r.diagnosis.as_ref().map_or(
-            (r.send_throughput_mbps, "-", "no busy-time counters on this kernel".to_string()),
-            |d| (d.achieved_mbps, d.verdict, d.finding.clone()),
-        );
+        let d = &r["Diagnosis"];
+        let (rate, limit, finding) = if d.is_object() {
+            (
+                d["AchievedMbps"].as_f64().unwrap_or(0.0),
+                d["Verdict"].as_str().unwrap_or("-"),
+                d["Finding"].as_str().unwrap_or(""),
+            )
+        } else {
+            (
+                r["SendThroughputMbps"].as_f64().unwrap_or(0.0),
+                "-",
+                "no busy-time counters on this kernel",
+            )
+        };
+        let rtt = r["RTTSummary"][3]
+            .as_f64()
+            .map_or_else(|| "-".into(), crate::analyzer::diagnosis::ms_text);
         writeln!(
             out,
-            "{flow:<47} {rate:>9.2} {:>8} {:>7} {limit:<15} {finding}",
-            r.rtt_summary.map_or_else(|| "-".into(), |x| crate::analyzer::diagnosis::ms_text(x[3])),
-            r.total_retransmits
+            "{flow:<47} {rate:>9.2} {rtt:>8} {:>7} {limit:<15} {finding}",
+            r["TotalRetransmits"]
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> DiagnoseCli {
+        DiagnoseCli::try_parse_from(std::iter::once("diagnose").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_look_is_the_monitor_writing_every_flow_whole() {
+        let s = settings(&cli(&["--seconds", "7", "--interval", "50ms", "dport", "443"])).unwrap();
+        assert_eq!(s.task.interval, Duration::from_millis(50));
+        assert_eq!(s.run_duration, Duration::from_secs(7));
+        assert!(s.analyzer.write_partial);
+        assert_eq!(s.tracker.window_samples, WHOLE_FLOW);
+        let f = s.sampler.filter.as_ref().unwrap();
+        assert_eq!(s.sampler.bytecode, Some(crate::filter::compile(f).unwrap()));
+        let e = settings(&cli(&["dport", "="])).unwrap_err();
+        assert!(e.0.contains("filter \"dport =\""), "{}", e.0);
+    }
+
+    #[test]
+    fn the_table_reads_the_records_as_written() {
+        let r = serde_json::json!({
+            "ID": {"SrcIP": "10.0.0.1", "SrcPort": 5000, "DstIP": "10.0.0.2", "DstPort": 443},
+            "RTTSummary": [1.0, 1.0, 1.0, 2.5, 3.0, 4.0, 5.0],
+            "TotalRetransmits": 3,
+            "SendThroughputMbps": 1.0,
+            "Diagnosis": {"AchievedMbps": 12.5, "Verdict": "network", "Finding": "lost packets"},
+        });
+        let mut out = Vec::new();
+        print_table(&[r], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text.lines().nth(1).unwrap();
+        assert!(line.starts_with("10.0.0.1:5000 > 10.0.0.2:443"), "{line}");
+        for want in ["12.50", "2.5", " 3 ", "network", "lost packets"] {
+            assert!(line.contains(want), "{want} in {line}");
+        }
+    }
 }

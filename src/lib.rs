@@ -36,7 +36,7 @@ pub mod http;
 pub mod lab;
 pub mod logging;
 pub mod metrics;
-pub mod prom;
+
 pub mod record;
 pub mod sampler;
 pub mod services;
@@ -47,5 +47,7 @@ pub mod units;
 pub mod wire;
 pub mod writer;
 
-#[doc(hidden)]
+/// Loopback connections and other helpers for tests, benches and examples (the `testkit`
+/// feature): not part of the library.
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

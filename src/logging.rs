@@ -13,18 +13,36 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::cli::{Cli, LogFormat};
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines on stderr.
+    Text,
+    /// One JSON object per line on stderr.
+    Json,
+}
 
-/// The filter directives for the options, e.g. `info,cgmon_rs::sampler=debug`.
-pub fn directives(cli: &Cli) -> String {
-    let mut d = cli.log_level.clone();
-    for (on, target) in [
-        (cli.log_netlink, "cgmon_rs::sampler"),
-        (cli.log_tracker, "cgmon_rs::tracker"),
-        (cli.log_analyzer, "cgmon_rs::analyzer"),
-        (cli.log_writer, "cgmon_rs::writer"),
-    ] {
-        if on || cli.log_all {
+/// Logging, resolved from the options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// EnvFilter directives, e.g. `info,cgmon_rs::sampler=debug` (`RUST_LOG` overrides).
+    pub directives: String,
+    /// Text or JSON on stderr.
+    pub format: LogFormat,
+    /// Also to syslog (`-log-syslog`).
+    pub syslog: bool,
+}
+
+/// The tracing targets of `-log-netlink`, `-log-tracker`, `-log-analyzer`, `-log-writer`.
+pub const STAGE_TARGETS: [&str; 4] =
+    ["cgmon_rs::sampler", "cgmon_rs::tracker", "cgmon_rs::analyzer", "cgmon_rs::writer"];
+
+/// The filter directives for a level and the stage switches that are on, e.g.
+/// `info,cgmon_rs::sampler=debug`.
+pub fn directives(level: &str, stages: &[bool; 4]) -> String {
+    let mut d = level.to_string();
+    for (on, target) in stages.iter().zip(STAGE_TARGETS) {
+        if *on {
             d.push_str(&format!(",{target}=debug"));
         }
     }
@@ -42,10 +60,10 @@ fn stderr_is_journal() -> bool {
 
 /// Installs the global subscriber. Returns warnings to log once it is up (a missing
 /// /dev/log is one: cgmon made it fatal).
-pub fn init(cli: &Cli) -> Vec<String> {
+pub fn init(cfg: &LogSettings) -> Vec<String> {
     let mut warnings = Vec::new();
     let filter =
-        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives(cli)));
+        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.directives));
     let journald = if stderr_is_journal() {
         match tracing_journald::layer() {
             Ok(l) => Some(l.with_syslog_identifier("cgmon-rs".into()).with_filter(filter())),
@@ -59,13 +77,13 @@ pub fn init(cli: &Cli) -> Vec<String> {
     };
     let stderr = journald.is_none().then(|| {
         let l = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-        match cli.log_format {
+        match cfg.format {
             LogFormat::Text => l.with_ansi(false).boxed(),
             LogFormat::Json => l.json().flatten_event(true).boxed(),
         }
         .with_filter(filter())
     });
-    let syslog = if cli.log_syslog {
+    let syslog = if cfg.syslog {
         if std::path::Path::new("/dev/log").exists() {
             let ident = c"cgmon-rs";
             syslog_tracing::Syslog::new(ident, Default::default(), Default::default()).map(|w| {
@@ -92,14 +110,11 @@ pub fn init(cli: &Cli) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     #[test]
     fn stage_switches_map_to_targets() {
-        let c = Cli::parse_from(["x", "--log-netlink", "--log-writer"]);
-        assert_eq!(directives(&c), "info,cgmon_rs::sampler=debug,cgmon_rs::writer=debug");
-        let c = Cli::parse_from(["x", "--log-all", "--log-level", "warn"]);
-        assert_eq!(directives(&c).matches("=debug").count(), 4);
-        assert!(directives(&c).starts_with("warn,"));
+        let d = directives("info", &[true, false, false, true]);
+        assert_eq!(d, "info,cgmon_rs::sampler=debug,cgmon_rs::writer=debug");
+        assert_eq!(directives("warn", &[false; 4]), "warn");
     }
 }

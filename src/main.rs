@@ -1,4 +1,5 @@
-//! `cgmon-rs`: the program. Everything lives in the library (`cgmon_rs::app`).
+//! `cgmon-rs`: the program. Everything lives in the library: the monitor is
+//! `cgmon_rs::app`, `cgmon-rs diagnose` is `cgmon_rs::diagnose`.
 
 use std::process::ExitCode;
 
@@ -18,5 +19,8 @@ fn main() -> ExitCode {
             }
         }
     }
-    cgmon_rs::app::main(args)
+    match args.first().map(String::as_str) {
+        Some("diagnose") => cgmon_rs::diagnose::main(args[1..].to_vec()),
+        _ => cgmon_rs::app::main(args),
+    }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::states::name as state_name;
 use crate::stats::correlation::Correlation;
 use crate::wire::inet_diag::AF_INET;
+use crate::wire::sock::SockKey;
 
 /// A rate in bytes/s as Mbit/s.
 pub fn mbps(bytes_per_s: u64) -> f64 {
@@ -58,6 +59,20 @@ pub struct FlowId {
     /// CLOCK_MONOTONIC ns of the first sample.
     #[serde(rename = "TstampStartNs")]
     pub tstamp_start_ns: u64,
+}
+
+impl FlowId {
+    /// The identity of the socket `key`, first sampled at `first_ts_ns`: the one place a
+    /// record's and a live view's `ID` are made.
+    pub fn new(key: &SockKey, first_ts_ns: u64) -> Self {
+        FlowId {
+            src_ip: ip(key.family, &key.src),
+            src_port: key.sport,
+            dst_ip: ip(key.family, &key.dst),
+            dst_port: key.dport,
+            tstamp_start_ns: first_ts_ns,
+        }
+    }
 }
 
 /// One correlation with its evidence.
@@ -409,5 +424,77 @@ impl<'a> Line<'a> {
             delivery_rate_mbps: rate(s.delivery_rate),
             total_retransmits: s.total_retrans,
         }
+    }
+}
+
+/// An active flow and its newest values, as `/flows` shows it.
+#[derive(Debug, Serialize)]
+pub struct View<'a> {
+    /// The socket cookie.
+    #[serde(rename = "Cookie")]
+    pub cookie: u64,
+    /// `inet` or `inet6`.
+    #[serde(rename = "Family")]
+    pub family: &'static str,
+    /// The 4-tuple and first sample time.
+    #[serde(rename = "ID")]
+    pub id: &'a FlowId,
+    /// The TCP state of the latest sample, as the kernel names it.
+    #[serde(rename = "State")]
+    pub state: &'static str,
+    /// The congestion control algorithm.
+    #[serde(rename = "CongestionControl")]
+    pub cc: &'a str,
+    /// The socket's cgroup v2 id, when the kernel gave one.
+    #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// Which record of this flow the next one will be (windows cut a long flow).
+    #[serde(rename = "Seq")]
+    pub seq: u32,
+    /// True when the flow was open before the monitor saw it start.
+    #[serde(rename = "PartialStart")]
+    pub partial_start: bool,
+    /// Samples held for the current window.
+    #[serde(rename = "Samples")]
+    pub samples: usize,
+    /// Samples dropped as equal to the one before.
+    #[serde(rename = "SamplesDeduped")]
+    pub deduped: u32,
+    /// CLOCK_MONOTONIC ns of the latest sample.
+    #[serde(rename = "LastTstampNs")]
+    pub last_ts_ns: u64,
+    /// The kernel's minimum RTT, ms.
+    #[serde(rename = "MinRTTKernelms", skip_serializing_if = "Option::is_none")]
+    pub min_rtt_ms: Option<f64>,
+    /// Cumulative retransmitted segments.
+    #[serde(rename = "TotalRetransmits")]
+    pub total_retrans: u32,
+    /// Bytes the peer acknowledged.
+    #[serde(rename = "BytesAcked")]
+    pub bytes_acked: u64,
+    /// Bytes received.
+    #[serde(rename = "BytesReceived")]
+    pub bytes_received: u64,
+    /// Bytes sent, retransmissions included.
+    #[serde(rename = "BytesSent")]
+    pub bytes_sent: u64,
+    /// Bytes retransmitted.
+    #[serde(rename = "BytesRetrans")]
+    pub bytes_retrans: u64,
+    /// The socket's pacing cap, Mbit/s, when one is set.
+    #[serde(rename = "MaxPacingRateKernelMbps", skip_serializing_if = "Option::is_none")]
+    pub max_pacing_mbps: Option<f64>,
+    /// The newest sample.
+    #[serde(rename = "Latest", skip_serializing_if = "Option::is_none")]
+    pub latest: Option<Line<'a>>,
+    /// The newest samples, oldest first (`/flows/{cookie}` only).
+    #[serde(rename = "RecentSamples", skip_serializing_if = "Option::is_none")]
+    pub recent: Option<Vec<Line<'a>>>,
+}
+
+impl View<'_> {
+    /// `inet` or `inet6`, as `ss` names the families.
+    pub fn family_name(family: u8) -> &'static str {
+        if family == AF_INET { "inet" } else { "inet6" }
     }
 }

@@ -7,7 +7,8 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 
-pub use crate::wire::build::{MsgBuilder, SockBuilder, control_msg};
+pub use crate::wire::build::{MsgBuilder, SockBuilder};
+pub use crate::wire::nlmsg::control_msg;
 pub use crate::wire::sock::batch;
 
 /// Sets TCP_CONGESTION on a socket ("cubic", "bbr", "reno").

@@ -1,4 +1,5 @@
 use super::*;
+use crate::writer::Target;
 
 fn run(args: &[&str]) -> Result<Config, UsageError> {
     match parse(args.iter().map(|s| s.to_string()))? {
@@ -26,32 +27,38 @@ fn cgmon_readme_command_parses_unchanged() {
         "100ms",
     ])
     .unwrap();
-    assert_eq!(c.cli.sport, "80,443");
-    assert_eq!(c.cli.max_flows, 100);
-    assert_eq!(c.cli.dir.as_deref(), Some(std::path::Path::new("output")));
-    assert_eq!(c.cli.rotate_size, Some(10 << 20));
-    assert_eq!(c.cli.interval, Duration::from_millis(100));
-    assert!(c.filter.is_some());
+
+    assert_eq!(c.settings.tracker.max_flows, 100);
+    assert!(
+        matches!(&c.settings.writer.target, Target::File(f) if f.dir == std::path::Path::new("output"))
+    );
+    assert_eq!(c.settings.writer.rotate_size, Some(10 << 20));
+    assert_eq!(c.settings.task.interval, Duration::from_millis(100));
+    assert!(c.settings.sampler.filter.is_some());
 }
 
 #[test]
 fn defaults_are_cgmons() {
     let c = run(&[]).unwrap();
-    let l = &c.cli;
-    assert_eq!(l.interval, Duration::from_secs(1));
-    assert_eq!(l.error_delay, Duration::from_secs(1));
-    assert_eq!(l.max_errors, 5);
-    assert_eq!(l.shutdown_timeout, Duration::from_secs(15));
-    assert_eq!(l.run_duration, Duration::ZERO);
-    assert_eq!(l.compression_level, 9);
-    assert_eq!(l.rotate_interval, Duration::from_secs(15 * 60));
-    assert_eq!(l.rotate_size, None);
-    assert_eq!(l.read_bufsize, 32768);
-    assert_eq!(l.receive_timeout, Duration::from_secs(1));
-    assert!(!l.partial && !l.flush && !l.serial && !l.pretty);
-    assert_eq!(l.cumulant_kind, CumulantKind::Lininterp);
-    assert!(c.filter.is_none());
-    assert_eq!(c.file_name, format!("cgmon-{}.json.gz", hostname()));
+    let s = &c.settings;
+    assert_eq!(s.task.interval, Duration::from_secs(1));
+    assert_eq!(s.task.error_delay, Duration::from_secs(1));
+    assert_eq!(s.task.max_errors, 5);
+    assert_eq!(s.shutdown_timeout, Duration::from_secs(15));
+    assert_eq!(s.run_duration, Duration::ZERO);
+    assert_eq!(s.writer.rotate_interval, Some(Duration::from_secs(15 * 60)));
+    assert_eq!(s.writer.rotate_size, None);
+    assert!(matches!(s.writer.target, Target::Stdout));
+    assert!(!s.writer.pretty);
+    assert_eq!(s.sampler.read_bufsize, 32768);
+    assert_eq!(s.sampler.recv_timeout, Duration::from_secs(1));
+    assert!(!s.analyzer.write_partial && !c.serial);
+    assert_eq!(s.analyzer.analysis.quantile, QuantileKind::LinInterp);
+    assert!(s.sampler.filter.is_none());
+    let c = run(&["-writer-dir", "out"]).unwrap();
+    let Target::File(f) = &c.settings.writer.target else { panic!("a file") };
+    assert_eq!(f.name, format!("cgmon-{}.json.gz", hostname()));
+    assert_eq!(f.level, 9);
 }
 
 #[test]
@@ -62,16 +69,20 @@ fn single_and_double_dash_and_equals_are_the_same() {
         &["-run-interval=250ms"],
         &["--run-interval=250ms"],
     ] {
-        assert_eq!(run(args).unwrap().cli.interval, Duration::from_millis(250), "{args:?}");
+        assert_eq!(
+            run(args).unwrap().settings.task.interval,
+            Duration::from_millis(250),
+            "{args:?}"
+        );
     }
 }
 
 #[test]
 fn go_style_booleans() {
-    assert!(run(&["-writer-partial"]).unwrap().cli.partial);
-    assert!(run(&["-writer-partial=true"]).unwrap().cli.partial);
-    assert!(!run(&["-writer-partial=false"]).unwrap().cli.partial);
-    assert!(run(&["--writer-partial=1"]).unwrap().cli.partial);
+    assert!(run(&["-writer-partial"]).unwrap().settings.analyzer.write_partial);
+    assert!(run(&["-writer-partial=true"]).unwrap().settings.analyzer.write_partial);
+    assert!(!run(&["-writer-partial=false"]).unwrap().settings.analyzer.write_partial);
+    assert!(run(&["--writer-partial=1"]).unwrap().settings.analyzer.write_partial);
     // As in Go, a bare word after a boolean is not its value: here it is a filter word.
     assert!(err(&["-writer-partial", "false"]).contains("false"));
 }
@@ -79,10 +90,10 @@ fn go_style_booleans() {
 #[test]
 fn filter_words_and_flag_combine_with_port_lists() {
     let c = run(&["-netlink-dport", "443", "src", "127.0.0.0/8"]).unwrap();
-    let f = format!("{:?}", c.filter.unwrap());
+    let f = format!("{:?}", c.settings.sampler.filter.unwrap());
     assert!(f.contains("And"), "{f}");
     let c = run(&["--filter", "dport 443 or sport 22"]).unwrap();
-    assert!(format!("{:?}", c.filter.unwrap()).contains("Or"));
+    assert!(format!("{:?}", c.settings.sampler.filter.unwrap()).contains("Or"));
     assert!(err(&["--filter", "dport 1", "sport", "2"]).contains("not both"));
 }
 
@@ -91,13 +102,16 @@ fn flags_after_the_filter_words_are_flags() {
     let c =
         run(&["dport", "443", "-run-interval", "100ms", "-writer-partial", "or", "sport", "22"])
             .unwrap();
-    assert_eq!(c.cli.interval, Duration::from_millis(100));
-    assert!(c.cli.partial);
-    assert!(format!("{:?}", c.filter.unwrap()).starts_with("Or("));
+    assert_eq!(c.settings.task.interval, Duration::from_millis(100));
+    assert!(c.settings.analyzer.write_partial);
+    assert!(format!("{:?}", c.settings.sampler.filter.unwrap()).starts_with("Or("));
     // A range's far end stays filter; so does everything after `--`.
     let c = run(&["sport", "80", "-90", "-run-interval", "2s"]).unwrap();
-    assert_eq!(format!("{:?}", c.filter.unwrap()), "Port { side: Local, lo: 80, hi: 90 }");
-    assert_eq!(c.cli.interval, Duration::from_secs(2));
+    assert_eq!(
+        format!("{:?}", c.settings.sampler.filter.unwrap()),
+        "Port { side: Local, lo: 80, hi: 90 }"
+    );
+    assert_eq!(c.settings.task.interval, Duration::from_secs(2));
     assert!(err(&["sport", "80", "--", "-run-interval", "2s"]).contains("\"-run-interval\""));
     assert!(matches!(parse(["dport", "443", "-h"].map(String::from)), Ok(Parsed::Print(_))));
     // A flag left without its value is not given the first filter word.
@@ -170,18 +184,20 @@ fn normalize_leaves_values_and_short_flags_alone() {
 #[test]
 fn readable_aliases_sit_beside_cgmons_names() {
     let c = run(&["--interval", "2s", "-max-flows", "7", "--output-dir=out", "--partial"]).unwrap();
-    assert_eq!(c.cli.interval, Duration::from_secs(2));
-    assert_eq!(c.cli.max_flows, 7);
-    assert_eq!(c.cli.dir.as_deref(), Some(std::path::Path::new("out")));
-    assert!(c.cli.partial);
+    assert_eq!(c.settings.task.interval, Duration::from_secs(2));
+    assert_eq!(c.settings.tracker.max_flows, 7);
+    assert!(
+        matches!(&c.settings.writer.target, Target::File(f) if f.dir == std::path::Path::new("out"))
+    );
+    assert!(c.settings.analyzer.write_partial);
 }
 
 #[test]
 fn http_server_address_forms() {
     let c = run(&["-run-http-server", ":9090"]).unwrap();
-    assert_eq!(c.cli.http_server, Some("[::]:9090".parse().unwrap()));
+    assert_eq!(c.settings.http.unwrap().addr, "[::]:9090".parse().unwrap());
     let c = run(&["-run-http-server", "127.0.0.1:8080"]).unwrap();
-    assert_eq!(c.cli.http_server.unwrap().port(), 8080);
+    assert_eq!(c.settings.http.unwrap().addr.port(), 8080);
     assert!(err(&["-run-http-server", "localhost"]).contains("localhost"));
 }
 
@@ -227,8 +243,18 @@ fn the_filter_is_compiled_once_here_for_the_sampler() {
     let Ok(Parsed::Run(cfg)) = parse(["dport".to_string(), "5201".to_string()]) else {
         panic!("a run")
     };
-    let f = cfg.filter.as_ref().unwrap();
-    assert_eq!(cfg.bytecode, Some(crate::filter::compile(f).unwrap()));
+    let f = cfg.settings.sampler.filter.as_ref().unwrap();
+    assert_eq!(cfg.settings.sampler.bytecode, Some(crate::filter::compile(f).unwrap()));
     let Ok(Parsed::Run(none)) = parse(Vec::<String>::new()) else { panic!("a run") };
-    assert_eq!((none.filter, none.bytecode), (None, None));
+    assert_eq!((none.settings.sampler.filter, none.settings.sampler.bytecode), (None, None));
+}
+
+#[test]
+fn log_switches_resolve_to_directives() {
+    let c = run(&["--log-netlink", "--log-writer"]).unwrap();
+    assert_eq!(c.log.directives, "info,cgmon_rs::sampler=debug,cgmon_rs::writer=debug");
+    let c = run(&["--log-all", "--log-level", "warn", "-log-format", "json"]).unwrap();
+    assert_eq!(c.log.directives.matches("=debug").count(), 4);
+    assert!(c.log.directives.starts_with("warn,"));
+    assert_eq!(c.log.format, crate::logging::LogFormat::Json);
 }

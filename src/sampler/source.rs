@@ -259,7 +259,7 @@ impl DumpSource for ScriptSource {
             }
             self.queue.push_back(m);
         }
-        let done = crate::wire::build::control_msg(
+        let done = crate::wire::nlmsg::control_msg(
             u32::from_ne_bytes(seq),
             crate::wire::nlmsg::NLMSG_DONE,
             0,

@@ -3,7 +3,8 @@
 use super::source::ReplaySource;
 use super::*;
 use crate::wire::attr::INET_DIAG_INFO;
-use crate::wire::build::{MsgBuilder, control_msg};
+use crate::wire::build::MsgBuilder;
+use crate::wire::nlmsg::control_msg;
 
 fn dg(ts_ns: u64, parts: &[Vec<u8>]) -> Datagram {
     Datagram { ts_ns, bytes: parts.concat() }

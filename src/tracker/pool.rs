@@ -70,6 +70,11 @@ impl StageRef {
     pub const NONE: StageRef =
         StageRef { idx: u32::MAX, staged: 0, window: 0, full_len: 0, room: None };
 
+    /// Retained samples in the flow's current window.
+    pub fn window(&self) -> usize {
+        self.window as usize
+    }
+
     /// Its full blocks, oldest first.
     fn full(&self) -> &[u32] {
         self.room.as_deref().map_or(&[], |r| &r[..self.full_len as usize])

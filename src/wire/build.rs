@@ -53,18 +53,6 @@ impl MsgBuilder {
     }
 }
 
-/// An `NLMSG_DONE` (status 0) or `NLMSG_ERROR` (`errno` > 0) message.
-pub fn control_msg(seq: u32, kind: u16, errno: i32) -> Vec<u8> {
-    let mut out = vec![0u8; nlmsg::NLMSG_HDRLEN];
-    out.extend_from_slice(&(-errno).to_ne_bytes());
-    if kind == nlmsg::NLMSG_ERROR {
-        out.extend_from_slice(&[0u8; 16]); // the echoed request header
-    }
-    let len = out.len();
-    nlmsg::emit_header(&mut out, len, kind, nlmsg::NLM_F_MULTI, seq);
-    out
-}
-
 /// Builds a socket message with a full 280-byte `tcp_info`, for tracker and analyzer tests.
 /// Starts as an ESTABLISHED IPv4 socket with rtt 10 ms, cwnd 10 × 1448 bytes.
 #[derive(Debug, Clone)]

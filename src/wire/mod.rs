@@ -11,6 +11,9 @@
 //! remains the oracle our differential tests compare against.
 
 pub mod attr;
+/// Message builders for tests and benches (the `testkit` feature, which the crate's own
+/// tests, benches and examples turn on): not part of the library.
+#[cfg(any(test, feature = "testkit"))]
 pub mod build;
 pub mod cc;
 pub mod inet_diag;

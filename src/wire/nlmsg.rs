@@ -124,6 +124,19 @@ pub fn emit_header(out: &mut [u8], total_len: usize, kind: u16, flags: u16, seq:
     out[PID..PID + 4].copy_from_slice(&0u32.to_ne_bytes());
 }
 
+/// An `NLMSG_DONE` (status 0) or `NLMSG_ERROR` (`errno` > 0) message, as the kernel
+/// ends a dump or refuses a request; replayed sources end their dumps with one.
+pub fn control_msg(seq: u32, kind: u16, errno: i32) -> Vec<u8> {
+    let mut out = vec![0u8; NLMSG_HDRLEN];
+    out.extend_from_slice(&(-errno).to_ne_bytes());
+    if kind == NLMSG_ERROR {
+        out.extend_from_slice(&[0u8; 16]); // the echoed request header
+    }
+    let len = out.len();
+    emit_header(&mut out, len, kind, NLM_F_MULTI, seq);
+    out
+}
+
 #[cfg(all(test, target_endian = "little"))]
 mod tests {
     use super::*;

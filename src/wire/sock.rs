@@ -590,6 +590,7 @@ pub fn nul_terminated(mut v: u128) -> u128 {
 ///
 /// # Panics
 /// A message does not decode (the caller built or recorded it).
+#[cfg(any(test, feature = "testkit"))]
 pub fn batch(msgs: &[(u64, Vec<u8>)]) -> SockBatch {
     let mut b = SockBatch::default();
     for (ts, m) in msgs {

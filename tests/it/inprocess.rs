@@ -34,7 +34,7 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
         cgmon_rs::cli::Parsed::Run(c) => c,
         cgmon_rs::cli::Parsed::Print(_) => panic!("not a run"),
     };
-    let s = app::settings(&cfg);
+    let s = cfg.settings;
     let metrics = Arc::new(Metrics::new(s.task.interval));
     let out = Shared::default();
     let writer =

@@ -10,7 +10,8 @@ use super::*;
 use crate::sampler::source::Received;
 use crate::sampler::{DumpMode, SamplerConfig};
 use crate::tracker::{EndReason, TrackerConfig};
-use crate::wire::build::{SockBuilder, control_msg};
+use crate::wire::build::SockBuilder;
+use crate::wire::nlmsg::control_msg;
 use crate::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR};
 
 /// Answers each request after `delay`, with one socket whose cookie is the dump number

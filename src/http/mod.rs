@@ -11,7 +11,7 @@
 //!
 //! - `GET /`: an HTML page (no JavaScript): pipeline stages with calls and min/mean/max/stddev
 //!   time, flows, churn, records, destroy events, memory.
-//! - `GET /metrics`: Prometheus text format ([`crate::prom`]).
+//! - `GET /metrics`: Prometheus text format ([`prom`]).
 //! - `GET /flows?limit=N&after=COOKIE`: active flows with their latest sample, as JSON, a
 //!   page at a time in cookie order (default 1,000, at most 10,000); a `Link: rel="next"`
 //!   header names the next page and `X-Total-Count` the active flows. 429 with
@@ -37,7 +37,14 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
-use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query, view};
+
+pub mod flows;
+pub mod prom;
+pub mod status;
+
+use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query};
+use flows::view;
+pub use status::status_page;
 
 /// Parses a listen address: `host:port`, `[v6]:port`, or Go's `:port` (every interface).
 ///
@@ -70,10 +77,6 @@ pub struct Served {
     pub interval: Duration,
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 async fn flow_durations(State(c): State<Ctx>) -> String {
     c.metrics.flow_durations.render()
 }
@@ -82,86 +85,9 @@ async fn index(State(c): State<Ctx>) -> Html<String> {
     Html(status_page(&c.metrics))
 }
 
-/// The status page.
-pub fn status_page(m: &Metrics) -> String {
-    use std::fmt::Write as _;
-    let up = m.uptime().as_secs_f64().max(1e-9);
-    let (churn_n, churn_ns) = *m.last_churn.lock().unwrap_or_else(|e| e.into_inner());
-    let inst = if churn_ns > 0 { churn_n as f64 / (churn_ns as f64 / 1e9) } else { 0.0 };
-    let mut p = format!(
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>cgmon-rs</title>\
-         <style>td,th{{padding:2px 10px;text-align:right}}th:first-child,td:first-child{{text-align:left}}</style>\
-         </head><body><h2>cgmon-rs version {}</h2>\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    let _ = writeln!(
-        p,
-        "<p>Uptime {up:.1} s. Tracking <b>{}</b> flows; churn {inst:.2} flows/s now, {:.2} flows/s \
-         mean ({} opened, {} ended, {} refused by -tracker-max-flows).</p>",
-        m.flows_active.get(),
-        m.flows_ended.get() as f64 / up,
-        m.flows_opened.get(),
-        m.flows_ended.get(),
-        m.flows_refused.get()
-    );
-    p.push_str("<h3>Pipeline stage times (µs)</h3>\n<table><tr><th>stage</th><th>calls</th><th>min</th><th>mean</th><th>max</th><th>stddev</th></tr>\n");
-    for (st, t) in crate::metrics::Stage::ALL.iter().zip(m.stage_times()) {
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let _ = writeln!(
-            p,
-            "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
-            escape(st.name()),
-            t.calls,
-            us(t.min),
-            us(t.mean()),
-            us(t.max),
-            us(t.stddev())
-        );
-    }
-    p.push_str("</table>\n<h3>Counters</h3>\n<table>\n");
-    let rows: [(&str, String); 13] = [
-        ("dumps", m.dumps.get().to_string()),
-        ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
-        ("incomplete dumps", m.dumps_incomplete.get().to_string()),
-        ("ticks overrun", m.ticks_overrun.get().to_string()),
-        ("sockets in the last dump", m.sockets_last_dump.get().to_string()),
-        (
-            "destroy events (overruns)",
-            format!("{} ({})", m.destroy_events.get(), m.destroy_overruns.get()),
-        ),
-        (
-            "flows awaiting their destroy event (completed / gone / late events)",
-            format!(
-                "{} ({} / {} / {})",
-                m.flows_awaiting_destroy.get(),
-                m.destroy_awaited.get(),
-                m.destroy_wait_expired.get(),
-                m.destroy_late.get()
-            ),
-        ),
-        ("records written", m.records_written.get().to_string()),
-        ("records dropped (channel full)", m.records_dropped.get().to_string()),
-        ("records lost (output failed)", m.records_lost.get().to_string()),
-        ("partial records not written", m.records_partial_skipped.get().to_string()),
-        ("write errors / rotations", format!("{} / {}", m.write_errors.get(), m.rotations.get())),
-        (
-            "resident memory",
-            crate::metrics::rss_bytes()
-                .map_or("unknown".into(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64)),
-        ),
-    ];
-    for (k, v) in rows {
-        let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
-    }
-    p.push_str("</table>\n<p><a href=\"/\">Refresh</a> · <a href=\"/metrics\">/metrics</a> · \
-                <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
-                <a href=\"/healthz\">/healthz</a></p></body></html>\n");
-    p
-}
-
 /// OpenMetrics when the client asks for it (Prometheus does), else text format 0.0.4.
 async fn metrics(State(c): State<Ctx>, headers: HeaderMap) -> Response {
-    let Ok(text) = crate::prom::render(&c.registry) else {
+    let Ok(text) = prom::render(&c.registry) else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -174,7 +100,7 @@ async fn metrics(State(c): State<Ctx>, headers: HeaderMap) -> Response {
     } else {
         (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::prom::to_prometheus_text(&text),
+            prom::to_prometheus_text(&text),
         )
             .into_response()
     }

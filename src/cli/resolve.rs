@@ -1,0 +1,140 @@
+//! The one resolution step: the parsed options become every stage's typed settings, and the
+//! raw options go no further than this file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Cli;
+use crate::analyzer::{AnalyzerConfig, StageConfig};
+use crate::filter::Expr;
+use crate::sampler::SamplerConfig;
+use crate::sampler::source::SocketOptions;
+use crate::tracker::TrackerConfig;
+use crate::tracker::task::TaskConfig;
+use crate::writer::file::FileConfig;
+use crate::writer::{Target, WriterConfig};
+
+/// What validation made of the options that needed more than a type: the filter (compiled
+/// once), the analyzer's settings, the output file name, and the start-up summary.
+pub(super) struct Parts {
+    pub filter: Option<Expr>,
+    pub bytecode: Option<Vec<u8>>,
+    pub analyzer: AnalyzerConfig,
+    pub file_name: String,
+    pub summary: String,
+}
+
+/// Every stage's settings, resolved once from the parsed command line; the raw options go
+/// no further than [`crate::cli::parse`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Sampling: states (listeners added), filter, buffers.
+    pub sampler: SamplerConfig,
+    /// The sock_diag socket's receive buffer.
+    pub socket: SocketOptions,
+    /// The tracker; its destroy grace applies only when destroy events are read.
+    pub tracker: TrackerConfig,
+    /// The sampling schedule and error policy.
+    pub task: TaskConfig,
+    /// The analyzer stage.
+    pub analyzer: StageConfig,
+    /// The output.
+    pub writer: WriterConfig,
+    /// The HTTP server, when asked for.
+    pub http: Option<HttpSettings>,
+    /// `-run-duration` (0: until a signal).
+    pub run_duration: Duration,
+    /// `-run-shutdown-timeout`.
+    pub shutdown_timeout: Duration,
+    /// The one-line summary logged at start.
+    pub summary: String,
+}
+
+/// `-run-http-server` and its bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpSettings {
+    /// Where to listen.
+    pub addr: std::net::SocketAddr,
+    /// Timeouts and the connection cap.
+    pub limits: crate::http::Limits,
+    /// `--metrics-top-services`.
+    pub top_services: usize,
+}
+
+/// Resolves the parsed command line into every stage's settings.
+pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
+    let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
+    Settings {
+        sampler: SamplerConfig {
+            // Listeners too, always: they start no flow, but name the listening ports that
+            // label the per-service metrics and the accepting side of short flows.
+            states: c.states.unwrap_or_default().with_listeners(),
+            filter: parts.filter,
+            bytecode: parts.bytecode,
+            read_bufsize: c.read_bufsize as usize,
+            recv_timeout: c.receive_timeout,
+            ..SamplerConfig::default()
+        },
+        socket: SocketOptions {
+            rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
+            rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
+        },
+        tracker: TrackerConfig {
+            max_flows: c.max_flows,
+            min_samples: c.min_samples,
+            window_samples: window,
+            destroy_grace_ns: c.destroy_grace.as_nanos() as u64,
+            max_samples: c.max_samples,
+        },
+        task: TaskConfig {
+            interval: c.interval,
+            error_delay: c.error_delay,
+            max_errors: c.max_errors,
+        },
+        analyzer: StageConfig {
+            analysis: parts.analyzer,
+            write_partial: c.partial,
+            samples_out: c.samples_out.is_some(),
+        },
+        writer: writer_config(c, &parts.file_name),
+        http: c.http_server.map(|addr| HttpSettings {
+            addr,
+            limits: crate::http::Limits {
+                header_timeout: c.http_header_timeout,
+                idle_timeout: c.http_idle_timeout,
+                max_connections: c.http_max_connections as usize,
+            },
+            top_services: c.top_services,
+        }),
+        run_duration: c.run_duration,
+        shutdown_timeout: c.shutdown_timeout,
+        summary: format!("{} window_samples={window}", parts.summary),
+    }
+}
+
+fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
+    let target = match &c.dir {
+        Some(dir) => Target::File(FileConfig {
+            dir: dir.clone(),
+            name: file_name.to_string(),
+            level: c.compression_level,
+        }),
+        None => Target::Stdout,
+    };
+    let samples = c.samples_out.as_ref().map(|p| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        FileConfig { dir, name, level: c.compression_level }
+    });
+    WriterConfig {
+        target,
+        pretty: c.pretty,
+        rotate_size: c.rotate_size,
+        rotate_interval: (!c.rotate_interval.is_zero()).then_some(c.rotate_interval),
+        backlog_bytes: c.backlog,
+        samples,
+    }
+}
