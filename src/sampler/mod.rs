@@ -15,6 +15,9 @@
 //! the kernel refuses it (see `benches/dump.rs` for the measured difference).
 
 pub mod destroy;
+pub mod exact;
+#[cfg(any(test, feature = "testkit"))]
+pub mod sim;
 pub mod source;
 
 use std::io;
@@ -159,6 +162,14 @@ pub struct Sampler<S> {
     /// Receive buffers handed back through [`Sampler::recycle`]. Reusing them spares the
     /// page faults of fresh 32 KiB allocations on every datagram of every dump.
     pool: Vec<Vec<u8>>,
+    /// Exact polls: the requests of one chunk, built in place.
+    exact_req: Vec<u8>,
+    /// Exact polls: which requests of the chunk were answered.
+    exact_answered: Vec<bool>,
+    /// Exact polls: the targets left unanswered by an overrun, to ask again.
+    exact_retry: Vec<usize>,
+    /// Exact polls: requests per `send` (halved when replies overran the socket buffer).
+    exact_chunk: usize,
 }
 
 /// Buffers kept for reuse at most: enough for a dump of ~130,000 sockets; beyond that,
@@ -177,7 +188,19 @@ impl<S: DumpSource> Sampler<S> {
         };
         let single_walk = cfg.mode != DumpMode::PerFamily;
         let bufsize = cfg.read_bufsize.max(MIN_READ_BUFSIZE);
-        Ok(Self { source, cfg, bytecode, seq: 0, single_walk, bufsize, pool: Vec::new() })
+        Ok(Self {
+            source,
+            cfg,
+            bytecode,
+            seq: 0,
+            single_walk,
+            bufsize,
+            pool: Vec::new(),
+            exact_req: Vec::new(),
+            exact_answered: Vec::new(),
+            exact_retry: Vec::new(),
+            exact_chunk: exact::MAX_CHUNK,
+        })
     }
 
     /// The request shape in use now (Auto resolves after the first dump).

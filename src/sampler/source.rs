@@ -226,6 +226,7 @@ impl DumpSource for ReplaySource {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 /// Answers each dump request with the messages a script gives for that dump (numbered from
 /// 1), stamped with the request's sequence number and followed by `NLMSG_DONE`: a kernel
 /// that says what a test wants, for running the whole program in-process. As a destroy
@@ -236,6 +237,7 @@ pub struct ScriptSource {
     queue: VecDeque<Vec<u8>>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl ScriptSource {
     /// A source that answers dump `n` with `script(n)`.
     pub fn new(script: impl FnMut(u32) -> Vec<Vec<u8>> + Send + 'static) -> Self {
@@ -243,12 +245,14 @@ impl ScriptSource {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl std::fmt::Debug for ScriptSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScriptSource").field("dumps", &self.dumps).finish_non_exhaustive()
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl DumpSource for ScriptSource {
     async fn send(&mut self, request: &[u8]) -> io::Result<()> {
         let seq = request.get(8..12).map_or([0; 4], |b| b.try_into().unwrap_or([0; 4]));
@@ -288,42 +292,47 @@ impl DumpSource for ScriptSource {
     }
 }
 
-/// The program's sources: the kernel's, or a script's (in-process tests). One concrete type,
-/// so the sampling task that owns it can move between threads.
+/// The program's sources: the kernel's, or, in tests, a script's or a simulated host's. One
+/// concrete type, so the sampling task that owns it can move between threads.
 pub enum Source {
     /// A sock_diag socket.
     Netlink(NetlinkSource),
-    /// A script.
+    /// A script (tests).
+    #[cfg(any(test, feature = "testkit"))]
     Script(ScriptSource),
+    /// A simulated host (tests).
+    #[cfg(any(test, feature = "testkit"))]
+    Sim(super::sim::SimHost),
+}
+
+/// Calls `$call` on whichever source `$s` is.
+macro_rules! each_source {
+    ($s:expr, $x:ident => $call:expr) => {
+        match $s {
+            Source::Netlink($x) => $call,
+            #[cfg(any(test, feature = "testkit"))]
+            Source::Script($x) => $call,
+            #[cfg(any(test, feature = "testkit"))]
+            Source::Sim($x) => $call,
+        }
+    };
 }
 
 impl DumpSource for Source {
     async fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        match self {
-            Source::Netlink(n) => n.send(request).await,
-            Source::Script(s) => s.send(request).await,
-        }
+        each_source!(self, x => x.send(request).await)
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self {
-            Source::Netlink(n) => n.recv(buf).await,
-            Source::Script(s) => s.recv(buf).await,
-        }
+        each_source!(self, x => x.recv(buf).await)
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        match self {
-            Source::Netlink(n) => n.try_recv(buf),
-            Source::Script(s) => s.try_recv(buf),
-        }
+        each_source!(self, x => x.try_recv(buf))
     }
 
     fn reset(&mut self) -> io::Result<()> {
-        match self {
-            Source::Netlink(n) => n.reset(),
-            Source::Script(s) => s.reset(),
-        }
+        each_source!(self, x => x.reset())
     }
 }
 

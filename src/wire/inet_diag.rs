@@ -235,9 +235,110 @@ impl DumpRequest {
     }
 }
 
+/// One socket to ask about by its identity: the `inet_diag_sockid` (48 bytes, as the dump
+/// sent it: ports, addresses, interface, cookie) and its family.
+///
+/// The kernel looks such a socket up in its hash tables by the 4-tuple and interface, then
+/// checks the cookie: a 4-tuple reused by a newer socket is refused with `ESTALE`, a socket
+/// that is gone with `ENOENT` (docs/kernel.md, "Asking for one socket").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketTarget {
+    /// AF_INET or AF_INET6, as the dump reported it.
+    pub family: u8,
+    /// The raw `inet_diag_sockid`.
+    pub id: [u8; SOCKID_LEN],
+}
+
+/// `sizeof(struct inet_diag_sockid)`.
+pub const SOCKID_LEN: usize = 48;
+
+/// Bytes one exact request takes: `nlmsghdr` and `inet_diag_req_v2`.
+pub const EXACT_REQUEST_LEN: usize = nlmsg::NLMSG_HDRLEN + INET_DIAG_REQ_V2_LEN;
+
+impl SocketTarget {
+    /// The target for the socket `msg` describes.
+    pub fn of(msg: &InetDiagMsg<'_>) -> Self {
+        let mut id = [0u8; SOCKID_LEN];
+        id.copy_from_slice(&msg.buf[SPORT..SPORT + SOCKID_LEN]);
+        Self { family: msg.family(), id }
+    }
+
+    /// The cookie the request checks.
+    pub fn cookie(&self) -> u64 {
+        let w = |at: usize| u64::from(u32::from_ne_bytes(self.id[at..at + 4].try_into().unwrap_or([0; 4])));
+        w(COOKIE - SPORT) | w(COOKIE - SPORT + 4) << 32
+    }
+
+    /// Appends the request for this one socket (`SOCK_DIAG_BY_FAMILY` without `NLM_F_DUMP`,
+    /// `ext` extensions, sequence number `seq`) to `out`: [`EXACT_REQUEST_LEN`] bytes, no
+    /// allocation once `out` has room. Many such requests go in one `send`; the kernel
+    /// answers each with one message, the socket or an `NLMSG_ERROR`.
+    ///
+    /// `idiag_states` is left 0: the kernel ignores it for a lookup by identity, so the
+    /// caller must check the state of what comes back.
+    pub fn emit(&self, ext: u8, seq: u32, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + nlmsg::NLMSG_HDRLEN, 0);
+        out.extend_from_slice(&[self.family, IPPROTO_TCP, ext, 0]);
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(&self.id);
+        nlmsg::emit_header(
+            &mut out[start..],
+            EXACT_REQUEST_LEN,
+            SOCK_DIAG_BY_FAMILY,
+            nlmsg::NLM_F_REQUEST,
+            seq,
+        );
+    }
+}
+
 #[cfg(all(test, target_endian = "little"))]
 mod tests {
     use super::*;
+
+    /// An exact request is the crate's own `InetRequest` for that socket id (the oracle),
+    /// behind a header without `NLM_F_DUMP`; several append back to back.
+    #[test]
+    fn exact_request_matches_the_crates_encoding() {
+        let mut head = vec![0u8; INET_DIAG_MSG_LEN];
+        head[FAMILY] = AF_INET6;
+        head[SPORT..SPORT + 2].copy_from_slice(&5201u16.to_be_bytes());
+        head[DPORT..DPORT + 2].copy_from_slice(&40000u16.to_be_bytes());
+        head[SRC..SRC + 16].copy_from_slice(&Ipv6Addr::LOCALHOST.octets());
+        head[DST + 10..DST + 16].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]);
+        head[IF..IF + 4].copy_from_slice(&3u32.to_ne_bytes());
+        let cookie = 0x0123_4567_89ab_cdefu64;
+        head[COOKIE..COOKIE + 4].copy_from_slice(&(cookie as u32).to_ne_bytes());
+        head[COOKIE + 4..COOKIE + 8].copy_from_slice(&((cookie >> 32) as u32).to_ne_bytes());
+        let t = SocketTarget::of(&InetDiagMsg::new_checked(&head).unwrap());
+        assert_eq!(t.cookie(), cookie);
+        let mut out = vec![0xee; 3]; // appends after what is there
+        t.emit(default_extensions(), 7, &mut out);
+        t.emit(default_extensions(), 8, &mut out);
+        assert_eq!(out.len(), 3 + 2 * EXACT_REQUEST_LEN);
+        let one = &out[3..3 + EXACT_REQUEST_LEN];
+        let m = nlmsg::NlMsgIter::new(one).next().unwrap().unwrap();
+        assert_eq!((m.kind, m.flags, m.seq), (SOCK_DIAG_BY_FAMILY, nlmsg::NLM_F_REQUEST, 7));
+        let oracle = InetRequest {
+            family: AF_INET6,
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::from_bits_retain(default_extensions()),
+            states: StateFlags::empty(),
+            socket_id: SocketId {
+                source_port: 5201,
+                destination_port: 40000,
+                source_address: IpAddr::V6(Ipv6Addr::LOCALHOST),
+                destination_address: IpAddr::V6("::ffff:127.0.0.1".parse().unwrap()),
+                interface_id: 3,
+                cookie: cookie.to_le_bytes(),
+            },
+        };
+        let mut want = vec![0u8; oracle.buffer_len()];
+        oracle.emit(&mut want);
+        assert_eq!(m.payload, &want[..]);
+        let second = nlmsg::NlMsgIter::new(&out[3 + EXACT_REQUEST_LEN..]).next().unwrap().unwrap();
+        assert_eq!((second.seq, second.payload), (8, &want[..]));
+    }
 
     /// cgmon's request for `-netlink-dport 5201` (docs/cgmon.md, "Port filters"), extended with
     /// our extensions and states, checked byte by byte.
