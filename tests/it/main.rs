@@ -3,6 +3,7 @@
 //! loopback sockets the tests open themselves.
 
 mod differential;
+mod exact;
 mod fixtures;
 mod http;
 mod inprocess;
