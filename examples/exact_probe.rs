@@ -22,7 +22,7 @@ fn main() {
         for round in 0..5 {
             let t = std::time::Instant::now();
             let c0 = cpu();
-            let p = s.exact_with(&targets, |_| {}, |_| {}).await.unwrap();
+            let p = s.exact_with(&targets, |_, _| {}).await.unwrap();
             let c1 = cpu();
             eprintln!("round {round}: {:?} wall {:?} cpu/socket {:.2} µs chunk {}", p, t.elapsed(), (c1 - c0) as f64 / 1e3 / targets.len() as f64, s.exact_chunk());
         }

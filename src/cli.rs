@@ -88,6 +88,17 @@ fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
     Ok(d)
 }
 
+/// `--cpu-budget`: a percentage of one core, `2`, `2%` or `0.5`; 0 turns tiers off.
+fn cpu_budget(s: &str) -> Result<f64, ValueError> {
+    let t = s.trim().trim_end_matches('%');
+    match t.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p / 100.0),
+        _ => Err(ValueError(format!(
+            "invalid CPU budget {s:?}: a percentage of one core from 0 to 100, e.g. 2 or 0.5%"
+        ))),
+    }
+}
+
 fn size(s: &str) -> Result<u64, ValueError> {
     parse_size(s)
 }
@@ -260,6 +271,13 @@ pub struct Cli {
     #[arg(long = "run-interval", visible_alias = "interval", env = "CGMON_RUN_INTERVAL", value_name = "DURATION",
           value_parser = positive_duration, default_value = "1s", help_heading = "Run")]
     pub interval: Duration,
+    /// CPU for sampling, in percent of one core. Flows whose counters move are polled
+    /// every interval by exact requests; full dumps (which find new flows and refresh idle
+    /// ones) run as often as the rest of the budget allows, at most every interval and at
+    /// least every 10 s. 0 = a full dump every interval (cgmon's way)
+    #[arg(long = "cpu-budget", env = "CGMON_CPU_BUDGET", value_name = "PERCENT",
+          value_parser = cpu_budget, default_value = "2", help_heading = "Run")]
+    pub cpu_budget: f64,
     /// Consecutive failed dumps before giving up (exit 1); 0 never gives up
     #[arg(
         long = "run-max-errors",

@@ -1,5 +1,13 @@
 //! The one clock the pipeline reads: CLOCK_MONOTONIC in nanoseconds, the same base `ss`,
 //! cgmon (`TstampStartNs`) and the kernel's own timers use. Only the sampler calls it.
+//!
+//! Also the CPU clock of the calling thread, with which the sampling task measures what its
+//! own work costs ([`CpuTimed`]): the CPU budget paces sampling on measured cost, not on a
+//! model of it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// CLOCK_MONOTONIC now, in ns.
 pub fn monotonic_ns() -> u64 {
@@ -21,8 +29,68 @@ pub fn realtime_offset_ns() -> i128 {
     real - i128::from(monotonic_ns())
 }
 
+/// CPU time the calling thread has used, in ns (user and system: the kernel's work for a
+/// sock_diag request is done in the requesting thread's system calls).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: as in monotonic_ns; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A future that adds the CPU time spent polling it to a counter.
+///
+/// Each poll runs on one thread, start to end, so the thread's CPU clock read before and
+/// after it measures that poll exactly, even when a multi-threaded runtime moves the task
+/// between threads across its awaits; the time it spends waiting costs nothing and counts
+/// nothing.
+pub struct CpuTimed<'a, F> {
+    inner: F,
+    spent_ns: &'a mut u64,
+}
+
+impl<'a, F: Future + Unpin> CpuTimed<'a, F> {
+    /// Times `inner`, adding to `spent_ns`.
+    pub fn new(inner: F, spent_ns: &'a mut u64) -> Self {
+        Self { inner, spent_ns }
+    }
+}
+
+impl<F: Future + Unpin> Future for CpuTimed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let t0 = thread_cpu_ns();
+        let r = Pin::new(&mut self.inner).poll(cx);
+        *self.spent_ns += thread_cpu_ns().saturating_sub(t0);
+        r
+    }
+}
+
+/// Runs `fut` and returns its output with the CPU time its polls took, in ns.
+pub async fn cpu_timed<F: Future>(fut: F) -> (F::Output, u64) {
+    let mut spent = 0;
+    let out = CpuTimed::new(Box::pin(fut), &mut spent).await;
+    (out, spent)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_timed_future_counts_its_work_and_not_its_waits() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let ((), spent) = rt.block_on(super::cpu_timed(async {
+            let t = super::thread_cpu_ns();
+            while super::thread_cpu_ns() - t < 30_000_000 {
+                std::hint::spin_loop();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }));
+        // 30 ms of CPU spinning, and none of the 100 ms asleep.
+        assert!((30_000_000..90_000_000).contains(&spent), "{spent} ns");
+    }
+
     #[test]
     fn monotonic_never_goes_back() {
         let a = super::monotonic_ns();

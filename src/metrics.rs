@@ -60,6 +60,9 @@ impl Gauge {
     }
 }
 
+/// Bounds of the discovery-delay histogram, seconds (full dumps are at most 10 s apart).
+pub const DISCOVERY_BUCKETS_S: [f64; 8] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0];
+
 /// A histogram with fixed bucket bounds, of relaxed atomics.
 #[derive(Debug)]
 pub struct Histogram {
@@ -77,12 +80,17 @@ impl Histogram {
             sum_ns: AtomicU64::new(0),
         }
     }
-    /// Adds one observation.
-    pub fn observe(&self, d: Duration) {
+    /// Adds `n` observations of the same value.
+    pub fn observe_n(&self, d: Duration, n: u64) {
         let s = d.as_secs_f64();
         let i = self.bounds.iter().position(|&b| s <= b).unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.counts[i].fetch_add(n, Ordering::Relaxed);
+        self.sum_ns.fetch_add((d.as_nanos() as u64).saturating_mul(n), Ordering::Relaxed);
+    }
+
+    /// Adds one observation.
+    pub fn observe(&self, d: Duration) {
+        self.observe_n(d, 1);
     }
     /// (sum in seconds, count, buckets as (upper bound, count in that bucket alone)).
     pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
@@ -145,6 +153,8 @@ impl StageTimes {
 pub enum Stage {
     /// One dump: request, receive, decode and track every socket.
     Dump,
+    /// One exact poll of the hot flows: requests, answers, tracking.
+    Exact,
     /// Analysis of one batch of ended flows.
     Analyzer,
     /// Writing one batch of records.
@@ -153,11 +163,12 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage.
-    pub const ALL: [Stage; 3] = [Stage::Dump, Stage::Analyzer, Stage::Writer];
+    pub const ALL: [Stage; 4] = [Stage::Dump, Stage::Exact, Stage::Analyzer, Stage::Writer];
     /// Its name in reports.
     pub fn name(self) -> &'static str {
         match self {
-            Stage::Dump => "dump (netlink + tracker)",
+            Stage::Dump => "full dump (netlink + tracker)",
+            Stage::Exact => "exact poll (netlink + tracker)",
             Stage::Analyzer => "analyzer",
             Stage::Writer => "writer",
         }
@@ -242,6 +253,33 @@ pub struct Metrics {
     pub ended_queue: Gauge,
     /// Batches waiting in the analyzer → writer channel.
     pub writer_queue: Gauge,
+    /// Exact polls made (ticks that asked only for the hot flows).
+    pub exact_polls: Counter,
+    /// Sockets asked for by exact requests.
+    pub exact_requests: Counter,
+    /// Exact requests answered "gone" (the flow ended there).
+    pub exact_gone: Counter,
+    /// Exact requests left unanswered (their answers overran the socket buffer).
+    pub exact_unanswered: Counter,
+    /// Flows in the hot set.
+    pub hot_flows: Gauge,
+    /// Full dumps taken because the hot set was too large for exact polls to be cheaper.
+    pub full_dumps_cheaper: Counter,
+    /// Time between the last two full dumps, ns: the full-dump interval achieved.
+    pub full_dump_interval_ns: Gauge,
+    /// The full-dump interval the budget allows now, ns.
+    pub full_dump_interval_planned_ns: Gauge,
+    /// CPU time the sampling task spent in dumps and exact polls (the kernel's share
+    /// included), ns.
+    pub sampling_cpu_ns: Counter,
+    /// `--cpu-budget`, in millionths of one core.
+    pub cpu_budget_ppm: Gauge,
+    /// Flows found by a full dump more than an interval after the one before: they may
+    /// have begun up to that long before they were found.
+    pub flows_discovered_late: Counter,
+    /// For each flow discovered late, how late it may have been found (the time since
+    /// the full dump before).
+    pub discovery_delay: Histogram,
     /// Dump durations.
     pub dump_seconds: Histogram,
     /// How late each dump started after its point on the interval's grid: the sampling
@@ -252,7 +290,7 @@ pub struct Metrics {
     /// Flows ended in the last dump, and that dump's interval since the previous one (ns):
     /// the instantaneous churn.
     pub last_churn: Mutex<(u64, u64)>,
-    stages: Mutex<[StageTimes; 3]>,
+    stages: Mutex<[StageTimes; 4]>,
     /// ns after `started` of the last successful dump, +1 (0: none yet).
     last_good_dump: AtomicU64,
     /// Durations of the flows (and windows) the analyzer received, for
@@ -308,11 +346,23 @@ impl Metrics {
             writer_backlog: Gauge::default(),
             ended_queue: Gauge::default(),
             writer_queue: Gauge::default(),
+            exact_polls: Counter::default(),
+            exact_requests: Counter::default(),
+            exact_gone: Counter::default(),
+            exact_unanswered: Counter::default(),
+            hot_flows: Gauge::default(),
+            full_dumps_cheaper: Counter::default(),
+            full_dump_interval_ns: Gauge::default(),
+            full_dump_interval_planned_ns: Gauge::default(),
+            sampling_cpu_ns: Counter::default(),
+            cpu_budget_ppm: Gauge::default(),
+            flows_discovered_late: Counter::default(),
+            discovery_delay: Histogram::new(&DISCOVERY_BUCKETS_S),
             dump_seconds: Histogram::new(&DUMP_BUCKETS_S),
             tick_lateness: Histogram::new(&DUMP_BUCKETS_S),
             decode_ns: Counter::default(),
             last_churn: Mutex::new((0, 0)),
-            stages: Mutex::new([StageTimes::default(); 3]),
+            stages: Mutex::new([StageTimes::default(); 4]),
             last_good_dump: AtomicU64::new(0),
             flow_durations: durations::DurationHistogram::new(interval),
         }
@@ -330,7 +380,7 @@ impl Metrics {
     }
 
     /// A copy of the stage timings, in [`Stage::ALL`] order.
-    pub fn stage_times(&self) -> [StageTimes; 3] {
+    pub fn stage_times(&self) -> [StageTimes; 4] {
         *self.stages.lock().unwrap_or_else(|e| e.into_inner())
     }
 

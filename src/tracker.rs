@@ -26,6 +26,7 @@ use rustc_hash::FxHashMap;
 pub use pool::StageRef;
 use pool::{Held, STAGED, StagePool};
 
+use crate::wire::inet_diag::SocketTarget;
 use crate::wire::sock::{Sample, SockKey, nul_terminated};
 use crate::wire::tcp_info::TcpInfo;
 
@@ -71,6 +72,11 @@ pub struct TrackerConfig {
     /// destroy event); past it the longest windows are cut early, as interim records. 0 =
     /// no bound.
     pub max_samples: u64,
+    /// Keep the hot set (flows whose samples move) for exact polls between full dumps
+    /// (`--cpu-budget` above 0); off, every tick is a full dump and nothing extra is kept.
+    pub tiers: bool,
+    /// How long a flow stays hot after its samples last moved, ns.
+    pub hot_linger_ns: u64,
 }
 
 impl TrackerConfig {
@@ -89,6 +95,8 @@ impl Default for TrackerConfig {
             window_samples: 3600,
             destroy_grace_ns: 0,
             max_samples: 0,
+            tiers: false,
+            hot_linger_ns: 1_000_000_000,
         }
     }
 }
@@ -257,6 +265,19 @@ pub struct Flow {
     pub passive_open: bool,
 }
 
+/// How a flow's window was sampled: by which requests, and how evenly. The samples full
+/// dumps gave are the rest: see [`EndedFlow::dump_samples`]. Kept beside the flow (in the
+/// tracker's per-flow hot entry), not in [`Flow`], which fills its five cache lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sampling {
+    /// Samples (retained or deduped) that exact polls gave.
+    pub exact: u32,
+    /// The longest time between two of its samples, µs (saturating).
+    pub max_gap_us: u32,
+    /// Its last sample is a destroy event's final counters.
+    pub event: bool,
+}
+
 // What a changed sample touches fits three cache lines, and a flow five.
 const _: () = assert!(std::mem::offset_of!(Flow, samples) <= 3 * 64);
 const _: () = assert!(size_of::<Flow>() <= 5 * 64);
@@ -277,14 +298,34 @@ pub struct EndedFlow {
     pub end_ts_ns: u64,
     /// How the connection closed, when its end was seen and the kernel tells.
     pub close: Option<Close>,
+    /// How it was sampled.
+    pub sampling: Sampling,
     /// Its samples still in pool blocks, which come before `flow.samples`.
     held: Option<Held>,
+}
+
+/// What leaves the table with a flow besides the flow itself.
+#[derive(Debug, Default)]
+struct Rest {
+    held: Option<Held>,
+    sampling: Sampling,
 }
 
 impl EndedFlow {
     /// A flow whose samples are all in `flow.samples`.
     pub fn new(flow: Flow, reason: EndReason, end_ts_ns: u64) -> Self {
-        Self { flow, reason, end_ts_ns, close: None, held: None }
+        Self { flow, reason, end_ts_ns, close: None, sampling: Sampling::default(), held: None }
+    }
+
+    /// Samples (retained or deduped) that full dumps gave this window: all but the exact
+    /// polls', the destroy event's, and the window's first when it is the edge it shares
+    /// with the window before.
+    pub fn dump_samples(&self) -> u64 {
+        let seen = self.sample_count() as u64 + u64::from(self.flow.deduped);
+        let other = u64::from(self.sampling.exact)
+            + u64::from(self.sampling.event)
+            + u64::from(self.flow.seq > 0);
+        seen.saturating_sub(other)
     }
 
     /// Brings every sample into `flow.samples`, in order, and gives the pool blocks they
@@ -366,7 +407,7 @@ enum Seen {
 #[derive(Debug)]
 struct Waiting {
     flow: Flow,
-    held: Option<Held>,
+    rest: Rest,
     /// The first datagram of the dump that missed it: the connection had ended by then.
     missed_ns: u64,
 }
@@ -389,6 +430,18 @@ struct Hot {
     options: u8,
     /// Its last sample was not deduped: it will likely change again (see `prefetch_ahead`).
     changed: bool,
+    /// It is in the hot set (`tiers`).
+    tiered: bool,
+    /// The longest gap between its samples in this window, µs.
+    max_gap_us: u32,
+    /// Exact polls' samples in this window.
+    exact: u32,
+}
+
+impl Hot {
+    fn sampling(&self) -> Sampling {
+        Sampling { exact: self.exact, max_gap_us: self.max_gap_us, event: false }
+    }
 }
 
 /// The flow table.
@@ -428,6 +481,8 @@ pub struct Tracker {
     seen_now: usize,
     stats: TrackerStats,
     accounts: accounts::Accounts,
+    /// The hot set, when `tiers` is on.
+    hot_set: tiers::HotSet,
 }
 
 /// What dedup compares, read from one sample once.
@@ -738,6 +793,7 @@ impl Tracker {
             seen_now: 0,
             stats: TrackerStats::default(),
             accounts: accounts::Accounts::default(),
+            hot_set: tiers::HotSet::default(),
         }
     }
 
@@ -866,6 +922,7 @@ impl Tracker {
                     let h = &mut self.hot[slot];
                     self.seen_now += usize::from(h.seen_gen != generation);
                     h.seen_gen = generation;
+                            h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
                     h.last_ts_ns = s.ts_ns;
                     f.last.state = s.msg().state();
                 }
@@ -880,41 +937,7 @@ impl Tracker {
             let h = &mut self.hot[slot];
             self.seen_now += usize::from(h.seen_gen != generation);
             h.seen_gen = generation;
-            h.last_ts_ns = s.ts_ns;
-            h.options |= t.options().unwrap_or(0);
-            h.changed = fp != h.fp;
-            if !h.changed {
-                h.deduped += 1;
-                self.stats.samples_deduped += 1;
-                return;
-            }
-            // Its flow's lines are needed now; fetch them while the sample is read.
-            prefetch_flow(&self.slab, slot);
-            if tuple_hash(s) != h.tuple {
-                // Same cookie, other tuple: a socket reconnected after a failed connect.
-                // Keep the flow as it was; the new destination is not this flow.
-                self.stats.tuple_conflicts += 1;
-                return;
-            }
-            h.fp = fp;
-            let f = &mut self.slab[slot];
-            let at = self.stages.next_slot(&mut f.stage);
-            decode_into(at, &mut f.last, s, &t);
-            let edge = *at;
-            self.stages.commit(&mut f.stage);
-            Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);
-            refresh_attrs(f, s);
-            if f.stage.window as usize >= self.cfg.window_samples {
-                let held = self.stages.detach(f);
-                sync(f, h);
-                let e = Self::cut_window(f, edge, held);
-                // The edge sample stays held: it also begins the next window.
-                self.stats.samples_handed_on += e.sample_count() as u64 - 1;
-                out.push(e);
-                h.deduped = 0;
-                h.options = t.options().unwrap_or(0);
-                self.stats.flows_ended += 1;
-            }
+            self.sampled(slot, s, &t, fp, out);
             return;
         }
         if let Some(g) = self.refused.get_mut(&cookie) {
@@ -927,7 +950,7 @@ impl Tracker {
         if let Some(w) = self.waiting.remove(&cookie) {
             // A socket that left the dumps is back: it connected again (after a refused or
             // reset connection). The old connection is over; the new one is a new flow.
-            self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, None, out);
+            self.hand_on(w.flow, w.rest, EndReason::Gone, w.missed_ns, None, out);
         }
         if self.full() {
             self.refused.insert(cookie, generation);
@@ -945,7 +968,16 @@ impl Tracker {
             tuple: tuple_hash(s),
             options: sn.options,
             changed: true,
+            tiered: self.cfg.tiers && self.dumps_done > 0,
+            max_gap_us: 0,
+            exact: 0,
         };
+        if self.cfg.tiers && self.dumps_done > 0 {
+            // A new connection starts hot; it leaves the hot set if it stays still. Flows
+            // of the first dump were open before we started: whether they move, the
+            // second dump tells.
+            self.hot_set.add(cookie, SocketTarget::of(&s.msg()), s.ts_ns);
+        }
         self.index.insert(cookie, self.slab.len() as u32);
         if self.slab.len() == self.slab.capacity() {
             // Grow by a quarter, not Vec's doubling: at 20,000 flows doubling reserved
@@ -958,6 +990,61 @@ impl Tracker {
         self.slab.push(f);
         self.hot.push(hot);
         self.seen_now += 1;
+    }
+
+    /// A sample of the flow in `slot` (from a dump or an exact poll): deduped when nothing
+    /// the analysis keeps changed, else retained. Interim records (window cuts) go to `out`.
+    fn sampled(
+        &mut self,
+        slot: usize,
+        s: &Sample<'_>,
+        t: &TcpInfo<'_>,
+        fp: u64,
+        out: &mut Vec<EndedFlow>,
+    ) {
+        let h = &mut self.hot[slot];
+        h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
+        h.last_ts_ns = s.ts_ns;
+        h.options |= t.options().unwrap_or(0);
+        h.changed = fp != h.fp;
+        if !h.changed {
+            h.deduped += 1;
+            self.stats.samples_deduped += 1;
+            return;
+        }
+        // Its flow's lines are needed now; fetch them while the sample is read.
+        prefetch_flow(&self.slab, slot);
+        if tuple_hash(s) != h.tuple {
+            // Same cookie, other tuple: a socket reconnected after a failed connect.
+            // Keep the flow as it was; the new destination is not this flow.
+            self.stats.tuple_conflicts += 1;
+            return;
+        }
+        h.fp = fp;
+        if self.cfg.tiers && !h.tiered {
+            // It moves: poll it every tick from now on (tracker/tiers.rs).
+            h.tiered = true;
+            self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns);
+        }
+        let f = &mut self.slab[slot];
+        let at = self.stages.next_slot(&mut f.stage);
+        decode_into(at, &mut f.last, s, t);
+        let edge = *at;
+        self.stages.commit(&mut f.stage);
+        Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);
+        refresh_attrs(f, s);
+        if f.stage.window as usize >= self.cfg.window_samples {
+            let held = self.stages.detach(f);
+            sync(f, h);
+            let e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            // The edge sample stays held: it also begins the next window.
+            self.stats.samples_handed_on += e.sample_count() as u64 - 1;
+            out.push(e);
+            h.deduped = 0;
+            (h.max_gap_us, h.exact) = (0, 0);
+            h.options = t.options().unwrap_or(0);
+            self.stats.flows_ended += 1;
+        }
     }
 
     fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool, seen: Seen) -> Flow {
@@ -1020,7 +1107,7 @@ impl Tracker {
 
     /// Hands on the current window and starts the next with the sample that filled it, so
     /// consecutive windows share an edge and no interval is lost.
-    fn cut_window(f: &mut Flow, edge: Retained, held: Option<Held>) -> EndedFlow {
+    fn cut_window(f: &mut Flow, edge: Retained, rest: Rest) -> EndedFlow {
         let l = &f.last;
         let first_chrono = [l_busy(l), l.rwnd_limited_ms, l.sndbuf_limited_ms];
         let mut next = Flow {
@@ -1042,13 +1129,14 @@ impl Tracker {
             flow: done,
             reason: EndReason::Window,
             close: None,
-            held,
+            sampling: rest.sampling,
+            held: rest.held,
         }
     }
 
     /// Takes a flow out of the table, brought up to date, with its samples still in pool
     /// blocks (see [`StagePool::detach`]).
-    fn remove(&mut self, cookie: u64) -> Option<(Flow, Option<Held>)> {
+    fn remove(&mut self, cookie: u64) -> Option<(Flow, Rest)> {
         let slot = self.index.remove(&cookie)? as usize;
         let mut f = self.slab.swap_remove(slot);
         let h = self.hot.swap_remove(slot);
@@ -1060,7 +1148,7 @@ impl Tracker {
         }
         let held = self.stages.release(&mut f);
         sync(&mut f, &h);
-        Some((f, held))
+        Some((f, Rest { held, sampling: h.sampling() }))
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
@@ -1085,22 +1173,32 @@ impl Tracker {
             self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect()
         };
         for cookie in gone {
-            let Some((f, held)) = self.remove(cookie) else { continue };
-            if self.cfg.destroy_grace_ns == 0 {
-                let close = gone_close(&f);
-                self.hand_on(f, held, EndReason::Gone, dump_ts_ns, close, out);
-            } else {
-                // The kernel unhashes a reset or aborted socket at once, but destroys it
-                // (and sends its final counters) only when its owner closes it.
-                self.waiting.insert(cookie, Waiting { flow: f, held, missed_ns: dump_ts_ns });
-                self.wait_order.push_back(cookie);
-            }
+            self.missed(cookie, dump_ts_ns, out);
+        }
+        if self.cfg.tiers {
+            self.refresh_hot_set(dump_ts_ns);
         }
         self.expire_waits(dump_ts_ns, out);
         self.bound_samples(out);
         self.refused.retain(|_, g| *g == generation);
         // A dump that started after a destroy cannot hold that socket any more.
         self.destroyed.retain(|_, g| generation.wrapping_sub(*g) < 2);
+    }
+
+    /// The flow of `cookie` is no longer in the kernel's tables (a complete dump missed it,
+    /// or an exact poll found it gone at `ts_ns`): it ends as Gone, or waits for its destroy
+    /// event.
+    fn missed(&mut self, cookie: u64, ts_ns: u64, out: &mut Vec<EndedFlow>) {
+        let Some((f, rest)) = self.remove(cookie) else { return };
+        if self.cfg.destroy_grace_ns == 0 {
+            let close = gone_close(&f);
+            self.hand_on(f, rest, EndReason::Gone, ts_ns, close, out);
+        } else {
+            // The kernel unhashes a reset or aborted socket at once, but destroys it (and
+            // sends its final counters) only when its owner closes it.
+            self.waiting.insert(cookie, Waiting { flow: f, rest, missed_ns: ts_ns });
+            self.wait_order.push_back(cookie);
+        }
     }
 
     /// Ends, as Gone, the flows that have waited `destroy_grace_ns` or longer by `now_ns`.
@@ -1118,7 +1216,7 @@ impl Tracker {
             self.stats.destroy_wait_expired += 1;
             self.remember_gone(cookie);
             let close = gone_close(&w.flow);
-            self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
+            self.hand_on(w.flow, w.rest, EndReason::Gone, w.missed_ns, close, out);
         }
     }
 
@@ -1165,15 +1263,16 @@ impl Tracker {
             // sampled span (and the throughputs) do not take in the lingering.
             let end = w.missed_ns.min(s.ts_ns);
             self.final_sample(&mut w.flow, s, &t, end);
+            w.rest.sampling.event = true;
             let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
             self.destroyed.insert(cookie, self.generation);
-            self.hand_on(w.flow, w.held, EndReason::Destroyed, end, close, out);
+            self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
             return;
         }
-        let (f, held) = match self.index.get(&key.cookie).map(|&i| i as usize) {
+        let (f, mut rest) = match self.index.get(&key.cookie).map(|&i| i as usize) {
             Some(slot) if same_socket(&self.slab[slot].key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
-                let (mut f, held) = self.remove(key.cookie).expect("indexed just above");
+                let (mut f, rest) = self.remove(key.cookie).expect("indexed just above");
                 if same {
                     f.last_ts_ns = s.ts_ns;
                     f.options |= t.options().unwrap_or(0);
@@ -1182,7 +1281,7 @@ impl Tracker {
                 } else {
                     self.final_sample(&mut f, s, &t, s.ts_ns);
                 }
-                (f, held)
+                (f, rest)
             }
             Some(_) => return, // another socket owns the cookie's flow; not ours to end
             None if self.gone.contains(&key.cookie) => {
@@ -1196,12 +1295,13 @@ impl Tracker {
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                (self.open(s, &snap(s, &t), self.dumps_done == 0, Seen::Destroy), None)
+                (self.open(s, &snap(s, &t), self.dumps_done == 0, Seen::Destroy), Rest::default())
             }
         };
         let close = Some(Close::from_final(&f.last, f.passive_open));
         self.destroyed.insert(key.cookie, self.generation);
-        self.hand_on(f, held, EndReason::Destroyed, s.ts_ns, close, out);
+        rest.sampling.event = true;
+        self.hand_on(f, rest, EndReason::Destroyed, s.ts_ns, close, out);
     }
 
     /// A destroy event with remote port 0: a listener, or a socket the kernel disconnected
@@ -1209,17 +1309,17 @@ impl Tracker {
     /// clears its peer and its counters. Only a flow already followed by that cookie ends on
     /// it, as reset, with the counters of its last sample; anything else is ignored.
     fn disconnected(&mut self, cookie: u64, ts_ns: u64, out: &mut Vec<EndedFlow>) {
-        let (f, held, end) = if let Some(w) = self.waiting.remove(&cookie) {
+        let (f, rest, end) = if let Some(w) = self.waiting.remove(&cookie) {
             self.stats.destroy_awaited += 1;
-            (w.flow, w.held, w.missed_ns)
+            (w.flow, w.rest, w.missed_ns)
         } else if self.index.contains_key(&cookie) {
-            let (f, held) = self.remove(cookie).expect("indexed just above");
-            (f, held, ts_ns)
+            let (f, rest) = self.remove(cookie).expect("indexed just above");
+            (f, rest, ts_ns)
         } else {
             return;
         };
         self.destroyed.insert(cookie, self.generation);
-        self.hand_on(f, held, EndReason::Destroyed, end, Some(Close::Reset), out);
+        self.hand_on(f, rest, EndReason::Destroyed, end, Some(Close::Reset), out);
     }
 
     /// Appends a destroy event's values to a flow taken out of the table, as its last
@@ -1241,15 +1341,15 @@ impl Tracker {
     pub fn finish(&mut self, out: &mut Vec<EndedFlow>) {
         let cookies: Vec<u64> = self.hot.iter().map(|h| h.cookie).collect();
         for c in cookies {
-            if let Some((f, held)) = self.remove(c) {
+            if let Some((f, rest)) = self.remove(c) {
                 let ts = f.last_ts_ns;
-                self.hand_on(f, held, EndReason::Shutdown, ts, None, out);
+                self.hand_on(f, rest, EndReason::Shutdown, ts, None, out);
             }
         }
         while let Some(cookie) = self.wait_order.pop_front() {
             if let Some(w) = self.waiting.remove(&cookie) {
                 let close = gone_close(&w.flow);
-                self.hand_on(w.flow, w.held, EndReason::Gone, w.missed_ns, close, out);
+                self.hand_on(w.flow, w.rest, EndReason::Gone, w.missed_ns, close, out);
             }
         }
     }
@@ -1257,7 +1357,7 @@ impl Tracker {
     fn hand_on(
         &mut self,
         flow: Flow,
-        held: Option<Held>,
+        rest: Rest,
         reason: EndReason,
         end_ts_ns: u64,
         close: Option<Close>,
@@ -1266,7 +1366,8 @@ impl Tracker {
         if reason != EndReason::Shutdown {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
-        let e = EndedFlow { flow, reason, end_ts_ns, close, held };
+        let Rest { held, sampling } = rest;
+        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, held };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
@@ -1301,8 +1402,9 @@ impl Tracker {
             let Some(&edge) = self.stages.newest(f, 1).last() else { continue };
             let held = self.stages.detach(f);
             sync(f, h);
-            let e = Self::cut_window(f, edge, held);
+            let e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
             h.deduped = 0;
+            (h.max_gap_us, h.exact) = (0, 0);
             // The edge sample stays held: it also begins the next window.
             self.stats.samples_handed_on += e.sample_count() as u64 - 1;
             self.stats.flows_ended += 1;
@@ -1325,6 +1427,11 @@ fn sync(f: &mut Flow, h: &Hot) {
     f.options = h.options;
 }
 
+/// `b − a` in µs, saturating: a gap between two samples.
+fn gap_us(a: u64, b: u64) -> u32 {
+    u32::try_from(b.saturating_sub(a) / 1000).unwrap_or(u32::MAX)
+}
+
 impl Flow {
     /// The span sampled, first sample to last seen (retained or not), ns: the record's
     /// `Duration`, and the time base of its throughputs and of the diagnosis.
@@ -1344,6 +1451,8 @@ impl Flow {
 pub mod accounts;
 mod pool;
 pub mod task;
+pub mod pace;
+mod tiers;
 pub mod views;
 
 #[cfg(test)]

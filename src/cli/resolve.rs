@@ -85,11 +85,14 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             window_samples: window,
             destroy_grace_ns: c.destroy_grace.as_nanos() as u64,
             max_samples: c.max_samples,
+            tiers: c.cpu_budget > 0.0,
+            hot_linger_ns: hot_linger(c.interval).as_nanos() as u64,
         },
         task: TaskConfig {
             interval: c.interval,
             error_delay: c.error_delay,
             max_errors: c.max_errors,
+            cpu_budget: c.cpu_budget,
         },
         analyzer: StageConfig {
             analysis: parts.analyzer,
@@ -137,4 +140,10 @@ fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
         backlog_bytes: c.backlog,
         samples,
     }
+}
+
+/// How long a flow stays hot once still: ten ticks, and at least a second, so that a flow
+/// that pauses between requests is not dropped to the full-dump pace between them.
+fn hot_linger(interval: Duration) -> Duration {
+    (interval * 10).max(Duration::from_secs(1))
 }

@@ -183,6 +183,38 @@ const SERIES: &[(&str, &str, Value)] = &[
         Value::Counter(|m| m.ticks_overrun.get()),
     ),
     ("cgmon_dump_sockets", "Sockets in the last dump", Value::Gauge(|m| m.sockets_last_dump.get())),
+    (
+        "cgmon_exact_polls",
+        "Ticks that asked only for the hot flows, by exact requests",
+        Value::Counter(|m| m.exact_polls.get()),
+    ),
+    (
+        "cgmon_exact_requests",
+        "Sockets asked for by exact requests",
+        Value::Counter(|m| m.exact_requests.get()),
+    ),
+    (
+        "cgmon_exact_gone",
+        "Exact requests answered gone (ENOENT/ESTALE): the flow ended there",
+        Value::Counter(|m| m.exact_gone.get()),
+    ),
+    (
+        "cgmon_exact_unanswered",
+        "Exact requests whose answers overran the socket buffer (asked again at the next tick)",
+        Value::Counter(|m| m.exact_unanswered.get()),
+    ),
+    ("cgmon_hot_flows", "Flows polled every tick (their counters move)", Value::Gauge(|m| m.hot_flows.get())),
+    (
+        "cgmon_full_dumps_cheaper",
+        "Full dumps taken because the hot set was too large for exact requests to be cheaper",
+        Value::Counter(|m| m.full_dumps_cheaper.get()),
+    ),
+    (
+        "cgmon_flows_discovered_late",
+        "Flows found by a full dump more than an interval after the one before",
+        Value::Counter(|m| m.flows_discovered_late.get()),
+    ),
+
     ("cgmon_flows_active", "Flows being tracked", Value::Gauge(|m| m.flows_active.get())),
     (
         "cgmon_flows_refused",
@@ -291,6 +323,36 @@ impl Collector for Exporter {
         e.encode_descriptor(
             "cgmon_tick_lateness_seconds",
             "How late each dump started after its point on the interval's grid (jitter)",
+            None,
+            MetricType::Histogram,
+        )?
+        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        for (name, help, v) in [
+            (
+                "cgmon_full_dump_interval_seconds",
+                "Time between the last two full dumps (the full-dump pace achieved)",
+                m.full_dump_interval_ns.get() as f64 / 1e9,
+            ),
+            (
+                "cgmon_full_dump_interval_planned_seconds",
+                "Time between full dumps that --cpu-budget allows now",
+                m.full_dump_interval_planned_ns.get() as f64 / 1e9,
+            ),
+            ("cgmon_cpu_budget_ratio", "--cpu-budget, as a share of one core", m.cpu_budget_ppm.get() as f64 / 1e6),
+        ] {
+            gauge(&mut e, name, help, v)?;
+        }
+        e.encode_descriptor(
+            "cgmon_sampling_cpu_seconds",
+            "CPU time spent in dumps and exact polls, the kernel's part included",
+            None,
+            MetricType::Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, f64>(&(m.sampling_cpu_ns.get() as f64 / 1e9), None)?;
+        let (sum, count, buckets) = m.discovery_delay.snapshot();
+        e.encode_descriptor(
+            "cgmon_flow_discovery_delay_seconds",
+            "For flows discovered late, the most they may have been late by",
             None,
             MetricType::Histogram,
         )?

@@ -30,6 +30,19 @@ pub const MAX_CHUNK: usize = 256;
 /// The fewest requests per `send` after overruns.
 pub const MIN_CHUNK: usize = 8;
 
+/// The kernel's answer about one socket.
+#[derive(Debug)]
+pub enum Answer<'a> {
+    /// The socket, as a dump would show it (whatever its state now).
+    Found(Sample<'a>),
+    /// No socket has that identity any more (`ENOENT`, or `ESTALE`: its 4-tuple now
+    /// belongs to another socket). `ts_ns`: when the answer arrived.
+    Gone {
+        /// CLOCK_MONOTONIC ns of the answer.
+        ts_ns: u64,
+    },
+}
+
 /// What one exact poll did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExactPoll {
@@ -49,6 +62,8 @@ pub struct ExactPoll {
     pub sends: u32,
     /// Bytes received.
     pub bytes: u64,
+    /// CLOCK_MONOTONIC ns of the last answer (0: none came).
+    pub last_ts_ns: u64,
 }
 
 impl<S: DumpSource> Sampler<S> {
@@ -57,33 +72,31 @@ impl<S: DumpSource> Sampler<S> {
         self.exact_chunk
     }
 
-    /// Asks the kernel for each of `targets` by identity. Each socket found is shown to
-    /// `visit`; the index (into `targets`) of each that is gone goes to `gone`.
+    /// Asks the kernel for each of `targets` by identity; each answer goes to `answer` with
+    /// the target's index. Targets left unanswered get no call.
     ///
     /// The kernel does not apply the dump's state set or filter to such requests: the
     /// visitor sees whatever state the socket is in now.
     ///
     /// # Errors
     /// A socket error other than an overrun; the poll's partial answers have been shown.
-    pub async fn exact_with<F, G>(
+    pub async fn exact_with<F>(
         &mut self,
         targets: &[SocketTarget],
-        mut visit: F,
-        mut gone: G,
+        mut answer: F,
     ) -> Result<ExactPoll, SampleError>
     where
-        F: FnMut(Sample<'_>),
-        G: FnMut(usize),
+        F: FnMut(usize, Answer<'_>),
     {
         let mut poll = ExactPoll { asked: targets.len() as u32, ..ExactPoll::default() };
         // Answers an overrun dropped are asked for once more, in smaller chunks.
         let mut retry = std::mem::take(&mut self.exact_retry);
         retry.clear();
-        let mut r = self.exact_round(targets, None, &mut retry, &mut poll, &mut visit, &mut gone).await;
+        let mut r = self.exact_round(targets, None, &mut retry, &mut poll, &mut answer).await;
         if r.is_ok() && !retry.is_empty() {
             let again = std::mem::take(&mut retry);
             poll.unanswered = 0;
-            r = self.exact_round(targets, Some(&again), &mut retry, &mut poll, &mut visit, &mut gone).await;
+            r = self.exact_round(targets, Some(&again), &mut retry, &mut poll, &mut answer).await;
             poll.unanswered = retry.len() as u32;
             retry = again;
         }
@@ -98,18 +111,16 @@ impl<S: DumpSource> Sampler<S> {
 
     /// Asks for `targets` (or those of them `only` names), a chunk per `send`; the indexes
     /// of those left unanswered go to `unanswered`.
-    async fn exact_round<F, G>(
+    async fn exact_round<F>(
         &mut self,
         targets: &[SocketTarget],
         only: Option<&[usize]>,
         unanswered: &mut Vec<usize>,
         poll: &mut ExactPoll,
-        visit: &mut F,
-        gone: &mut G,
+        answer: &mut F,
     ) -> Result<(), SampleError>
     where
-        F: FnMut(Sample<'_>),
-        G: FnMut(usize),
+        F: FnMut(usize, Answer<'_>),
     {
         let total = only.map_or(targets.len(), <[usize]>::len);
         let mut start = 0;
@@ -123,7 +134,7 @@ impl<S: DumpSource> Sampler<S> {
             for k in 0..n {
                 targets[pick(k)].emit(self.cfg.ext, base.wrapping_add(k as u32), &mut self.exact_req);
             }
-            self.exact_chunk_with(n, base, poll, visit, &mut |k| gone(pick(k))).await?;
+            self.exact_chunk_with(n, base, poll, &mut |k, a| answer(pick(k), a)).await?;
             for k in 0..n {
                 if !self.exact_answered[k] {
                     unanswered.push(pick(k));
@@ -137,17 +148,15 @@ impl<S: DumpSource> Sampler<S> {
 
     /// Sends the `n` requests built in `exact_req` (sequence numbers from `base`) and reads
     /// their answers; `exact_answered[k]` says which were answered.
-    async fn exact_chunk_with<F, G>(
+    async fn exact_chunk_with<F>(
         &mut self,
         n: usize,
         base: u32,
         poll: &mut ExactPoll,
-        visit: &mut F,
-        gone: &mut G,
+        answer: &mut F,
     ) -> Result<(), SampleError>
     where
-        F: FnMut(Sample<'_>),
-        G: FnMut(usize),
+        F: FnMut(usize, Answer<'_>),
     {
         self.exact_answered.clear();
         self.exact_answered.resize(n, false);
@@ -191,6 +200,7 @@ impl<S: DumpSource> Sampler<S> {
                 }
             };
             poll.bytes += got.len as u64;
+            poll.last_ts_ns = got.ts_ns;
             let stored = got.len.min(buf.len());
             for m in NlMsgIter::new(&buf[..stored]) {
                 let Ok(m) = m else {
@@ -206,7 +216,7 @@ impl<S: DumpSource> Sampler<S> {
                         let mut idx = SockIndex::default();
                         if index_into(m.payload, &mut idx).is_ok() {
                             poll.found += 1;
-                            visit(Sample::new(got.ts_ns, m.payload, &idx));
+                            answer(i, Answer::Found(Sample::new(got.ts_ns, m.payload, &idx)));
                         } else {
                             poll.malformed += 1;
                         }
@@ -215,7 +225,7 @@ impl<S: DumpSource> Sampler<S> {
                         Ok(0) => continue, // an acknowledgement, not the answer
                         Ok(libc::ENOENT | libc::ESTALE) => {
                             poll.gone += 1;
-                            gone(i);
+                            answer(i, Answer::Gone { ts_ns: got.ts_ns });
                         }
                         Ok(_) => poll.refused += 1,
                         Err(_) => poll.malformed += 1,

@@ -32,6 +32,9 @@ pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::source::DumpSource;
+use super::pace::{Pacer, Plan, Why};
+use crate::clock::cpu_timed;
+use crate::sampler::exact::Answer;
 use crate::sampler::{SampleError, Sampler};
 
 /// Longest back-off between failed dumps, however many failed.
@@ -49,12 +52,14 @@ pub struct TaskConfig {
     pub error_delay: Duration,
     /// Consecutive failures before giving up; 0 = never.
     pub max_errors: u32,
+    /// Share of one core for sampling (`--cpu-budget`); 0: a full dump every tick.
+    pub cpu_budget: f64,
 }
 
 impl TaskConfig {
     /// A dump every `interval`, cgmon's error defaults (1 s, 5).
     pub fn every(interval: Duration) -> Self {
-        Self { interval, error_delay: Duration::from_secs(1), max_errors: 5 }
+        Self { interval, error_delay: Duration::from_secs(1), max_errors: 5, cpu_budget: 0.0 }
     }
 }
 
@@ -223,6 +228,8 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
     let mut errors = 0u32;
+    let mut pacer = Pacer::new(cfg.interval, cfg.cpu_budget);
+    metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
     let mut backoff_until: Option<tokio::time::Instant> = None;
     // Flows ended since the last hand-off. Those that destroy events end wait here for the
     // next tick, so the analyzer gets one batch per dump: the channel's capacity counts
@@ -256,18 +263,27 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 // tokio's clock (the same as std's outside paused-time tests).
                 let start = tokio::time::Instant::now();
                 metrics.tick_lateness.observe(start.saturating_duration_since(due));
-                tracker.begin_dump();
-                let r = sampler.dump_with(|s| tracker.observe(&s, &mut out)).await;
+                let now_ns = start.duration_since(grid0).as_nanos() as u64;
+                let plan = pacer.plan(now_ns, tracker.hot_len());
+                let r = match plan {
+                    Plan::Exact => exact_poll(&mut tracker, &mut sampler, &mut out, &metrics, &mut pacer).await,
+                    Plan::Full(why) => {
+                        full_dump(&mut tracker, &mut sampler, &mut out, &metrics, &mut pacer, now_ns, why).await
+                    }
+                };
                 drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);
-                metrics.dumps.inc();
                 match r {
                     Ok(d) => {
                         errors = 0;
-                        dump_done(&d, &mut tracker, &mut out, &metrics, start);
+                        if let Some(d) = d {
+                            dump_done(&d, &mut tracker, &mut out, &metrics, start);
+                        }
                         on_dump(DumpOutcome::Ok);
                     }
                     Err(e) => {
-                        tracker.end_dump(false, 0, &mut out);
+                        if plan != Plan::Exact {
+                            tracker.end_dump(false, 0, &mut out);
+                        }
                         errors += 1;
                         let delay = dump_failed(e, errors, &cfg, &metrics)?;
                         backoff_until = Some(tokio::time::Instant::now() + delay);
@@ -283,8 +299,14 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                     opened = st.flows_opened, refused = st.flows_refused, retained = st.samples_retained,
                     deduped = st.samples_deduped, "tracker dump");
                 let took = start.elapsed();
-                metrics.time(Stage::Dump, took);
-                metrics.dump_seconds.observe(took);
+                if plan == Plan::Exact {
+                    metrics.time(Stage::Exact, took);
+                } else {
+                    metrics.time(Stage::Dump, took);
+                    metrics.dump_seconds.observe(took);
+                }
+                metrics.hot_flows.set(tracker.hot_len() as u64);
+                metrics.full_dump_interval_planned_ns.set(pacer.full_interval_ns(tracker.hot_len()));
                 if took > cfg.interval {
                     skip_missed_ticks(&mut tick, grid0, &cfg, took, &metrics, &mut overrun_warn);
                 }
@@ -312,6 +334,74 @@ pub async fn run<S: DumpSource, D: DumpSource>(
         ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
     }
     Ok(st)
+}
+
+/// A full dump: every socket goes through the tracker; its CPU cost paces the next.
+/// `Ok(Some(dump))` for [`dump_done`] to finish.
+async fn full_dump<S: DumpSource>(
+    tracker: &mut Tracker,
+    sampler: &mut Sampler<S>,
+    out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
+    pacer: &mut Pacer,
+    now_ns: u64,
+    why: Why,
+) -> Result<Option<crate::sampler::Dump>, SampleError> {
+    let opened = tracker.stats().flows_opened;
+    tracker.begin_dump();
+    let (r, cpu) = cpu_timed(sampler.dump_with(|s| tracker.observe(&s, out))).await;
+    metrics.dumps.inc();
+    metrics.sampling_cpu_ns.add(cpu);
+    if why == Why::Cheaper {
+        metrics.full_dumps_cheaper.inc();
+    }
+    let d = r?;
+    if let Some(last) = pacer.last_full_ns() {
+        let gap = now_ns.saturating_sub(last);
+        metrics.full_dump_interval_ns.set(gap);
+        // New flows since a full dump more than a tick ago may have begun unseen for up
+        // to that long (the first dump's flows were open before we started).
+        let found = tracker.stats().flows_opened - opened;
+        if gap > pacer.interval_ns() * 3 / 2 && found > 0 {
+            metrics.flows_discovered_late.add(found);
+            metrics.discovery_delay.observe_n(Duration::from_nanos(gap), found);
+        }
+    }
+    pacer.full_done(now_ns, cpu, u64::from(d.sockets));
+    Ok(Some(d))
+}
+
+/// An exact poll of the hot flows: each is asked for by identity; an answer goes through
+/// the tracker like a dump's, a socket gone (or in a state the dumps leave out) ends its
+/// flow as a dump's miss would.
+async fn exact_poll<S: DumpSource>(
+    tracker: &mut Tracker,
+    sampler: &mut Sampler<S>,
+    out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
+    pacer: &mut Pacer,
+) -> Result<Option<crate::sampler::Dump>, SampleError> {
+    let targets = tracker.take_hot_targets();
+    let states = sampler.config().states;
+    let (r, cpu) = cpu_timed(sampler.exact_with(&targets, |k, a| match a {
+        Answer::Found(s) if states.contains(s.msg().state()) => tracker.observe_exact(k, &s, out),
+        Answer::Found(s) => tracker.exact_gone(k, s.ts_ns, out),
+        Answer::Gone { ts_ns } => tracker.exact_gone(k, ts_ns, out),
+    }))
+    .await;
+    let asked = targets.len();
+    tracker.put_hot_targets(targets);
+    metrics.sampling_cpu_ns.add(cpu);
+    let p = r?;
+    pacer.exact_done(cpu, asked);
+    metrics.exact_polls.inc();
+    metrics.exact_requests.add(u64::from(p.asked));
+    metrics.exact_gone.add(u64::from(p.gone));
+    metrics.exact_unanswered.add(u64::from(p.unanswered));
+    if p.last_ts_ns > 0 {
+        tracker.end_exact(p.last_ts_ns, out);
+    }
+    Ok(None)
 }
 
 /// A dump that completed: the tracker ends what it missed (when complete), and the figures.

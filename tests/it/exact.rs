@@ -3,6 +3,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
+use cgmon_rs::sampler::exact::Answer;
 use cgmon_rs::sampler::source::{NetlinkSource, SocketOptions};
 use cgmon_rs::sampler::{Sampler, SamplerConfig};
 use cgmon_rs::states::tcp;
@@ -34,7 +35,10 @@ async fn targets(s: &mut Sampler<NetlinkSource>, ports: &[u16]) -> Vec<(SocketTa
 async fn ask(s: &mut Sampler<NetlinkSource>, t: &[SocketTarget]) -> (Vec<(u64, u8)>, Vec<usize>) {
     let (mut found, mut gone) = (Vec::new(), Vec::new());
     let p = s
-        .exact_with(t, |x| found.push((x.msg().cookie(), x.msg().state())), |i| gone.push(i))
+        .exact_with(t, |i, a| match a {
+            Answer::Found(x) => found.push((x.msg().cookie(), x.msg().state())),
+            Answer::Gone { .. } => gone.push(i),
+        })
         .await
         .unwrap();
     assert_eq!(p.unanswered + p.refused + p.malformed, 0, "{p:?}");

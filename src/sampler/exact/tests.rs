@@ -17,11 +17,12 @@ async fn poll(
 ) -> (ExactPoll, Vec<(u64, u64)>, Vec<usize>) {
     let (mut found, mut gone) = (Vec::new(), Vec::new());
     let p = s
-        .exact_with(
-            targets,
-            |x| found.push((x.msg().cookie(), x.tcp_info().unwrap().bytes_acked().unwrap())),
-            |i| gone.push(i),
-        )
+        .exact_with(targets, |i, a| match a {
+            Answer::Found(x) => {
+                found.push((x.msg().cookie(), x.tcp_info().unwrap().bytes_acked().unwrap()))
+            }
+            Answer::Gone { .. } => gone.push(i),
+        })
         .await
         .unwrap();
     (p, found, gone)

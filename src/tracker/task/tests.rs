@@ -176,6 +176,7 @@ async fn failures_back_off_exponentially_then_give_up() {
         interval: Duration::from_millis(10),
         error_delay: Duration::from_millis(100),
         max_errors: 4,
+        cpu_budget: 0.0,
     };
     let t0 = tokio::time::Instant::now();
     let (h, _stop, _rx, m) = start(Scripted::new(Duration::ZERO, |_| true), cfg, 256);
@@ -193,6 +194,7 @@ async fn a_success_resets_the_error_count() {
         interval: Duration::from_millis(10),
         error_delay: Duration::from_millis(10),
         max_errors: 3,
+        cpu_budget: 0.0,
     };
     // Every other dump fails: never 3 in a row.
     let (h, stop, _rx, m) = start(Scripted::new(Duration::ZERO, |n| n % 2 == 0), cfg, 256);
@@ -268,3 +270,6 @@ async fn a_close_queued_when_the_stop_comes_ends_its_flow_as_destroyed() {
     assert_eq!(closed.reason, EndReason::Destroyed);
     assert_eq!(m.destroy_events.get(), 1);
 }
+
+#[path = "tiers_tests.rs"]
+mod tiers_tests;

@@ -1,0 +1,225 @@
+//! When to dump the whole host and when to poll only the hot flows.
+//!
+//! Every tick samples the hot flows (those whose counters move, see `tiers.rs`). It does so
+//! with a full dump when one is due, or when asking for the hot flows one by one would cost
+//! more than a dump; else with an exact poll. Full dumps are due as often as the CPU budget
+//! allows once the hot flows' polls are paid for, never more often than every tick and
+//! never less often than [`MAX_FULL_INTERVAL`]. Costs are the sampling thread's measured CPU
+//! time (a dump's includes the tracker's work on its sockets), smoothed, never a model:
+//! until an exact poll has been measured, its cost per socket is guessed as
+//! [`EXACT_PRIOR_RATIO`] times a dump's, the ratio measured on this kernel (docs/kernel.md).
+//!
+//! Pure: given costs and times, it decides; the tracker task measures and acts.
+
+use std::time::Duration;
+
+/// `--cpu-budget`'s default: 2 % of one core. On the host the design aims at (20,000 idle
+/// and 200 busy flows, 100 ms ticks) the busy flows' exact polls take about 0.5 % and full
+/// dumps get the rest, about one every 1.5–2 s: under a tenth of what dumping every tick
+/// costs (benches/RESULTS.md, D10). A host of a few hundred sockets dumps in well under
+/// 2 % of a tick, so there the budget never binds and every tick is a full dump.
+pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
+
+/// The longest time between two full dumps, whatever the budget: new flows are found at
+/// the latest this long after they start (or by their destroy event, if they end first).
+pub const MAX_FULL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// An exact request's CPU cost over a dump's per socket, until measured: 2.0–2.5 µs
+/// against 0.95–1.03 µs (docs/kernel.md, "Asking for one socket").
+pub const EXACT_PRIOR_RATIO: f64 = 2.5;
+
+/// Weight of the newest measurement in the smoothed costs.
+const EWMA: f64 = 0.3;
+
+/// What a tick does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// A full dump, and why.
+    Full(Why),
+    /// An exact poll of the hot flows.
+    Exact,
+}
+
+/// Why a tick dumps the whole host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// No budget: every tick dumps (cgmon's way).
+    Always,
+    /// The first two ticks: costs and the hot set are not known yet.
+    First,
+    /// The budget's interval has passed since the last full dump.
+    Due,
+    /// The hot flows are so many that asking for each would cost more.
+    Cheaper,
+}
+
+/// The pacing state.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    interval_ns: u64,
+    budget: f64,
+    /// Smoothed CPU ns of a full dump, and sockets in the last one.
+    full_ns: Option<f64>,
+    sockets: u64,
+    /// Smoothed CPU ns per exact request, once measured.
+    exact_ns: Option<f64>,
+    last_full_ns: Option<u64>,
+    /// Full dumps measured.
+    fulls: u32,
+}
+
+fn smooth(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| o + EWMA * (new - o))
+}
+
+impl Pacer {
+    /// Ticks every `interval`; `budget` is a share of one core (0: every tick dumps).
+    pub fn new(interval: Duration, budget: f64) -> Self {
+        Self {
+            interval_ns: interval.as_nanos().max(1) as u64,
+            budget: budget.max(0.0),
+            full_ns: None,
+            sockets: 0,
+            exact_ns: None,
+            last_full_ns: None,
+            fulls: 0,
+        }
+    }
+
+    /// Whether exact polls are used at all.
+    pub fn tiers(&self) -> bool {
+        self.budget > 0.0
+    }
+
+    /// What the tick at `now_ns` does with `hot` flows in the hot set.
+    pub fn plan(&self, now_ns: u64, hot: usize) -> Plan {
+        if !self.tiers() {
+            return Plan::Full(Why::Always);
+        }
+        // The second dump too: only a flow's second sample tells whether it moves, so the
+        // hot set is known from the second dump on.
+        let (Some(full), Some(last)) = (self.full_ns, self.last_full_ns) else {
+            return Plan::Full(Why::First);
+        };
+        if self.fulls < 2 {
+            return Plan::Full(Why::First);
+        }
+        if now_ns.saturating_sub(last) >= self.full_interval_ns(hot) {
+            return Plan::Full(Why::Due);
+        }
+        if hot as f64 * self.exact_request_ns() >= full {
+            return Plan::Full(Why::Cheaper);
+        }
+        Plan::Exact
+    }
+
+    /// A full dump at `now_ns` of `sockets` sockets took `cpu_ns`.
+    pub fn full_done(&mut self, now_ns: u64, cpu_ns: u64, sockets: u64) {
+        self.full_ns = Some(smooth(self.full_ns, cpu_ns as f64));
+        self.fulls = self.fulls.saturating_add(1);
+        self.sockets = sockets;
+        self.last_full_ns = Some(now_ns);
+    }
+
+    /// An exact poll of `asked` sockets took `cpu_ns`.
+    pub fn exact_done(&mut self, cpu_ns: u64, asked: usize) {
+        if asked > 0 {
+            self.exact_ns = Some(smooth(self.exact_ns, cpu_ns as f64 / asked as f64));
+        }
+    }
+
+    /// CPU ns an exact request costs: measured, else guessed from a dump's per socket.
+    pub fn exact_request_ns(&self) -> f64 {
+        self.exact_ns.unwrap_or_else(|| {
+            let per_socket = self.full_ns.unwrap_or(0.0) / self.sockets.max(1) as f64;
+            per_socket * EXACT_PRIOR_RATIO
+        })
+    }
+
+    /// The tick, ns.
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    /// When the last full dump was taken (the caller's clock), once one was.
+    pub fn last_full_ns(&self) -> Option<u64> {
+        self.last_full_ns
+    }
+
+    /// Smoothed CPU ns of a full dump, once one was measured.
+    pub fn full_dump_ns(&self) -> Option<f64> {
+        self.full_ns
+    }
+
+    /// The time between full dumps that the budget allows with `hot` flows polled every
+    /// tick: a dump's cost over the share of a core the polls leave.
+    pub fn full_interval_ns(&self, hot: usize) -> u64 {
+        let max = MAX_FULL_INTERVAL.as_nanos() as u64;
+        let Some(full) = self.full_ns else { return self.interval_ns };
+        let polls = hot as f64 * self.exact_request_ns() / self.interval_ns as f64;
+        let left = self.budget - polls;
+        if left <= 0.0 {
+            return max.max(self.interval_ns);
+        }
+        ((full / left) as u64).clamp(self.interval_ns, max.max(self.interval_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn no_budget_dumps_every_tick() {
+        let mut p = Pacer::new(Duration::from_millis(100), 0.0);
+        p.full_done(0, 25 * MS, 20_000);
+        assert!(!p.tiers());
+        assert_eq!(p.plan(100 * MS, 0), Plan::Full(Why::Always));
+    }
+
+    #[test]
+    fn the_budget_sets_the_full_dump_pace() {
+        // 20,000 sockets, 25 ms a dump, 100 ms ticks, 2 % of a core.
+        let mut p = Pacer::new(Duration::from_millis(100), 0.02);
+        assert_eq!(p.plan(0, 0), Plan::Full(Why::First));
+        p.full_done(0, 25 * MS, 20_000);
+        assert_eq!(p.plan(100 * MS, 0), Plan::Full(Why::First));
+        p.full_done(0, 25 * MS, 20_000);
+        // Nothing hot: the whole budget is for dumps, 25 ms / 2 % = 1.25 s apart.
+        assert_eq!(p.full_interval_ns(0), 1250 * MS);
+        assert_eq!(p.plan(1200 * MS, 0), Plan::Exact);
+        assert_eq!(p.plan(1250 * MS, 0), Plan::Full(Why::Due));
+        // 200 hot flows at 2.5 µs (measured) take 0.5 % of the core: dumps get 1.5 %.
+        p.exact_done(500_000, 200);
+        assert_eq!(p.full_interval_ns(200), 1666 * MS + 666_666);
+        // A budget the polls use up: dumps at the slowest pace, never slower.
+        p.exact_done(500_000, 20);
+        assert_eq!(p.full_interval_ns(200), MAX_FULL_INTERVAL.as_nanos() as u64);
+    }
+
+    #[test]
+    fn a_small_host_dumps_every_tick() {
+        // 200 sockets dump in 0.25 ms, 0.25 % of a 100 ms tick: under 2 %, every tick dumps.
+        let mut p = Pacer::new(Duration::from_millis(100), 0.02);
+        p.full_done(0, 250_000, 200);
+        p.full_done(0, 250_000, 200);
+        assert_eq!(p.full_interval_ns(0), 100 * MS);
+        assert_eq!(p.plan(100 * MS, 0), Plan::Full(Why::Due));
+    }
+
+    #[test]
+    fn a_large_hot_set_takes_the_cheaper_full_dump() {
+        let mut p = Pacer::new(Duration::from_millis(100), 0.5);
+        p.full_done(0, 25 * MS, 20_000); // 1.25 µs a socket
+        p.full_done(0, 25 * MS, 20_000);
+        // Unmeasured, an exact request is guessed at 2.5 × 1.25 µs: 8,000 of them cost a dump.
+        assert_eq!(p.plan(10 * MS, 7_999), Plan::Exact);
+        assert_eq!(p.plan(10 * MS, 8_000), Plan::Full(Why::Cheaper));
+        // Measured at 5 µs, the crossover moves to 5,000.
+        p.exact_done(5 * MS, 1000);
+        assert_eq!(p.plan(10 * MS, 4_999), Plan::Exact);
+        assert_eq!(p.plan(10 * MS, 5_000), Plan::Full(Why::Cheaper));
+    }
+}

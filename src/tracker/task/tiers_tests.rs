@@ -1,0 +1,170 @@
+//! The tiers' schedule on a simulated host in paused tokio time: which ticks dump the host
+//! and which poll the hot flows, with costs the host really spends (spinning), so the
+//! budget has real CPU time to measure. No kernel.
+
+use std::sync::Mutex;
+
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::sampler::SamplerConfig;
+use crate::sampler::sim::{SimHost, SimState};
+use crate::tracker::TrackerConfig;
+use crate::wire::build::SockBuilder;
+
+struct Run {
+    host: Arc<Mutex<SimState>>,
+    metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    stage: tokio::task::JoinHandle<Result<TrackerStats, StageError>>,
+    ended: mpsc::Receiver<Vec<EndedFlow>>,
+}
+
+/// A host of `idle` still sockets (cookies 1000…) and `busy` ones (cookies 1…) whose bytes
+/// move every 10 ms, sampled every `interval` with `budget`.
+fn host(idle: u64, busy: u64, interval: Duration, budget: f64, setup: impl FnOnce(&mut SimState)) -> Run {
+    let sim = SimHost::new();
+    let host = sim.state();
+    {
+        let mut st = host.lock().unwrap();
+        for c in 0..idle {
+            st.set(SockBuilder::new(1000 + c, 20000 + c as u16, 80).bytes_acked(1).build());
+        }
+        for c in 1..=busy {
+            st.set(SockBuilder::new(c, 10000 + c as u16, 80).bytes_acked(1).build());
+        }
+        setup(&mut st);
+    }
+    let mover = host.clone();
+    tokio::spawn(async move {
+        for step in 2u64.. {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut st = mover.lock().unwrap();
+            for c in 1..=busy {
+                st.set(SockBuilder::new(c, 10000 + c as u16, 80).bytes_acked(step * 1000).build());
+            }
+        }
+    });
+    let sampler = Sampler::new(sim, SamplerConfig::default()).unwrap();
+    let tracker = Tracker::new(TrackerConfig {
+        tiers: budget > 0.0,
+        hot_linger_ns: 200_000_000,
+        ..TrackerConfig::default()
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let (tx, ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    let cfg = TaskConfig { cpu_budget: budget, ..TaskConfig::every(interval) };
+    let stage = tokio::spawn(run(
+        tracker,
+        sampler,
+        None::<DestroyListener<SimHost>>,
+        cfg,
+        Wiring::new(stop_rx, tx, metrics.clone()),
+        |_| {},
+    ));
+    Run { host, metrics, stop, stage, ended }
+}
+
+impl Run {
+    /// Stops, and returns every record's (cookie, samples seen, exact samples).
+    async fn finish(mut self) -> Vec<(u64, u64, u32)> {
+        self.stop.send(true).unwrap();
+        self.stage.await.unwrap().unwrap();
+        let mut v = Vec::new();
+        while let Ok(b) = self.ended.try_recv() {
+            for e in b {
+                let seen = e.sample_count() as u64 + u64::from(e.flow.deduped);
+                v.push((e.flow.key.cookie, seen, e.sampling.exact));
+            }
+        }
+        v
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_sets_the_full_dump_pace_and_busy_flows_keep_every_tick() {
+    // 1,000 idle sockets at 10 µs each: a full dump costs over 10 ms of CPU. At 5 % of a
+    // core with 20 ms ticks, full dumps come a few hundred ms apart; the two busy flows are
+    // asked for every tick in between.
+    let r = host(1000, 2, Duration::from_millis(20), 0.05, |st| {
+        st.cost_per_socket = Duration::from_micros(10);
+    });
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let m = r.metrics.clone();
+    let records = r.finish().await;
+    let (full, exact) = (m.dumps.get(), m.exact_polls.get());
+    let ticks = full + exact;
+    assert!((200..=201).contains(&ticks), "one or the other every tick: {full} + {exact}");
+    assert!((6..=40).contains(&full), "{full} full dumps, {exact} exact polls");
+    // What sampling cost, over the run: the budget (the first two dumps are not paced).
+    let share = m.sampling_cpu_ns.get() as f64 / 4e9;
+    assert!((0.03..0.08).contains(&share), "sampling used {:.1} % of a core", share * 100.0);
+    let planned = m.full_dump_interval_planned_ns.get();
+    assert!((100_000_000..800_000_000).contains(&planned), "{planned} ns");
+    assert_eq!(m.hot_flows.get(), 2, "the idle flows are not hot");
+    for c in [1, 2] {
+        let (_, seen, exact) = *records.iter().find(|r| r.0 == c).unwrap();
+        assert!(seen + 2 >= ticks, "busy flow {c}: {seen} samples of {ticks} ticks");
+        assert!(u64::from(exact) + full + 2 >= ticks, "{exact} exact samples");
+    }
+    // An idle flow is seen at full dumps only.
+    let (_, seen, exact) = *records.iter().find(|r| r.0 == 1000).unwrap();
+    assert!(seen <= full && exact == 0, "{seen} samples, {exact} exact");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_hot_set_takes_full_dumps_and_a_small_one_exact_polls() {
+    // Asking for one socket costs 70 µs, a dump 30 µs a socket: with 60 of 100 sockets busy,
+    // exact polls would cost more than a dump (and more than the 5 % budget), so every
+    // tick dumps.
+    let costs = |st: &mut SimState| {
+        st.cost_per_socket = Duration::from_micros(30);
+        st.cost_per_exact = Duration::from_micros(40);
+    };
+    let r = host(40, 60, Duration::from_millis(20), 0.05, costs);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let m = r.metrics.clone();
+    r.finish().await;
+    assert!(m.full_dumps_cheaper.get() >= 40, "{} cheaper", m.full_dumps_cheaper.get());
+    assert!(m.exact_polls.get() <= 5, "{} exact polls", m.exact_polls.get());
+    // 10 of 100 busy: exact polls are cheaper.
+    let r = host(90, 10, Duration::from_millis(20), 0.05, costs);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let m = r.metrics.clone();
+    r.finish().await;
+    assert!(m.exact_polls.get() >= 30, "{} exact polls", m.exact_polls.get());
+    assert_eq!(m.full_dumps_cheaper.get(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_budget_dumps_every_tick_and_keeps_no_hot_set() {
+    let r = host(100, 2, Duration::from_millis(20), 0.0, |_| {});
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let m = r.metrics.clone();
+    let host = r.host.clone();
+    r.finish().await;
+    assert!((50..=51).contains(&m.dumps.get()), "{}", m.dumps.get());
+    assert_eq!((m.exact_polls.get(), m.hot_flows.get()), (0, 0));
+    assert_eq!(host.lock().unwrap().exact_requests, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_flow_that_closes_ends_at_the_next_exact_poll() {
+    // Full dumps cost 10 ms: at 2 % they come every 500 ms.
+    let r = host(100, 2, Duration::from_millis(20), 0.02, |st| {
+        st.cost_per_socket = Duration::from_micros(100);
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = r.metrics.dumps.get();
+    r.host.lock().unwrap().close(3); // no such cookie: nothing happens
+    // Busy flow 1 stops moving and closes: gone at the next tick, not the next full dump.
+    let mut r = r;
+    r.host.lock().unwrap().close(1);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(r.metrics.dumps.get(), before, "no full dump in between");
+    assert!(r.metrics.exact_gone.get() >= 1);
+    let b = r.ended.try_recv().expect("the flow ended");
+    assert!(b.iter().any(|e| e.flow.key.cookie == 1));
+    r.finish().await;
+}
