@@ -1,9 +1,9 @@
 //! Probe: exact-request behaviour and cost on this kernel (not a test).
-use std::net::SocketAddr;
 use cgmon_rs::sampler::source::{NetlinkSource, SocketOptions};
 use cgmon_rs::sampler::{Sampler, SamplerConfig};
 use cgmon_rs::testkit::ConnHolder;
 use cgmon_rs::wire::inet_diag::SocketTarget;
+use std::net::SocketAddr;
 
 fn main() {
     let n: usize = std::env::args().nth(1).map_or(2000, |a| a.parse().unwrap());
@@ -17,20 +17,41 @@ fn main() {
         let mut s = Sampler::new(src, SamplerConfig::default()).unwrap();
         let mut targets = Vec::new();
         let port = h.addr.port();
-        let d = s.dump_with(|x| if x.msg().sport() == port || x.msg().dport() == port { targets.push(SocketTarget::of(&x.msg())) }).await.unwrap();
+        let busy: u16 = std::env::var("BUSY").map_or(0, |v| v.parse().unwrap());
+        let d = s
+            .dump_with(|x| {
+                if (busy == 0 && (x.msg().sport() == port || x.msg().dport() == port))
+                    || (busy > 0 && (x.msg().sport() == busy || x.msg().dport() == busy))
+                {
+                    targets.push(SocketTarget::of(&x.msg()))
+                }
+            })
+            .await
+            .unwrap();
         eprintln!("dump sockets {} targets {}", d.sockets, targets.len());
         for round in 0..5 {
             let t = std::time::Instant::now();
             let c0 = cpu();
             let p = s.exact_with(&targets, |_, _| {}).await.unwrap();
             let c1 = cpu();
-            eprintln!("round {round}: {:?} wall {:?} cpu/socket {:.2} µs chunk {}", p, t.elapsed(), (c1 - c0) as f64 / 1e3 / targets.len() as f64, s.exact_chunk());
+            eprintln!(
+                "round {round}: {:?} wall {:?} cpu/socket {:.2} µs chunk {}",
+                p,
+                t.elapsed(),
+                (c1 - c0) as f64 / 1e3 / targets.len() as f64,
+                s.exact_chunk()
+            );
         }
         let t = std::time::Instant::now();
         let c0 = cpu();
         let d = s.dump_with(|_| {}).await.unwrap();
         let c1 = cpu();
-        eprintln!("full dump {} sockets wall {:?} cpu/socket {:.2} µs", d.sockets, t.elapsed(), (c1 - c0) as f64 / 1e3 / d.sockets as f64);
+        eprintln!(
+            "full dump {} sockets wall {:?} cpu/socket {:.2} µs",
+            d.sockets,
+            t.elapsed(),
+            (c1 - c0) as f64 / 1e3 / d.sockets as f64
+        );
     });
 }
 

@@ -21,7 +21,7 @@
 use chrono::{DateTime, Local, SecondsFormat};
 use tokio::sync::mpsc::Receiver;
 
-pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, ip, mbps};
+pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, SamplingStats, ip, mbps};
 use crate::states::name as state_name;
 use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
@@ -318,6 +318,12 @@ fn record(
         duration: i64::try_from(span).unwrap_or(i64::MAX),
         samples: s.len(),
         samples_deduped: f.deduped,
+        sampling: SamplingStats {
+            from_dumps: e.dump_samples(),
+            from_exact: e.sampling.exact,
+            from_destroy_event: e.sampling.event,
+            max_gap_ms: f64::from(e.sampling.max_gap_us) / 1000.0,
+        },
         partial: f.partial_start || partial_end,
         timestamps: has(TCPI_OPT_TIMESTAMPS),
         sack: has(TCPI_OPT_SACK),

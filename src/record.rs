@@ -75,6 +75,24 @@ impl FlowId {
     }
 }
 
+/// A record's `Sampling`: which requests gave its samples, and how evenly they came.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SamplingStats {
+    /// Samples full dumps gave.
+    #[serde(rename = "FromDumps")]
+    pub from_dumps: u64,
+    /// Samples exact polls of the hot flows gave (every tick while the flow moved).
+    #[serde(rename = "FromExact")]
+    pub from_exact: u32,
+    /// The flow's final counters came from its destroy event.
+    #[serde(rename = "FromDestroyEvent")]
+    pub from_destroy_event: bool,
+    /// The longest time between two of its samples, ms: about the tick while it moved,
+    /// the full-dump interval while it was still.
+    #[serde(rename = "MaxGapms")]
+    pub max_gap_ms: f64,
+}
+
 /// One correlation with its evidence.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -260,6 +278,10 @@ pub struct FlowStats {
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
     #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
+    /// How the samples (retained and deduped) were taken: by full dumps, by exact polls
+    /// of the hot flows, and the largest gap between two of them (cgmon-rs only).
+    #[serde(rename = "Sampling")]
+    pub sampling: SamplingStats,
 }
 
 /// An address as text: IPv4 from the first four bytes, else IPv6.

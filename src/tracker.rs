@@ -922,7 +922,7 @@ impl Tracker {
                     let h = &mut self.hot[slot];
                     self.seen_now += usize::from(h.seen_gen != generation);
                     h.seen_gen = generation;
-                            h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
+                    h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
                     h.last_ts_ns = s.ts_ns;
                     f.last.state = s.msg().state();
                 }
@@ -1449,9 +1449,9 @@ impl Flow {
 }
 
 pub mod accounts;
+pub mod pace;
 mod pool;
 pub mod task;
-pub mod pace;
 mod tiers;
 pub mod views;
 

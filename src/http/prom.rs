@@ -203,7 +203,11 @@ const SERIES: &[(&str, &str, Value)] = &[
         "Exact requests whose answers overran the socket buffer (asked again at the next tick)",
         Value::Counter(|m| m.exact_unanswered.get()),
     ),
-    ("cgmon_hot_flows", "Flows polled every tick (their counters move)", Value::Gauge(|m| m.hot_flows.get())),
+    (
+        "cgmon_hot_flows",
+        "Flows polled every tick (their counters move)",
+        Value::Gauge(|m| m.hot_flows.get()),
+    ),
     (
         "cgmon_full_dumps_cheaper",
         "Full dumps taken because the hot set was too large for exact requests to be cheaper",
@@ -214,7 +218,6 @@ const SERIES: &[(&str, &str, Value)] = &[
         "Flows found by a full dump more than an interval after the one before",
         Value::Counter(|m| m.flows_discovered_late.get()),
     ),
-
     ("cgmon_flows_active", "Flows being tracked", Value::Gauge(|m| m.flows_active.get())),
     (
         "cgmon_flows_refused",
@@ -338,7 +341,11 @@ impl Collector for Exporter {
                 "Time between full dumps that --cpu-budget allows now",
                 m.full_dump_interval_planned_ns.get() as f64 / 1e9,
             ),
-            ("cgmon_cpu_budget_ratio", "--cpu-budget, as a share of one core", m.cpu_budget_ppm.get() as f64 / 1e6),
+            (
+                "cgmon_cpu_budget_ratio",
+                "--cpu-budget, as a share of one core",
+                m.cpu_budget_ppm.get() as f64 / 1e6,
+            ),
         ] {
             gauge(&mut e, name, help, v)?;
         }

@@ -41,12 +41,41 @@ pub fn status_page(m: &Metrics) -> String {
         );
     }
     p.push_str("</table>\n<h3>Counters</h3>\n<table>\n");
-    let rows: [(&str, String); 13] = [
+    let rows: [(&str, String); 17] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
         ("incomplete dumps", m.dumps_incomplete.get().to_string()),
         ("ticks overrun", m.ticks_overrun.get().to_string()),
         ("sockets in the last dump", m.sockets_last_dump.get().to_string()),
+        (
+            "sampling: hot flows / exact requests / full dumps taken as cheaper",
+            format!(
+                "{} / {} / {}",
+                m.hot_flows.get(),
+                m.exact_requests.get(),
+                m.full_dumps_cheaper.get()
+            ),
+        ),
+        (
+            "full-dump interval: achieved / the budget allows",
+            format!(
+                "{:.2} s / {:.2} s",
+                m.full_dump_interval_ns.get() as f64 / 1e9,
+                m.full_dump_interval_planned_ns.get() as f64 / 1e9
+            ),
+        ),
+        (
+            "sampling CPU: mean share of a core / budget",
+            format!(
+                "{:.2} % / {:.2} %",
+                m.sampling_cpu_ns.get() as f64 / 1e9 / up * 100.0,
+                m.cpu_budget_ppm.get() as f64 / 1e4
+            ),
+        ),
+        (
+            "flows discovered late (up to the full-dump interval)",
+            m.flows_discovered_late.get().to_string(),
+        ),
         (
             "destroy events (overruns)",
             format!("{} ({})", m.destroy_events.get(), m.destroy_overruns.get()),

@@ -132,7 +132,11 @@ impl<S: DumpSource> Sampler<S> {
             let base = self.seq.wrapping_add(1);
             self.seq = self.seq.wrapping_add(n as u32);
             for k in 0..n {
-                targets[pick(k)].emit(self.cfg.ext, base.wrapping_add(k as u32), &mut self.exact_req);
+                targets[pick(k)].emit(
+                    self.cfg.ext,
+                    base.wrapping_add(k as u32),
+                    &mut self.exact_req,
+                );
             }
             self.exact_chunk_with(n, base, poll, &mut |k, a| answer(pick(k), a)).await?;
             for k in 0..n {
@@ -237,14 +241,12 @@ impl<S: DumpSource> Sampler<S> {
             }
         }
         self.pool.push(buf);
-        if left > 0 {
-            if overrun && self.exact_chunk > MIN_CHUNK {
-                self.exact_chunk = (self.exact_chunk / 2).max(MIN_CHUNK);
-                tracing::info!(
-                    chunk = self.exact_chunk,
-                    "exact answers overran the receive buffer; sending fewer requests at a time"
-                );
-            }
+        if left > 0 && overrun && self.exact_chunk > MIN_CHUNK {
+            self.exact_chunk = (self.exact_chunk / 2).max(MIN_CHUNK);
+            tracing::info!(
+                chunk = self.exact_chunk,
+                "exact answers overran the receive buffer; sending fewer requests at a time"
+            );
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! the kernel refuses it (see `benches/dump.rs` for the measured difference).
 
 pub mod destroy;
+pub mod dump_source;
 pub mod exact;
 #[cfg(any(test, feature = "testkit"))]
 pub mod sim;

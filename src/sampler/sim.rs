@@ -10,7 +10,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::source::{DumpSource, Received};
+use super::dump_source::{DumpSource, Received};
 use crate::wire::inet_diag::{INET_DIAG_MSG_LEN, SOCKID_LEN};
 use crate::wire::nlmsg::{self, NLM_F_DUMP, NlMsgIter, control_msg};
 

@@ -26,15 +26,15 @@ use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::accounts::Account;
+use super::pace::{Pacer, Plan, Why};
 use super::views::{self, Query};
 use super::{EndedFlow, Tracker, TrackerStats};
+use crate::clock::cpu_timed;
 pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
-use crate::sampler::source::DumpSource;
-use super::pace::{Pacer, Plan, Why};
-use crate::clock::cpu_timed;
 use crate::sampler::exact::Answer;
+use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
 
 /// Longest back-off between failed dumps, however many failed.
@@ -229,6 +229,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
     let mut errors = 0u32;
     let mut pacer = Pacer::new(cfg.interval, cfg.cpu_budget);
+    let mut last_plan = None;
     metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
     let mut backoff_until: Option<tokio::time::Instant> = None;
     // Flows ended since the last hand-off. Those that destroy events end wait here for the
@@ -265,6 +266,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 metrics.tick_lateness.observe(start.saturating_duration_since(due));
                 let now_ns = start.duration_since(grid0).as_nanos() as u64;
                 let plan = pacer.plan(now_ns, tracker.hot_len());
+                last_plan = Some(plan);
                 let r = match plan {
                     Plan::Exact => exact_poll(&mut tracker, &mut sampler, &mut out, &metrics, &mut pacer).await,
                     Plan::Full(why) => {
@@ -322,6 +324,27 @@ pub async fn run<S: DumpSource, D: DumpSource>(
         }
         if hand_on && !out.is_empty() {
             hand_off(&mut out, &ended_tx, &metrics, &mut drop_warn)?;
+        }
+    }
+    // Flows that began since the last full dump are not known yet: one more dump finds
+    // them, so that every flow open at the stop is handed on (as partial).
+    if last_plan == Some(Plan::Exact) {
+        let now_ns = tokio::time::Instant::now().duration_since(grid0).as_nanos() as u64;
+        let start = tokio::time::Instant::now();
+        match full_dump(
+            &mut tracker,
+            &mut sampler,
+            &mut out,
+            &metrics,
+            &mut pacer,
+            now_ns,
+            Why::Due,
+        )
+        .await
+        {
+            Ok(Some(d)) => dump_done(&d, &mut tracker, &mut out, &metrics, start),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "the last full dump, at the stop, failed"),
         }
     }
     // Connections that closed before the stop have their events queued, unread: applied,

@@ -265,7 +265,9 @@ impl SocketTarget {
 
     /// The cookie the request checks.
     pub fn cookie(&self) -> u64 {
-        let w = |at: usize| u64::from(u32::from_ne_bytes(self.id[at..at + 4].try_into().unwrap_or([0; 4])));
+        let w = |at: usize| {
+            u64::from(u32::from_ne_bytes(self.id[at..at + 4].try_into().unwrap_or([0; 4])))
+        };
         w(COOKIE - SPORT) | w(COOKIE - SPORT + 4) << 32
     }
 

@@ -1,7 +1,15 @@
 //! Exact polls against the live kernel: each test asks only about loopback sockets it made.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
+
+use cgmon_rs::filter;
+use cgmon_rs::metrics::Metrics;
+use cgmon_rs::sampler::destroy::DestroyListener;
+use cgmon_rs::tracker::task::{self, StageError, TaskConfig, Wiring};
+use cgmon_rs::tracker::{Close, EndReason, EndedFlow, Tracker, TrackerConfig, TrackerStats};
+use tokio::sync::{mpsc, watch};
 
 use cgmon_rs::sampler::exact::Answer;
 use cgmon_rs::sampler::source::{NetlinkSource, SocketOptions};
@@ -59,8 +67,7 @@ async fn every_family_is_found_by_identity_including_v4_clients_of_dual_stack_li
     for p in &mut pairs {
         p.exchange(1000).unwrap();
     }
-    let ports: Vec<u16> =
-        [&l4, &l6, &ld].iter().map(|l| l.local_addr().unwrap().port()).collect();
+    let ports: Vec<u16> = [&l4, &l6, &ld].iter().map(|l| l.local_addr().unwrap().port()).collect();
     let mut s = sampler();
     let t = targets(&mut s, &ports).await;
     assert_eq!(t.len(), 6, "both ends of three pairs");
@@ -108,4 +115,194 @@ async fn a_reset_socket_is_gone_and_a_reused_four_tuple_is_not_the_old_socket() 
     let (found, gone) = ask(&mut s, &old).await;
     assert!(found.is_empty(), "the old identity found {found:?}");
     assert_eq!(gone.len(), 2);
+}
+
+/// The tracker stage on the kernel's sockets of `port` only, with tiers on: full dumps
+/// paced by a budget so small they come only every few seconds, 20 ms ticks, and a hot
+/// flow lingering 200 ms.
+struct Tiered {
+    metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    stage: tokio::task::JoinHandle<Result<TrackerStats, StageError>>,
+    ended: mpsc::Receiver<Vec<EndedFlow>>,
+}
+
+fn tiered(port: u16, destroy: bool) -> Tiered {
+    let f = filter::parse(&format!("sport {port} or dport {port}")).unwrap();
+    let cfg = SamplerConfig { filter: Some(f.clone()), ..SamplerConfig::default() };
+    let sampler =
+        Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap();
+    let destroy = destroy.then(|| DestroyListener::open(Some(f)).unwrap());
+    let tracker = Tracker::new(TrackerConfig {
+        tiers: true,
+        hot_linger_ns: 200_000_000,
+        destroy_grace_ns: 5_000_000_000,
+        ..TrackerConfig::default()
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let (tx, ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    let cfg = TaskConfig { cpu_budget: 0.000_01, ..TaskConfig::every(Duration::from_millis(20)) };
+    let stage = tokio::spawn(task::run(
+        tracker,
+        sampler,
+        destroy,
+        cfg,
+        Wiring::new(stop_rx, tx, metrics.clone()),
+        |_| {},
+    ));
+    Tiered { metrics, stop, stage, ended }
+}
+
+/// `n` idle connections to `l`, so that a full dump of its port costs far more than asking
+/// for two sockets (with only the busy pair, dumping it is the cheaper way, and is taken).
+fn idle_pairs(l: &TcpListener, n: usize) -> Vec<Pair> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid struct; raising the soft limit to the hard.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max.min(65_536);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    let a = l.local_addr().unwrap();
+    (0..n).map(|_| Pair::connect(l, a).unwrap()).collect()
+}
+
+/// Exchanges data on `p` for `d`, a little every 5 ms.
+fn busy(p: &mut Pair, d: Duration) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        p.exchange(1000).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_that_goes_still_leaves_the_hot_set_and_a_full_dump_brings_it_back() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut p = Pair::connect(&l, a).unwrap();
+    let _idle = idle_pairs(&l, 600);
+    let t = tiered(a.port(), false);
+    let m = t.metrics.clone();
+    // Moving from the start: the second full dump makes both ends hot, exact polls follow.
+    let mut p = tokio::task::spawn_blocking(move || {
+        busy(&mut p, Duration::from_millis(400));
+        p
+    })
+    .await
+    .unwrap();
+    assert_eq!(m.hot_flows.get(), 2, "both ends hot while they move");
+    let polls = m.exact_polls.get();
+    assert!(polls >= 10, "{polls} exact polls");
+    let dumps = m.dumps.get();
+    // Still for a while: past the linger they leave the hot set, with no full dump between.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(m.hot_flows.get(), 0, "still flows are not polled");
+    assert_eq!(m.dumps.get(), dumps, "the budget allows no full dump this soon");
+    // Moving again: the next full dump sees it and makes it hot again.
+    let stop_busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop_busy.clone();
+    let mover = tokio::task::spawn_blocking(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            busy(&mut p, Duration::from_millis(50));
+        }
+        p
+    });
+    let t0 = std::time::Instant::now();
+    while m.dumps.get() == dumps && t0.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(m.dumps.get() > dumps, "a full dump within the slowest pace");
+    assert_eq!(m.hot_flows.get(), 2, "hot again after the full dump saw it move");
+    stop_busy.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _p = mover.await.unwrap();
+    t.stop.send(true).unwrap();
+    t.stage.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_flow_that_resets_is_found_gone_by_the_next_exact_poll_and_ends_on_its_events() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut p = Pair::connect(&l, a).unwrap();
+    let _idle = idle_pairs(&l, 600);
+    let mut t = tiered(a.port(), true);
+    let m = t.metrics.clone();
+    let p = tokio::task::spawn_blocking(move || {
+        busy(&mut p, Duration::from_millis(300));
+        p
+    })
+    .await
+    .unwrap();
+    assert_eq!(m.hot_flows.get(), 2);
+    let dumps = m.dumps.get();
+    // An abortive close: both sockets leave the tables at once; the next exact poll finds
+    // them gone, and their destroy events end them.
+    socket2::SockRef::from(&p.client).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(p);
+    let mut ended = Vec::new();
+    let t0 = std::time::Instant::now();
+    while ended.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+        if let Ok(b) = t.ended.try_recv() {
+            ended.extend(b);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ended.len(), 2, "both ends ended");
+    assert_eq!(m.dumps.get(), dumps, "ended by exact polls and events, not a full dump");
+    assert!(m.exact_gone.get() >= 1, "the exact poll found the sockets gone");
+    for e in &ended {
+        assert_eq!(e.reason, EndReason::Destroyed, "{:?}", e.reason);
+        assert!(e.sampling.exact >= 10, "{:?}", e.sampling);
+    }
+    // Reset: the kernel cleared the counters in the destroy events, so the last samples'
+    // stand, and the close says so.
+    assert!(ended.iter().all(|e| e.close == Some(Close::Reset)), "{:?}", ended[0].close);
+    t.stop.send(true).unwrap();
+    t.stage.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_flow_that_closes_cleanly_gets_the_exact_final_counters_of_its_destroy_event() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut p = Pair::connect(&l, a).unwrap();
+    let _idle = idle_pairs(&l, 600);
+    let mut t = tiered(a.port(), true);
+    let sent = tokio::task::spawn_blocking(move || {
+        let t = std::time::Instant::now();
+        let mut sent = 0;
+        while t.elapsed() < Duration::from_millis(300) {
+            p.exchange(1000).unwrap();
+            sent += 1000;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // More than a tick's worth right before the close: only the destroy event has it.
+        p.exchange(300_000).unwrap();
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(p);
+        sent + 300_000
+    })
+    .await
+    .unwrap();
+    let mut ended = Vec::new();
+    let t0 = std::time::Instant::now();
+    while ended.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+        if let Ok(b) = t.ended.try_recv() {
+            ended.extend(b);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ended.len(), 2, "both ends ended");
+    let client = ended.iter().find(|e| e.flow.key.dport == a.port()).unwrap();
+    assert_eq!(client.reason, EndReason::Destroyed);
+    assert!(client.sampling.event && client.sampling.exact >= 10, "{:?}", client.sampling);
+    // SYN and FIN count one byte each.
+    assert_eq!(client.flow.last.bytes_acked, sent as u64 + 2);
+    assert_eq!(client.close, Some(Close::Clean));
+    t.stop.send(true).unwrap();
+    t.stage.await.unwrap().unwrap();
 }

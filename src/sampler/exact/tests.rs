@@ -57,8 +57,9 @@ async fn answers_found_gone_and_replaced_sockets_in_one_send() {
 async fn many_targets_go_in_chunks_and_an_overrun_leaves_them_unanswered_never_gone() {
     let host = SimHost::new();
     let st = host.state();
-    let msgs: Vec<Vec<u8>> =
-        (1..=600u64).map(|c| SockBuilder::new(c, 1000 + c as u16, 80).bytes_acked(c).build()).collect();
+    let msgs: Vec<Vec<u8>> = (1..=600u64)
+        .map(|c| SockBuilder::new(c, 1000 + c as u16, 80).bytes_acked(c).build())
+        .collect();
     let targets: Vec<SocketTarget> = msgs.iter().map(|m| target(m)).collect();
     for m in msgs {
         st.lock().unwrap().set(m);

@@ -22,7 +22,13 @@ struct Run {
 
 /// A host of `idle` still sockets (cookies 1000…) and `busy` ones (cookies 1…) whose bytes
 /// move every 10 ms, sampled every `interval` with `budget`.
-fn host(idle: u64, busy: u64, interval: Duration, budget: f64, setup: impl FnOnce(&mut SimState)) -> Run {
+fn host(
+    idle: u64,
+    busy: u64,
+    interval: Duration,
+    budget: f64,
+    setup: impl FnOnce(&mut SimState),
+) -> Run {
     let sim = SimHost::new();
     let host = sim.state();
     {
