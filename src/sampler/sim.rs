@@ -196,3 +196,54 @@ impl DumpSource for SimHost {
         Ok(())
     }
 }
+
+/// Answers exact requests from a fixed set of messages, without allocating: the `k`-th
+/// request of each `send` is answered with `answers[k]` (its sequence number stamped in).
+/// For measuring the exact path's own cost (benches/exact.rs) and checking that it does
+/// not allocate per socket.
+#[derive(Debug)]
+pub struct CannedAnswers {
+    answers: Vec<Vec<u8>>,
+    queue: VecDeque<usize>,
+}
+
+impl CannedAnswers {
+    /// Answers from whole messages (`nlmsghdr` included).
+    pub fn new(answers: Vec<Vec<u8>>) -> Self {
+        let queue = VecDeque::with_capacity(answers.len());
+        Self { answers, queue }
+    }
+}
+
+impl DumpSource for CannedAnswers {
+    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        for (k, m) in NlMsgIter::new(request).enumerate() {
+            let m = m.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+            let k = k % self.answers.len().max(1);
+            if let Some(a) = self.answers.get_mut(k) {
+                a[8..12].copy_from_slice(&m.seq.to_ne_bytes());
+                self.queue.push_back(k);
+            }
+        }
+        Ok(())
+    }
+
+    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        match self.try_recv(buf)? {
+            Some(r) => Ok(r),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
+        let Some(k) = self.queue.pop_front() else { return Ok(None) };
+        buf.clear();
+        buf.extend_from_slice(&self.answers[k]);
+        Ok(Some(Received { len: self.answers[k].len(), ts_ns: 1 }))
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        self.queue.clear();
+        Ok(())
+    }
+}

@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use cgmon_rs::lab::traffic::{Bulk, Sent, Sink, send};
-use cgmon_rs::lab::{Lab, LabConfig, Side, addr};
+use cgmon_rs::lab::{Lab, LabConfig, Side, addr, in_netns};
+use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
 use monitor::Monitor;
@@ -563,4 +564,64 @@ fn an_iperf3_run_gives_one_record_per_connection_that_agrees_with_iperf3() {
     // BytesAcked counts the SYN (and a FIN) besides the data.
     assert!(within(acked, recv_bytes, sent_bytes + 2.0), "{acked} vs [{recv_bytes}, {sent_bytes}]");
     assert!(within(mbps, recv_mbps * 0.85, recv_mbps * 1.15), "{mbps} vs iperf3's {recv_mbps}");
+}
+
+#[test]
+fn on_a_small_host_the_default_budget_dumps_every_tick_as_budget_zero_does() {
+    // A's namespace holds only the 200 sockets made here (and the lab's own listener-free
+    // path): dumping them costs far less than 2 % of a 50 ms tick, so the budget never
+    // binds and every tick is a full dump, as with --cpu-budget 0. Two monitors run side by
+    // side and must write the same records.
+    let _one = one_at_a_time();
+    let Some(lab) = lab(LabConfig::default()) else { return };
+    let (l, a) = in_netns(lab.ns(Side::A), || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let a = l.local_addr()?;
+        Ok((l, a))
+    })
+    .unwrap();
+    let tiered = monitor(&lab, "50ms", &[]);
+    let every = monitor(&lab, "50ms", &["--cpu-budget", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut pairs: Vec<Pair> =
+        in_netns(lab.ns(Side::A), || (0..100).map(|_| Pair::connect(&l, a)).collect()).unwrap();
+    for round in 0..8 {
+        for (i, p) in pairs.iter_mut().enumerate() {
+            p.exchange(1000 + i + round).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    for p in &pairs {
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    drop(pairs);
+    let ours = |m: &Monitor| {
+        let mut v: Vec<Value> = m
+            .records(200, Duration::from_secs(10))
+            .into_iter()
+            .filter(|r| r["ID"]["SrcPort"] == a.port() || r["ID"]["DstPort"] == a.port())
+            .collect();
+        v.sort_by_key(|r| r["Cookie"].as_u64());
+        v
+    };
+    let (t, e) = (ours(&tiered), ours(&every));
+    assert_eq!((t.len(), e.len()), (200, 200));
+    let seen = |r: &Value| r["Samples"].as_i64().unwrap() + r["SamplesDeduped"].as_i64().unwrap();
+    for (x, y) in t.iter().zip(&e) {
+        for k in ["Cookie", "EndReason", "Close", "FinalState", "BytesAcked", "BytesReceived"] {
+            assert_eq!(x[k], y[k], "{k}: {x:#} {y:#}");
+        }
+        // The same socket; each monitor first saw it at its own tick.
+        for k in ["SrcIP", "SrcPort", "DstIP", "DstPort"] {
+            assert_eq!(x["ID"][k], y["ID"][k]);
+        }
+        assert_eq!(x["Sampling"]["FromExact"], 0, "no exact polls: {x:#}");
+        assert!((seen(x) - seen(y)).abs() <= 2, "{} against {}", seen(x), seen(y));
+    }
+    eprintln!("LAB small host: 200 records each, identical; samples per flow {}", seen(&t[0]));
+    for m in [tiered, every] {
+        m.signal(libc::SIGINT);
+        assert!(m.wait(Duration::from_secs(10)).0.success());
+    }
 }
