@@ -431,6 +431,21 @@ impl Metrics {
         );
         let _ = writeln!(
             s,
+            "sampling tiers: {} hot flows, {} exact polls ({} requests, {} gone), full dumps \
+             {:.2} s apart (budget allows {:.2} s), sampling CPU {:.2} % of a core (budget {:.2} %), \
+             {} flows found late",
+            self.hot_flows.get(),
+            self.exact_polls.get(),
+            self.exact_requests.get(),
+            self.exact_gone.get(),
+            self.full_dump_interval_ns.get() as f64 / 1e9,
+            self.full_dump_interval_planned_ns.get() as f64 / 1e9,
+            self.sampling_cpu_ns.get() as f64 / 1e9 / up * 100.0,
+            self.cpu_budget_ppm.get() as f64 / 1e4,
+            self.flows_discovered_late.get()
+        );
+        let _ = writeln!(
+            s,
             "destroy events: {} ({} lost to overruns, {} late); flows awaiting theirs: {} now, \
              {} completed, {} ended as gone",
             self.destroy_events.get(),

@@ -258,3 +258,25 @@ fn log_switches_resolve_to_directives() {
     assert!(c.log.directives.starts_with("warn,"));
     assert_eq!(c.log.format, crate::logging::LogFormat::Json);
 }
+
+#[test]
+fn cpu_budget_is_a_percentage_of_one_core_and_zero_turns_tiers_off() {
+    let c = run(&[]).unwrap();
+    assert_eq!(c.settings.task.cpu_budget, crate::tracker::pace::DEFAULT_CPU_BUDGET);
+    assert!(c.settings.tracker.tiers);
+    for (arg, want) in [("5", 0.05), ("0.5%", 0.005), ("100", 1.0)] {
+        let c = run(&["-cpu-budget", arg]).unwrap();
+        assert!((c.settings.task.cpu_budget - want).abs() < 1e-12, "{arg}");
+    }
+    let c = run(&["--cpu-budget", "0"]).unwrap();
+    assert!(!c.settings.tracker.tiers && c.settings.task.cpu_budget == 0.0);
+    // A flow stays hot ten ticks, and at least a second.
+    let c = run(&["-run-interval", "10ms"]).unwrap();
+    assert_eq!(c.settings.tracker.hot_linger_ns, 1_000_000_000);
+    let c = run(&["-run-interval", "1s"]).unwrap();
+    assert_eq!(c.settings.tracker.hot_linger_ns, 10_000_000_000);
+    for bad in ["150", "-1", "two", ""] {
+        let e = err(&["--cpu-budget", bad]);
+        assert!(e.contains(&format!("{bad:?}")) && e.contains("percentage"), "{e}");
+    }
+}
