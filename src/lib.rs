@@ -36,6 +36,7 @@ pub mod http;
 pub mod lab;
 pub mod logging;
 pub mod metrics;
+pub mod netns;
 
 pub mod record;
 pub mod sampler;

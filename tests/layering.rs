@@ -20,6 +20,7 @@ const RANKS: &[(&str, u32)] = &[
     ("filter", 1),
     ("record", 1),
     ("lab", 1),
+    ("netns", 1),
     ("sampler", 2),
     ("edges", 3),
     ("tracker", 4),

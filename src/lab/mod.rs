@@ -28,7 +28,7 @@ pub mod traffic;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -153,22 +153,8 @@ fn remove_stale() {
     }
 }
 
-/// Runs `f` on a thread that has entered the namespace `ns`, so sockets and devices it
-/// creates belong there (a socket keeps its namespace for life, whichever thread uses it).
-pub fn in_netns<T: Send>(ns: &OwnedFd, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
-    let fd = ns.as_raw_fd();
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            // SAFETY: setns on a valid namespace fd affects only this (scoped) thread.
-            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("lab thread panicked")))
-    })
-}
+/// Runs `f` on a thread that has entered the namespace `ns` (see [`crate::netns::in_netns`]).
+pub use crate::netns::in_netns;
 
 impl Lab {
     /// Builds the lab.

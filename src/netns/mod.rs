@@ -1,0 +1,310 @@
+//! The host's network namespaces: finding them, naming them, and entering one to open a
+//! socket there (`--netns`).
+//!
+//! sock_diag answers for the namespace its socket was created in, so each namespace gets
+//! sockets of its own, made by a short-lived thread that has entered it ([`in_netns`]); the
+//! socket keeps its namespace for life, whichever thread then uses it.
+//!
+//! Namespaces are found through the named ones (`/run/netns/NAME`, what `ip netns` makes)
+//! and those of running processes (`/proc/PID/ns/net`), each counted once by its inode. A
+//! namespace is named by its `ip netns` name, else by the container of a process in it
+//! (`container.rs`). Reading another user's `/proc/PID/ns/net` needs `CAP_SYS_PTRACE`, and
+//! entering a namespace `CAP_SYS_ADMIN`: what cannot be read or entered is reported, never
+//! fatal.
+
+pub mod container;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub use container::Container;
+
+/// Which namespaces to sample (`--netns`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Which {
+    /// The monitor's own (the default, cgmon's behaviour).
+    #[default]
+    Own,
+    /// Every namespace on the host.
+    All,
+    /// These, by `ip netns` name or by path (`/proc/PID/ns/net`, a bind mount).
+    Listed(Vec<String>),
+}
+
+impl Which {
+    /// Parses `own`, `all`, or a comma list of names and paths.
+    ///
+    /// # Errors
+    /// An empty list item.
+    pub fn parse(s: &str) -> Result<Which, String> {
+        match s.trim() {
+            "" | "own" | "self" => Ok(Which::Own),
+            "all" => Ok(Which::All),
+            list => {
+                let items: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
+                if let Some(bad) = items.iter().find(|x| x.is_empty() || x.contains('\0')) {
+                    return Err(format!("invalid namespace {bad:?} in {s:?}"));
+                }
+                Ok(Which::Listed(items))
+            }
+        }
+    }
+}
+
+/// A namespace's identity: the device and inode of its nsfs file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NsId {
+    /// `st_dev` of the namespace file.
+    pub dev: u64,
+    /// `st_ino`: the number `ip netns identify` and `lsns` show.
+    pub inode: u64,
+}
+
+/// One namespace found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Netns {
+    /// Its identity.
+    pub id: NsId,
+    /// A path that opens it.
+    pub path: PathBuf,
+    /// Its `ip netns` name, when it has one.
+    pub name: Option<String>,
+    /// The container of a process in it, when one is recognised.
+    pub container: Option<Container>,
+    /// It is the monitor's own.
+    pub own: bool,
+}
+
+impl Netns {
+    /// The name records and metrics show: the `ip netns` name, else the pod or container,
+    /// else `host` for the monitor's own, else `netns:<inode>`.
+    pub fn label(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        match &self.container {
+            Some(c) => match &c.pod_uid {
+                Some(pod) => format!("pod:{pod}"),
+                None => format!("{}:{}", c.runtime, &c.id[..c.id.len().min(12)]),
+            },
+            None if self.own => "host".into(),
+            None => format!("netns:{}", self.id.inode),
+        }
+    }
+
+    /// Opens it (a file descriptor to `setns` into).
+    ///
+    /// # Errors
+    /// It no longer exists, or may not be opened.
+    pub fn open(&self) -> io::Result<OwnedFd> {
+        Ok(OwnedFd::from(File::open(&self.path)?))
+    }
+}
+
+/// What a scan found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The namespaces, the monitor's own first, each once.
+    pub found: Vec<Netns>,
+    /// Paths that could not be read (typically other users' processes without
+    /// `CAP_SYS_PTRACE`), with why; one per namespace at most is not knowable, so this counts
+    /// paths.
+    pub unreadable: Vec<(PathBuf, io::Error)>,
+    /// Processes looked at.
+    pub processes: usize,
+}
+
+fn ns_id(path: &Path) -> io::Result<NsId> {
+    let m = std::fs::metadata(path)?;
+    Ok(NsId { dev: m.dev(), inode: m.ino() })
+}
+
+/// Where to look: `/proc` and `/run/netns` (tests point them elsewhere).
+#[derive(Debug, Clone)]
+pub struct Roots {
+    /// The proc file system.
+    pub proc: PathBuf,
+    /// The directory `ip netns` keeps its names in.
+    pub run_netns: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self { proc: "/proc".into(), run_netns: "/run/netns".into() }
+    }
+}
+
+/// Finds the namespaces `which` names. `known` are namespaces found before, whose container
+/// need not be looked up again (a scan of 1,000 processes then costs one `stat` each).
+pub fn scan(which: &Which, roots: &Roots, known: &HashMap<NsId, Netns>) -> Scan {
+    let mut out = Scan::default();
+    let own_path = roots.proc.join("self/ns/net");
+    let own = match ns_id(&own_path) {
+        Ok(id) => id,
+        Err(e) => {
+            out.unreadable.push((own_path, e));
+            return out;
+        }
+    };
+    let mut seen: HashMap<NsId, usize> = HashMap::new();
+    /// Adds a namespace not seen yet (its index), or names one seen (None).
+    fn add(
+        out: &mut Scan,
+        seen: &mut HashMap<NsId, usize>,
+        own: NsId,
+        id: NsId,
+        path: PathBuf,
+        name: Option<String>,
+    ) -> Option<usize> {
+        if let Some(&i) = seen.get(&id) {
+            let n = &mut out.found[i];
+            if n.name.is_none() {
+                n.name = name;
+            }
+            return None;
+        }
+        seen.insert(id, out.found.len());
+        out.found.push(Netns { id, path, name, container: None, own: id == own });
+        Some(out.found.len() - 1)
+    }
+    add(&mut out, &mut seen, own, own, own_path, None);
+    match which {
+        Which::Own => {}
+        Which::Listed(items) => {
+            for item in items {
+                let path = if item.contains('/') {
+                    PathBuf::from(item)
+                } else {
+                    roots.run_netns.join(item)
+                };
+                match ns_id(&path) {
+                    Ok(id) => {
+                        let name = (!item.contains('/')).then(|| item.clone());
+                        add(&mut out, &mut seen, own, id, path, name);
+                    }
+                    Err(e) => out.unreadable.push((path, e)),
+                }
+            }
+        }
+        Which::All => {
+            if let Ok(dir) = std::fs::read_dir(&roots.run_netns) {
+                for e in dir.flatten() {
+                    let path = e.path();
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    match ns_id(&path) {
+                        Ok(id) => {
+                            add(&mut out, &mut seen, own, id, path, Some(name));
+                        }
+                        Err(err) => out.unreadable.push((path, err)),
+                    }
+                }
+            }
+            let Ok(dir) = std::fs::read_dir(&roots.proc) else { return out };
+            for e in dir.flatten() {
+                let pid = e.file_name();
+                if !pid.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+                    continue;
+                }
+                out.processes += 1;
+                let path = e.path().join("ns/net");
+                let id = match ns_id(&path) {
+                    Ok(id) => id,
+                    // A process that exited meanwhile is no news.
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                    Err(err) => {
+                        out.unreadable.push((path, err));
+                        continue;
+                    }
+                };
+                let fresh = add(&mut out, &mut seen, own, id, path, None);
+                // Name a new namespace by the first process in it that names a container.
+                let i = match fresh {
+                    Some(i) => i,
+                    None => match seen.get(&id) {
+                        Some(&i)
+                            if out.found[i].container.is_none() && !known.contains_key(&id) =>
+                        {
+                            i
+                        }
+                        _ => continue,
+                    },
+                };
+                if let Some(k) = known.get(&id) {
+                    out.found[i].container.clone_from(&k.container);
+                    continue;
+                }
+                if let Ok(text) = std::fs::read_to_string(e.path().join("cgroup")) {
+                    out.found[i].container = container::from_proc_cgroup(&text);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `f` on a thread that has entered the namespace `ns`, so that sockets it creates
+/// belong there.
+///
+/// # Errors
+/// `setns` failed (without `CAP_SYS_ADMIN`: `EPERM`), or `f` did.
+pub fn in_netns<T: Send>(ns: &OwnedFd, f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    let fd = ns.as_raw_fd();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: setns on a valid namespace fd affects only this (scoped) thread.
+            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_parses_own_all_and_lists() {
+        assert_eq!(Which::parse("own"), Ok(Which::Own));
+        assert_eq!(Which::parse("all"), Ok(Which::All));
+        assert_eq!(
+            Which::parse("blue, /proc/1/ns/net"),
+            Ok(Which::Listed(vec!["blue".into(), "/proc/1/ns/net".into()]))
+        );
+        assert!(Which::parse("blue,,red").unwrap_err().contains("\"\""));
+    }
+
+    #[test]
+    fn own_namespace_first_and_every_process_namespace_once() {
+        let s = scan(&Which::All, &Roots::default(), &HashMap::new());
+        assert!(s.found[0].own && s.found[0].label() == "host", "{:?}", s.found[0]);
+        let mut ids: Vec<NsId> = s.found.iter().map(|n| n.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), s.found.len(), "each namespace once");
+        assert!(s.processes > 0);
+        let own = scan(&Which::Own, &Roots::default(), &HashMap::new());
+        assert_eq!(own.found.len(), 1);
+    }
+
+    #[test]
+    fn labels_prefer_the_ip_netns_name_then_the_pod_then_the_container() {
+        let id = NsId { dev: 4, inode: 4026532000 };
+        let mut n = Netns { id, path: "/x".into(), name: None, container: None, own: false };
+        assert_eq!(n.label(), "netns:4026532000");
+        n.container =
+            Some(Container { runtime: "docker", id: "0123456789abcdef".into(), pod_uid: None });
+        assert_eq!(n.label(), "docker:0123456789ab");
+        n.container.as_mut().unwrap().pod_uid = Some("5c9f".into());
+        assert_eq!(n.label(), "pod:5c9f");
+        n.name = Some("blue".into());
+        assert_eq!(n.label(), "blue");
+    }
+}
