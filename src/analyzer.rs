@@ -324,6 +324,7 @@ fn record(
             from_destroy_event: e.sampling.event,
             max_gap_ms: f64::from(e.sampling.max_gap_us) / 1000.0,
         },
+        netns: e.netns.as_deref().cloned(),
         partial: f.partial_start || partial_end,
         timestamps: has(TCPI_OPT_TIMESTAMPS),
         sack: has(TCPI_OPT_SACK),

@@ -263,6 +263,11 @@ pub struct Metrics {
     pub exact_unanswered: Counter,
     /// Flows in the hot set.
     pub hot_flows: Gauge,
+    /// Network namespaces sampled.
+    pub netns_sampled: Gauge,
+    /// Network namespaces found but not sampled: their file could not be read or entered
+    /// (missing capabilities), as of the last scan.
+    pub netns_unreachable: Gauge,
     /// Full dumps taken because the hot set was too large for exact polls to be cheaper.
     pub full_dumps_cheaper: Counter,
     /// Time between the last two full dumps, ns: the full-dump interval achieved.
@@ -351,6 +356,8 @@ impl Metrics {
             exact_gone: Counter::default(),
             exact_unanswered: Counter::default(),
             hot_flows: Gauge::default(),
+            netns_sampled: Gauge::default(),
+            netns_unreachable: Gauge::default(),
             full_dumps_cheaper: Counter::default(),
             full_dump_interval_ns: Gauge::default(),
             full_dump_interval_planned_ns: Gauge::default(),

@@ -75,6 +75,27 @@ impl FlowId {
     }
 }
 
+/// A record's `Netns`: the network namespace its socket was in (with `--netns`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetnsLabel {
+    /// The namespace's inode, as `lsns` and `ip netns identify` show it.
+    #[serde(rename = "Inode")]
+    pub inode: u64,
+    /// Its name: the `ip netns` name, else `pod:<uid>` or `<runtime>:<container id>`, else
+    /// `host` for the monitor's own, else `netns:<inode>`.
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// The container runtime, when a process in it runs in a recognised container.
+    #[serde(rename = "Runtime", skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<&'static str>,
+    /// That container's id (or an nspawn machine's name).
+    #[serde(rename = "Container", skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Its Kubernetes pod UID.
+    #[serde(rename = "Pod", skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
 /// A record's `Sampling`: which requests gave its samples, and how evenly they came.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SamplingStats {
@@ -282,6 +303,9 @@ pub struct FlowStats {
     /// of the hot flows, and the largest gap between two of them (cgmon-rs only).
     #[serde(rename = "Sampling")]
     pub sampling: SamplingStats,
+    /// The network namespace, when `--netns` samples more than the monitor's own.
+    #[serde(rename = "Netns", skip_serializing_if = "Option::is_none")]
+    pub netns: Option<NetnsLabel>,
 }
 
 /// An address as text: IPv4 from the first four bytes, else IPv6.

@@ -300,6 +300,8 @@ pub struct EndedFlow {
     pub close: Option<Close>,
     /// How it was sampled.
     pub sampling: Sampling,
+    /// Its network namespace, when more than one is sampled (`--netns`).
+    pub netns: Option<std::sync::Arc<crate::record::NetnsLabel>>,
     /// Its samples still in pool blocks, which come before `flow.samples`.
     held: Option<Held>,
 }
@@ -314,7 +316,15 @@ struct Rest {
 impl EndedFlow {
     /// A flow whose samples are all in `flow.samples`.
     pub fn new(flow: Flow, reason: EndReason, end_ts_ns: u64) -> Self {
-        Self { flow, reason, end_ts_ns, close: None, sampling: Sampling::default(), held: None }
+        Self {
+            flow,
+            reason,
+            end_ts_ns,
+            close: None,
+            sampling: Sampling::default(),
+            netns: None,
+            held: None,
+        }
     }
 
     /// Samples (retained or deduped) that full dumps gave this window: all but the exact
@@ -483,6 +493,12 @@ pub struct Tracker {
     accounts: accounts::Accounts,
     /// The hot set, when `tiers` is on.
     hot_set: tiers::HotSet,
+    /// The network namespace the sockets now observed are in (an index into `labels`).
+    netns: u32,
+    /// Flows in a namespace other than the first (index 0), by cookie.
+    flow_netns: FxHashMap<u64, u32>,
+    /// What records say about each namespace, by index; empty when only one is sampled.
+    labels: Vec<Option<std::sync::Arc<crate::record::NetnsLabel>>>,
 }
 
 /// What dedup compares, read from one sample once.
@@ -794,6 +810,9 @@ impl Tracker {
             stats: TrackerStats::default(),
             accounts: accounts::Accounts::default(),
             hot_set: tiers::HotSet::default(),
+            netns: 0,
+            flow_netns: FxHashMap::default(),
+            labels: Vec::new(),
         }
     }
 
@@ -908,7 +927,7 @@ impl Tracker {
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
         if s.msg().state() == tcp::LISTEN {
             // Listeners start no flow; they name the server side's port in the accounts.
-            self.accounts.saw_listener(s.msg().sport(), s.cgroup_id().unwrap_or(0));
+            self.accounts.saw_listener(self.netns, s.msg().sport(), s.cgroup_id().unwrap_or(0));
             return;
         }
         let cookie = s.msg().cookie();
@@ -976,7 +995,7 @@ impl Tracker {
             // A new connection starts hot; it leaves the hot set if it stays still. Flows
             // of the first dump were open before we started: whether they move, the
             // second dump tells.
-            self.hot_set.add(cookie, SocketTarget::of(&s.msg()), s.ts_ns);
+            self.hot_set.add(cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
         self.index.insert(cookie, self.slab.len() as u32);
         if self.slab.len() == self.slab.capacity() {
@@ -1024,7 +1043,7 @@ impl Tracker {
         if self.cfg.tiers && !h.tiered {
             // It moves: poll it every tick from now on (tracker/tiers.rs).
             h.tiered = true;
-            self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns);
+            self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
         let f = &mut self.slab[slot];
         let at = self.stages.next_slot(&mut f.stage);
@@ -1036,7 +1055,12 @@ impl Tracker {
         if f.stage.window as usize >= self.cfg.window_samples {
             let held = self.stages.detach(f);
             sync(f, h);
-            let e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            e.netns = self
+                .labels
+                .get(*self.flow_netns.get(&h.cookie).unwrap_or(&0) as usize)
+                .cloned()
+                .flatten();
             // The edge sample stays held: it also begins the next window.
             self.stats.samples_handed_on += e.sample_count() as u64 - 1;
             out.push(e);
@@ -1050,7 +1074,7 @@ impl Tracker {
     fn open(&mut self, s: &Sample<'_>, sn: &Snap, partial_start: bool, seen: Seen) -> Flow {
         self.stats.flows_opened += 1;
         self.stats.samples_retained += 1;
-        let passive_open = self.accounts.listening().contains_key(&s.msg().sport());
+        let passive_open = self.accounts.is_listening(self.netns, s.msg().sport());
         let mut f = Flow {
             passive_open,
             key: s.key(),
@@ -1077,7 +1101,7 @@ impl Tracker {
         // when its local port listens; otherwise its account goes by the socket's uid
         // (docs/records.md, "Which service a flow belongs to").
         if f.cgroup_id == 0 {
-            f.cgroup_id = self.accounts.listener_cgroup(f.key.sport);
+            f.cgroup_id = self.accounts.listener_cgroup(self.netns, f.key.sport);
         }
         // A destroy event's uid 0 tells nothing: the kernel reports root for every socket
         // its program has already closed, which is every destroyed one (measured on 6.18).
@@ -1085,7 +1109,12 @@ impl Tracker {
             (f.cgroup_id == 0).then(|| s.msg().uid()).filter(|&u| u != 0 || seen == Seen::Dump);
         // A flow open before we started counts from here; a new one from its first byte.
         let l = &sn.last;
-        f.counted.slot = self.accounts.slot(f.cgroup_id, f.key.sport, uid);
+        f.counted.slot = self.accounts.slot(self.netns, f.cgroup_id, f.key.sport, uid);
+        if self.netns != 0 {
+            // Kept aside, not in the flow (whose lines are full): a socket cookie is unique
+            // host-wide, across namespaces (docs/kernel.md).
+            self.flow_netns.insert(f.key.cookie, self.netns);
+        }
         if partial_start {
             (f.counted.acked, f.counted.received, f.counted.retrans) =
                 (l.bytes_acked, l.bytes_received, l.bytes_retrans);
@@ -1130,6 +1159,7 @@ impl Tracker {
             reason: EndReason::Window,
             close: None,
             sampling: rest.sampling,
+            netns: None,
             held: rest.held,
         }
     }
@@ -1367,7 +1397,9 @@ impl Tracker {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
         let Rest { held, sampling } = rest;
-        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, held };
+        let ns = self.flow_netns.remove(&flow.key.cookie).unwrap_or(0);
+        let netns = self.labels.get(ns as usize).cloned().flatten();
+        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
@@ -1402,7 +1434,12 @@ impl Tracker {
             let Some(&edge) = self.stages.newest(f, 1).last() else { continue };
             let held = self.stages.detach(f);
             sync(f, h);
-            let e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            e.netns = self
+                .labels
+                .get(*self.flow_netns.get(&h.cookie).unwrap_or(&0) as usize)
+                .cloned()
+                .flatten();
             h.deduped = 0;
             (h.max_gap_us, h.exact) = (0, 0);
             // The edge sample stays held: it also begins the next window.
@@ -1451,6 +1488,7 @@ impl Flow {
 pub mod accounts;
 pub mod pace;
 mod pool;
+mod spaces;
 pub mod task;
 mod tiers;
 pub mod views;

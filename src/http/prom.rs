@@ -548,7 +548,7 @@ mod tests {
 
     fn account(cgroup_id: u64, port: u16, acked: u64) -> Account {
         let mut a = crate::tracker::accounts::Accounts::default();
-        let slot = a.slot(cgroup_id, port, None);
+        let slot = a.slot(0, cgroup_id, port, None);
         let mut c = crate::tracker::accounts::Counted { slot, ..Default::default() };
         a.count(&mut c, acked, 0, 0);
         a.get_mut(slot).opened = 1;

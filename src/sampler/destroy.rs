@@ -61,11 +61,20 @@ impl DestroyListener<NetlinkSource> {
     /// # Errors
     /// Opening or subscribing the socket failed.
     pub fn open(filter: Option<Expr>) -> io::Result<Self> {
+        Self::open_in(None, filter)
+    }
+
+    /// As [`open`](Self::open), in the network namespace `netns` (None: the monitor's own).
+    ///
+    /// # Errors
+    /// Entering the namespace, opening or subscribing the socket failed.
+    pub fn open_in(
+        netns: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+        filter: Option<Expr>,
+    ) -> io::Result<Self> {
         let opts = SocketOptions { rcvbuf: Some(DESTROY_RCVBUF), rcvbuf_force: None };
-        let source = NetlinkSource::open_with_groups(
-            opts,
-            &[SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY],
-        )?;
+        let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
+        let source = NetlinkSource::open_in(netns, opts, &groups)?;
         Ok(Self::new(source, filter))
     }
 }

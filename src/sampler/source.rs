@@ -33,6 +33,9 @@ pub struct NetlinkSource {
     fd: AsyncFd<Socket>,
     opts: SocketOptions,
     groups: Vec<u32>,
+    /// The network namespace the socket was made in, when not the monitor's own: a socket
+    /// reopened after an error is made there again.
+    netns: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 impl NetlinkSource {
@@ -49,15 +52,46 @@ impl NetlinkSource {
     /// # Errors
     /// socket(2), bind(2) or setsockopt(2) failed.
     pub fn open_with_groups(opts: SocketOptions, groups: &[u32]) -> io::Result<Self> {
-        let fd = Self::make(opts, groups)?;
-        Ok(Self { fd, opts, groups: groups.to_vec() })
+        Self::open_in(None, opts, groups)
     }
 
-    fn make(opts: SocketOptions, groups: &[u32]) -> io::Result<AsyncFd<Socket>> {
+    /// Opens a socket in the network namespace `netns` (None: the monitor's own),
+    /// subscribed to `groups`. The socket is made by a thread that enters the namespace
+    /// and leaves; it answers for that namespace for life.
+    ///
+    /// # Errors
+    /// `setns` failed (`EPERM` without `CAP_SYS_ADMIN`), or as for [`open`](Self::open).
+    pub fn open_in(
+        netns: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+        opts: SocketOptions,
+        groups: &[u32],
+    ) -> io::Result<Self> {
+        let fd = Self::make(netns.as_deref(), opts, groups)?;
+        Ok(Self { fd, opts, groups: groups.to_vec(), netns })
+    }
+
+    fn make(
+        netns: Option<&std::os::fd::OwnedFd>,
+        opts: SocketOptions,
+        groups: &[u32],
+    ) -> io::Result<AsyncFd<Socket>> {
         // AsyncFd panics outside a runtime; say so as an error instead.
         tokio::runtime::Handle::try_current().map_err(|e| {
             io::Error::other(format!("sock_diag socket needs a tokio runtime: {e}"))
         })?;
+        let s = match netns {
+            Some(ns) => crate::netns::in_netns(ns, || Self::socket(opts, groups))?,
+            None => Self::socket(opts, groups)?,
+        };
+        // SAFETY: `Socket` owns its fd, closes it only on drop, and always returns the same
+        // fd from `as_raw_fd`; the AsyncFd owns the Socket, so the fd outlives the
+        // registration.
+        unsafe { AsyncFd::register(s) }.map_err(io::Error::from)
+    }
+
+    /// A non-blocking sock_diag socket with the options and memberships, in the calling
+    /// thread's namespace.
+    fn socket(opts: SocketOptions, groups: &[u32]) -> io::Result<Socket> {
         let mut s = Socket::new(NETLINK_SOCK_DIAG)?;
         s.bind(&SocketAddr::new(0, 0))?;
         if let Some(n) = opts.rcvbuf {
@@ -73,10 +107,7 @@ impl NetlinkSource {
             s.add_membership(g)?;
         }
         s.set_non_blocking(true)?;
-        // SAFETY: `Socket` owns its fd, closes it only on drop, and always returns the same
-        // fd from `as_raw_fd`; the AsyncFd owns the Socket, so the fd outlives the
-        // registration.
-        unsafe { AsyncFd::register(s) }.map_err(io::Error::from)
+        Ok(s)
     }
 
     /// SO_RCVBUF as the kernel reports it (twice what was set, for bookkeeping overhead).
@@ -142,7 +173,7 @@ impl DumpSource for NetlinkSource {
     }
 
     fn reset(&mut self) -> io::Result<()> {
-        self.fd = Self::make(self.opts, &self.groups)?;
+        self.fd = Self::make(self.netns.as_deref(), self.opts, &self.groups)?;
         Ok(())
     }
 }

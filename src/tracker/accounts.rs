@@ -1,5 +1,5 @@
-//! Traffic per service: counters the tracker keeps per (cgroup, local listening port), for
-//! the Prometheus flow aggregates.
+//! Traffic per service: counters the tracker keeps per (network namespace, cgroup, local
+//! listening port), for the Prometheus flow aggregates.
 //!
 //! Each flow is assigned an account slot when it opens. Bytes are counted as deltas of the
 //! kernel's cumulative counters each time a sample is retained (deduped samples carry no
@@ -92,6 +92,9 @@ pub const NO_UID: u32 = u32::MAX;
 /// One account's counters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Account {
+    /// The network namespace's index in the tracker's table (0: the first sampled, the
+    /// monitor's own unless `--netns` names others only).
+    pub netns: u32,
     /// cgroup2 id of the sockets (0: the kernel sent none; [`OVERFLOW_CGROUP`]: overflow).
     pub cgroup_id: u64,
     /// Local port when it is a listening port (server side), else 0.
@@ -118,8 +121,9 @@ pub struct Account {
 }
 
 impl Account {
-    fn new(cgroup_id: u64, port: u16, uid: u32) -> Self {
+    fn new(netns: u32, cgroup_id: u64, port: u16, uid: u32) -> Self {
         Self {
+            netns,
             cgroup_id,
             port,
             uid,
@@ -162,17 +166,23 @@ pub struct Counted {
 #[derive(Debug)]
 pub struct Accounts {
     slots: Vec<Account>,
-    index: FxHashMap<(u64, u16, u32), u32>,
-    /// Listening port → the cgroup of a listener on it (0 when the kernel sent none).
-    listening: FxHashMap<u16, u64>,
-    next_listening: FxHashMap<u16, u64>,
+    index: FxHashMap<(u32, u64, u16, u32), u32>,
+    /// Listening port (with its namespace, [`listen_key`]) → the cgroup of a listener on
+    /// it (0 when the kernel sent none).
+    listening: FxHashMap<u64, u64>,
+    next_listening: FxHashMap<u64, u64>,
+}
+
+/// A port's key in the listening set: ports listen per network namespace.
+fn listen_key(netns: u32, port: u16) -> u64 {
+    u64::from(netns) << 16 | u64::from(port)
 }
 
 impl Default for Accounts {
     fn default() -> Self {
         Self {
             // Slot 0 is the overflow account.
-            slots: vec![Account::new(OVERFLOW_CGROUP, 0, NO_UID)],
+            slots: vec![Account::new(0, OVERFLOW_CGROUP, 0, NO_UID)],
             index: FxHashMap::default(),
             listening: FxHashMap::default(),
             next_listening: FxHashMap::default(),
@@ -181,26 +191,31 @@ impl Default for Accounts {
 }
 
 impl Accounts {
-    /// The slot for a socket of `cgroup_id` with local port `sport`; `uid` names the
-    /// account when no cgroup is known.
-    pub fn slot(&mut self, cgroup_id: u64, sport: u16, uid: Option<u32>) -> u32 {
-        let port = if self.listening.contains_key(&sport) { sport } else { 0 };
+    /// The slot for a socket in namespace `netns` of `cgroup_id` with local port `sport`;
+    /// `uid` names the account when no cgroup is known.
+    pub fn slot(&mut self, netns: u32, cgroup_id: u64, sport: u16, uid: Option<u32>) -> u32 {
+        let port = if self.is_listening(netns, sport) { sport } else { 0 };
         let uid = if cgroup_id == 0 { uid.unwrap_or(NO_UID) } else { NO_UID };
-        if let Some(&i) = self.index.get(&(cgroup_id, port, uid)) {
+        if let Some(&i) = self.index.get(&(netns, cgroup_id, port, uid)) {
             return i;
         }
         if self.slots.len() > MAX_ACCOUNTS {
             return 0;
         }
         let i = self.slots.len() as u32;
-        self.slots.push(Account::new(cgroup_id, port, uid));
-        self.index.insert((cgroup_id, port, uid), i);
+        self.slots.push(Account::new(netns, cgroup_id, port, uid));
+        self.index.insert((netns, cgroup_id, port, uid), i);
         i
     }
 
+    /// Whether `port` listened in `netns` as of the last complete dump.
+    pub fn is_listening(&self, netns: u32, port: u16) -> bool {
+        self.listening.contains_key(&listen_key(netns, port))
+    }
+
     /// The cgroup of a listener on `port` as of the last complete dump, or 0.
-    pub fn listener_cgroup(&self, port: u16) -> u64 {
-        self.listening.get(&port).copied().unwrap_or(0)
+    pub fn listener_cgroup(&self, netns: u32, port: u16) -> u64 {
+        self.listening.get(&listen_key(netns, port)).copied().unwrap_or(0)
     }
 
     /// Counts a retained sample: the growth of its flow's cumulative counters since the
@@ -244,8 +259,8 @@ impl Accounts {
     /// A listener seen in the current dump, with its cgroup (0 when none was sent). With
     /// several listeners on one port (other addresses, `SO_REUSEPORT`), one with a cgroup
     /// wins.
-    pub fn saw_listener(&mut self, port: u16, cgroup_id: u64) {
-        let c = self.next_listening.entry(port).or_insert(cgroup_id);
+    pub fn saw_listener(&mut self, netns: u32, port: u16, cgroup_id: u64) {
+        let c = self.next_listening.entry(listen_key(netns, port)).or_insert(cgroup_id);
         if *c == 0 {
             *c = cgroup_id;
         }
@@ -256,11 +271,6 @@ impl Accounts {
         std::mem::swap(&mut self.listening, &mut self.next_listening);
         self.next_listening.clear();
     }
-
-    /// Ports listening as of the last complete dump, with a listener's cgroup.
-    pub fn listening(&self) -> &FxHashMap<u16, u64> {
-        &self.listening
-    }
 }
 
 #[cfg(test)]
@@ -270,15 +280,22 @@ mod tests {
     #[test]
     fn deltas_never_go_backwards_and_ports_follow_listeners() {
         let mut a = Accounts::default();
-        a.saw_listener(80, 7);
+        a.saw_listener(0, 80, 7);
         a.end_dump();
-        assert_eq!(a.listener_cgroup(80), 7);
-        assert_eq!(a.listener_cgroup(81), 0);
-        let s80 = a.slot(7, 80, None);
-        let client = a.slot(7, 51000, None);
+        assert_eq!(a.listener_cgroup(0, 80), 7);
+        assert_eq!(a.listener_cgroup(0, 81), 0);
+        // Ports listen per namespace.
+        assert_eq!(a.listener_cgroup(1, 80), 0);
+        assert!(a.is_listening(0, 80) && !a.is_listening(1, 80));
+        let s80 = a.slot(0, 7, 80, None);
+        let client = a.slot(0, 7, 51000, None);
         // Without a cgroup the uid tells accounts apart; with one it does not.
-        assert_ne!(a.slot(0, 51000, Some(1000)), a.slot(0, 51000, Some(1001)));
-        assert_eq!(a.slot(7, 51000, Some(1000)), client);
+        assert_ne!(a.slot(0, 0, 51000, Some(1000)), a.slot(0, 0, 51000, Some(1001)));
+        assert_eq!(a.slot(0, 7, 51000, Some(1000)), client);
+        // The same service in another namespace is another account.
+        let other = a.slot(1, 7, 80, None);
+        assert_ne!(other, s80);
+        assert_eq!((a.all()[other as usize].netns, a.all()[other as usize].port), (1, 0));
         assert_ne!(s80, client);
         assert_eq!(a.all()[client as usize].port, 0);
         let mut c = Counted { slot: s80, ..Counted::default() };
@@ -299,7 +316,7 @@ mod tests {
         assert_eq!(RTT_BUCKETS_S, published, "the `le` labels of the metrics");
         for (i, &us) in RTT_BUCKETS_US.iter().enumerate() {
             for (rtt, want) in [(us - 1, i), (us, i), (us + 1, i + 1)] {
-                let mut acc = Account::new(1, 0, NO_UID);
+                let mut acc = Account::new(0, 1, 0, NO_UID);
                 acc.observe_rtt(rtt);
                 assert_eq!(acc.rtt_buckets[want], 1, "rtt {rtt} µs");
             }
@@ -330,7 +347,7 @@ mod tests {
 
     #[test]
     fn rtt_buckets_and_overflow_slot() {
-        let mut acc = Account::new(1, 0, NO_UID);
+        let mut acc = Account::new(0, 1, 0, NO_UID);
         acc.observe_rtt(0);
         acc.observe_rtt(20_000); // 20 ms
         acc.observe_rtt(9_000_000); // 9 s: +Inf
@@ -339,9 +356,9 @@ mod tests {
         assert_eq!(acc.rtt_buckets[RTT_BUCKETS_S.len()], 1);
         let mut a = Accounts::default();
         for id in 0..(MAX_ACCOUNTS as u64 + 10) {
-            a.slot(id + 1, 0, None);
+            a.slot(0, id + 1, 0, None);
         }
         assert_eq!(a.all().len(), MAX_ACCOUNTS + 1);
-        assert_eq!(a.slot(999_999, 0, None), 0);
+        assert_eq!(a.slot(0, 999_999, 0, None), 0);
     }
 }

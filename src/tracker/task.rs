@@ -33,7 +33,7 @@ use crate::clock::cpu_timed;
 pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
-use crate::sampler::exact::Answer;
+use crate::sampler::exact::ExactPoll;
 use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
 
@@ -136,27 +136,10 @@ impl RateLimited {
     }
 }
 
-async fn next_destroy<D: DumpSource>(
-    d: &mut Option<DestroyListener<D>>,
-) -> Result<DestroyBatch, SampleError> {
-    match d {
-        Some(d) => d.next_batch().await,
+async fn next_update<T>(u: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
+    match u {
+        Some(u) => u.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Applies the destroy events already queued, without waiting for more.
-fn drain_destroyed<D: DumpSource>(
-    destroy: &mut Option<DestroyListener<D>>,
-    tracker: &mut Tracker,
-    out: &mut Vec<EndedFlow>,
-    metrics: &Metrics,
-) {
-    if let Some(d) = destroy.as_mut() {
-        match d.drain() {
-            Ok(b) => apply_destroyed(tracker, &b, out, metrics),
-            Err(e) => tracing::warn!(error = %e, "reading destroy events"),
-        }
     }
 }
 
@@ -213,13 +196,35 @@ fn publish(
 /// # Errors
 /// The analyzer's receiver is gone, or `max_errors` dumps failed in a row.
 pub async fn run<S: DumpSource, D: DumpSource>(
+    tracker: Tracker,
+    sampler: Sampler<S>,
+    destroy: Option<DestroyListener<D>>,
+    cfg: TaskConfig,
+    wiring: Wiring,
+    on_dump: impl FnMut(DumpOutcome) + Send,
+) -> Result<TrackerStats, StageError> {
+    let own = Space { ns: 0, label: None, sampler, destroy };
+    run_spaces(tracker, vec![own], None, cfg, wiring, on_dump).await
+}
+
+/// [`run`] over several network namespaces, and those `updates` add or remove while it
+/// runs.
+///
+/// # Errors
+/// As for [`run`].
+pub async fn run_spaces<S: DumpSource, D: DumpSource>(
     mut tracker: Tracker,
-    mut sampler: Sampler<S>,
-    mut destroy: Option<DestroyListener<D>>,
+    mut spaces: Vec<Space<S, D>>,
+    mut updates: Option<tokio::sync::mpsc::Receiver<SpaceUpdate<S, D>>>,
     cfg: TaskConfig,
     wiring: Wiring,
     mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
+    for sp in &spaces {
+        if let Some(l) = &sp.label {
+            tracker.set_label(sp.ns, l.clone());
+        }
+    }
     let Wiring { mut stop, ended_tx, metrics, accounts, mut queries } = wiring;
     let accounts = accounts.as_deref();
     let mut last_dump_start: Option<tokio::time::Instant> = None;
@@ -231,6 +236,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     let mut pacer = Pacer::new(cfg.interval, cfg.cpu_budget);
     let mut last_plan = None;
     metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
+    metrics.netns_sampled.set(spaces.len() as u64);
     let mut backoff_until: Option<tokio::time::Instant> = None;
     // Flows ended since the last hand-off. Those that destroy events end wait here for the
     // next tick, so the analyzer gets one batch per dump: the channel's capacity counts
@@ -268,12 +274,12 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                 let plan = pacer.plan(now_ns, tracker.hot_len());
                 last_plan = Some(plan);
                 let r = match plan {
-                    Plan::Exact => exact_poll(&mut tracker, &mut sampler, &mut out, &metrics, &mut pacer).await,
+                    Plan::Exact => exact_poll(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer).await,
                     Plan::Full(why) => {
-                        full_dump(&mut tracker, &mut sampler, &mut out, &metrics, &mut pacer, now_ns, why).await
+                        full_dump(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer, now_ns, why).await
                     }
                 };
-                drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);
+                spaces::drain_all(&mut spaces, &mut tracker, &mut out, &metrics);
                 match r {
                     Ok(d) => {
                         errors = 0;
@@ -313,13 +319,19 @@ pub async fn run<S: DumpSource, D: DumpSource>(
                     skip_missed_ticks(&mut tick, grid0, &cfg, took, &metrics, &mut overrun_warn);
                 }
             }
-            b = next_destroy(&mut destroy) => match b {
+            (ns, b) = spaces::next_destroy_any(&mut spaces) => match b {
                 Ok(b) => {
+                    tracker.set_netns(ns);
                     apply_destroyed(&mut tracker, &b, &mut out, &metrics);
                     publish(&tracker, &metrics, accounts);
                 }
-                Err(e) => tracing::warn!(error = %e, "reading destroy events"),
+                Err(e) => tracing::warn!(netns = ns, error = %e, "reading destroy events"),
             },
+            Some(u) = next_update(&mut updates) => {
+                spaces::update(&mut spaces, u, &mut tracker, &mut out);
+                metrics.netns_sampled.set(spaces.len() as u64);
+                hand_on = true;
+            }
             Some(q) = next_query(&mut queries) => answer(&tracker, q),
         }
         if hand_on && !out.is_empty() {
@@ -331,16 +343,8 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     if last_plan == Some(Plan::Exact) {
         let now_ns = tokio::time::Instant::now().duration_since(grid0).as_nanos() as u64;
         let start = tokio::time::Instant::now();
-        match full_dump(
-            &mut tracker,
-            &mut sampler,
-            &mut out,
-            &metrics,
-            &mut pacer,
-            now_ns,
-            Why::Due,
-        )
-        .await
+        match full_dump(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer, now_ns, Why::Due)
+            .await
         {
             Ok(Some(d)) => dump_done(&d, &mut tracker, &mut out, &metrics, start),
             Ok(None) => {}
@@ -350,7 +354,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     // Connections that closed before the stop have their events queued, unread: applied,
     // they end as closed, with their final counters. Left, they ended as cut off by the
     // shutdown, and without -writer-partial their records were not written at all.
-    drain_destroyed(&mut destroy, &mut tracker, &mut out, &metrics);
+    spaces::drain_all(&mut spaces, &mut tracker, &mut out, &metrics);
     tracker.finish(&mut out);
     let st = publish(&tracker, &metrics, accounts);
     if !out.is_empty() {
@@ -361,9 +365,9 @@ pub async fn run<S: DumpSource, D: DumpSource>(
 
 /// A full dump: every socket goes through the tracker; its CPU cost paces the next.
 /// `Ok(Some(dump))` for [`dump_done`] to finish.
-async fn full_dump<S: DumpSource>(
+async fn full_dump<S: DumpSource, D: DumpSource>(
     tracker: &mut Tracker,
-    sampler: &mut Sampler<S>,
+    spaces: &mut [Space<S, D>],
     out: &mut Vec<EndedFlow>,
     metrics: &Metrics,
     pacer: &mut Pacer,
@@ -372,7 +376,7 @@ async fn full_dump<S: DumpSource>(
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
     let opened = tracker.stats().flows_opened;
     tracker.begin_dump();
-    let (r, cpu) = cpu_timed(sampler.dump_with(|s| tracker.observe(&s, out))).await;
+    let (r, cpu) = cpu_timed(spaces::dump_all(spaces, tracker, out, metrics)).await;
     metrics.dumps.inc();
     metrics.sampling_cpu_ns.add(cpu);
     if why == Why::Cheaper {
@@ -397,25 +401,17 @@ async fn full_dump<S: DumpSource>(
 /// An exact poll of the hot flows: each is asked for by identity; an answer goes through
 /// the tracker like a dump's, a socket gone (or in a state the dumps leave out) ends its
 /// flow as a dump's miss would.
-async fn exact_poll<S: DumpSource>(
+async fn exact_poll<S: DumpSource, D: DumpSource>(
     tracker: &mut Tracker,
-    sampler: &mut Sampler<S>,
+    spaces: &mut [Space<S, D>],
     out: &mut Vec<EndedFlow>,
     metrics: &Metrics,
     pacer: &mut Pacer,
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
-    let targets = tracker.take_hot_targets();
-    let states = sampler.config().states;
-    let (r, cpu) = cpu_timed(sampler.exact_with(&targets, |k, a| match a {
-        Answer::Found(s) if states.contains(s.msg().state()) => tracker.observe_exact(k, &s, out),
-        Answer::Found(s) => tracker.exact_gone(k, s.ts_ns, out),
-        Answer::Gone { ts_ns } => tracker.exact_gone(k, ts_ns, out),
-    }))
-    .await;
-    let asked = targets.len();
-    tracker.put_hot_targets(targets);
+    let mut p = ExactPoll::default();
+    let (r, cpu) = cpu_timed(spaces::poll_all(spaces, tracker, out, &mut p)).await;
     metrics.sampling_cpu_ns.add(cpu);
-    let p = r?;
+    let asked = r?;
     pacer.exact_done(cpu, asked);
     metrics.exact_polls.inc();
     metrics.exact_requests.add(u64::from(p.asked));
@@ -540,6 +536,9 @@ fn hand_off(
     }
     Ok(())
 }
+
+mod spaces;
+pub use spaces::{Space, SpaceUpdate};
 
 #[cfg(test)]
 mod tests;

@@ -18,14 +18,17 @@ use crate::wire::sock::Sample;
 #[derive(Debug, Default)]
 pub(super) struct HotSet {
     targets: Vec<SocketTarget>,
-    /// Cookie (0 once the flow has left the table) and CLOCK_MONOTONIC ns of its last move.
+    /// Cookie and CLOCK_MONOTONIC ns of its last move.
     meta: Vec<(u64, u64)>,
+    /// Its network namespace's index.
+    netns: Vec<u32>,
 }
 
 impl HotSet {
-    pub(super) fn add(&mut self, cookie: u64, target: SocketTarget, ts_ns: u64) {
+    pub(super) fn add(&mut self, cookie: u64, target: SocketTarget, ts_ns: u64, netns: u32) {
         self.targets.push(target);
         self.meta.push((cookie, ts_ns));
+        self.netns.push(netns);
     }
 
     /// Keeps the entries `keep` accepts (given cookie and last move), in order.
@@ -36,11 +39,13 @@ impl HotSet {
             if keep(cookie, &mut moved) {
                 self.meta[j] = (cookie, moved);
                 self.targets[j] = self.targets[i];
+                self.netns[j] = self.netns[i];
                 j += 1;
             }
         }
         self.meta.truncate(j);
         self.targets.truncate(j);
+        self.netns.truncate(j);
     }
 }
 
@@ -62,6 +67,11 @@ impl Tracker {
     pub fn put_hot_targets(&mut self, mut targets: Vec<SocketTarget>) {
         targets.append(&mut self.hot_set.targets);
         self.hot_set.targets = targets;
+    }
+
+    /// Each hot flow's network namespace (index), beside [`hot_targets`](Self::hot_targets).
+    pub fn hot_netns(&self) -> &[u32] {
+        &self.hot_set.netns
     }
 
     /// Flows in the hot set.
