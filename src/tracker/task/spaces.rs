@@ -27,7 +27,7 @@ pub struct Space<S, D> {
 /// A namespace that came or went while the task runs.
 pub enum SpaceUpdate<S, D> {
     /// A new namespace, sampled from the next tick.
-    Add(Space<S, D>),
+    Add(Box<Space<S, D>>),
     /// The namespace of this index is gone: its flows end.
     Remove(u32),
 }
@@ -99,7 +99,8 @@ pub(super) async fn poll_all<S: DumpSource, D: DumpSource>(
             idx.clear();
             &all
         } else {
-            (mine.clear(), idx.clear());
+            mine.clear();
+            idx.clear();
             for (k, (&t, &n)) in all.iter().zip(&ns_of).enumerate() {
                 if n == sp.ns {
                     mine.push(t);
@@ -199,7 +200,7 @@ pub(super) fn update<S, D>(
                 tracker.set_label(sp.ns, l.clone());
             }
             tracing::info!(netns = sp.ns, label = ?sp.label.as_ref().map(|l| &l.name), "sampling a new network namespace");
-            spaces.push(sp);
+            spaces.push(*sp);
         }
         SpaceUpdate::Remove(ns) => {
             spaces.retain(|sp| sp.ns != ns);
