@@ -30,6 +30,8 @@ use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
 
+pub mod namespaces;
+
 /// Exit status for a usage error.
 pub const EXIT_USAGE: u8 = 2;
 /// Exit status for a run-time failure.
@@ -111,12 +113,21 @@ pub enum Event {
 }
 
 /// Where the program's sockets come from: the dump source, and the destroy listener when
-/// one could be opened.
+/// one could be opened, of the first namespace sampled; the others with `--netns`.
 pub struct Sources {
     /// Dumps.
     pub dump: Source,
     /// Destroy events.
     pub destroy: Option<DestroyListener<Source>>,
+    /// More network namespaces, and those that come and go (`--netns`).
+    pub netns: Option<namespaces::Namespaces>,
+}
+
+impl Sources {
+    /// The monitor's own namespace only.
+    pub fn own(dump: Source, destroy: Option<DestroyListener<Source>>) -> Self {
+        Self { dump, destroy, netns: None }
+    }
 }
 
 /// Opens the kernel's sockets, turns signals into events, and runs; the exit status.
@@ -164,7 +175,34 @@ async fn run_main(cfg: Config) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    run(s, Sources { dump, destroy }, w, events, metrics).await
+    let sources = if s.netns == crate::netns::Which::Own {
+        Sources::own(dump, destroy)
+    } else {
+        match namespaces_from_start(&s, &metrics) {
+            Ok(src) => src,
+            Err(e) => {
+                eprintln!("cgmon-rs: {e}");
+                return EXIT_FAILURE;
+            }
+        }
+    };
+    run(s, sources, w, events, metrics).await
+}
+
+/// With `--netns`: the first scan's namespaces, and the rescans from then on.
+fn namespaces_from_start(s: &Settings, metrics: &Arc<Metrics>) -> Result<Sources, String> {
+    let mut scanner =
+        namespaces::Scanner::new(s.netns.clone(), s.socket, s.sampler.clone(), metrics.clone());
+    let start = scanner.start()?;
+    let (tx, updates) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(scanner.run(s.netns_rescan, tx));
+    let (dump, destroy, first) = start.first;
+    let (others, names) = start.rest;
+    Ok(Sources {
+        dump,
+        destroy,
+        netns: Some(namespaces::Namespaces { first, others, updates, names }),
+    })
 }
 
 /// The signals the program answers, as events. SIGUSR2 too: cgmon answers it (with a GC and
@@ -214,9 +252,14 @@ pub async fn run(
             return EXIT_USAGE;
         }
     };
+    let (first_label, mut spaces, updates, names) = match sources.netns {
+        Some(n) => (Some(n.first), n.others, Some(n.updates), Some(n.names)),
+        None => (None, Vec::new(), None, None),
+    };
+    spaces.insert(0, task::Space { ns: 0, label: first_label, sampler, destroy: sources.destroy });
     // Without destroy events nothing would end a waiting flow but the grace period.
     let mut tcfg = s.tracker;
-    if sources.destroy.is_none() {
+    if spaces.iter().all(|sp| sp.destroy.is_none()) {
         tcfg.destroy_grace_ns = 0;
     }
     // Records turn CLOCK_MONOTONIC into wall-clock time with the offset of the run's start
@@ -226,7 +269,7 @@ pub async fn run(
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
-        Some(h) => match start_http(h, s.task.interval, &metrics, &accounts, query_tx) {
+        Some(h) => match start_http(h, s.task.interval, &metrics, &accounts, query_tx, names) {
             Ok(server) => Some(server),
             Err(code) => return code,
         },
@@ -244,10 +287,10 @@ pub async fn run(
         }
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let tracker_task = tokio::spawn(task::run(
+    let tracker_task = tokio::spawn(task::run_spaces(
         Tracker::new(tcfg),
-        sampler,
-        sources.destroy,
+        spaces,
+        updates,
         s.task.clone(),
         task::Wiring {
             stop: stop_rx,
@@ -425,17 +468,22 @@ fn start_http(
     metrics: &Arc<Metrics>,
     accounts: &Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     queries: tokio::sync::mpsc::Sender<crate::tracker::views::Query>,
+    netns_names: Option<Arc<std::sync::Mutex<Vec<String>>>>,
 ) -> Result<crate::http::Server, u8> {
     let l = crate::http::bind(h.addr).map_err(|e| {
         eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
         EXIT_FAILURE
     })?;
-    let exporter = Arc::new(crate::http::prom::Exporter::new(
+    let mut exporter = crate::http::prom::Exporter::new(
         metrics.clone(),
         accounts.clone(),
         crate::services::Services::new(),
         h.top_services,
-    ));
+    );
+    if let Some(n) = netns_names {
+        exporter = exporter.with_netns(n);
+    }
+    let exporter = Arc::new(exporter);
     let served = crate::http::Served {
         metrics: metrics.clone(),
         registry: exporter.registry(),

@@ -88,6 +88,10 @@ fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
     Ok(d)
 }
 
+fn netns_which(s: &str) -> Result<crate::netns::Which, ValueError> {
+    crate::netns::Which::parse(s).map_err(ValueError)
+}
+
 /// `--cpu-budget`: a percentage of one core, `2`, `2%` or `0.5`; 0 turns tiers off.
 fn cpu_budget(s: &str) -> Result<f64, ValueError> {
     let t = s.trim().trim_end_matches('%');
@@ -271,6 +275,16 @@ pub struct Cli {
     #[arg(long = "run-interval", visible_alias = "interval", env = "CGMON_RUN_INTERVAL", value_name = "DURATION",
           value_parser = positive_duration, default_value = "1s", help_heading = "Run")]
     pub interval: Duration,
+    /// Network namespaces to sample: own (the monitor's), all (every namespace on the host:
+    /// named ones and those of processes; needs CAP_SYS_ADMIN, and CAP_SYS_PTRACE for other
+    /// users' processes), or a comma list of `ip netns` names and paths
+    #[arg(long = "netns", env = "CGMON_NETNS", value_name = "WHICH", value_parser = netns_which,
+          default_value = "own", help_heading = "Run")]
+    pub netns: crate::netns::Which,
+    /// How often to look for network namespaces that came or went (with --netns)
+    #[arg(long = "netns-rescan", env = "CGMON_NETNS_RESCAN", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "10s", help_heading = "Run")]
+    pub netns_rescan: Duration,
     /// CPU for sampling, in percent of one core. Flows whose counters move are polled
     /// every interval by exact requests; full dumps (which find new flows and refresh idle
     /// ones) run as often as the rest of the budget allows, at most every interval and at

@@ -165,7 +165,7 @@ pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
             }
         }
     });
-    let code = app::run(s, Sources { dump, destroy }, writer, rx, metrics).await;
+    let code = app::run(s, Sources::own(dump, destroy), writer, rx, metrics).await;
     ender.abort();
     let mut records = out.records();
     records.sort_by_key(|r| std::cmp::Reverse(r["BytesAcked"].as_u64().unwrap_or(0)));

@@ -42,6 +42,10 @@ pub struct Settings {
     pub writer: WriterConfig,
     /// The HTTP server, when asked for.
     pub http: Option<HttpSettings>,
+    /// `--netns`: which network namespaces to sample.
+    pub netns: crate::netns::Which,
+    /// `--netns-rescan`.
+    pub netns_rescan: Duration,
     /// `-run-duration` (0: until a signal).
     pub run_duration: Duration,
     /// `-run-shutdown-timeout`.
@@ -109,6 +113,8 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             },
             top_services: c.top_services,
         }),
+        netns: c.netns.clone(),
+        netns_rescan: c.netns_rescan,
         run_duration: c.run_duration,
         shutdown_timeout: c.shutdown_timeout,
         summary: format!("{} window_samples={window}", parts.summary),

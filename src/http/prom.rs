@@ -10,7 +10,10 @@
 //!   and later ones share `other` (a label, once given, never moves, so counters never go
 //!   backwards);
 //! - `port`: the local port when it is a listening port (the server side of a flow), else
-//!   `0`; the first [`MAX_PORT_LABELS`] ports keep their own label, later ones `other`.
+//!   `0`; the first [`MAX_PORT_LABELS`] ports keep their own label, later ones `other`;
+//! - with `--netns` sampling more than the monitor's own namespace, `netns`: the namespace's
+//!   name (its `ip netns` name, `pod:<uid>`, `<runtime>:<container>`, `host`), the first
+//!   `top_services` distinct ones keeping their own label, later ones `other`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +42,7 @@ struct Labeler {
     given: FxHashSet<String>,
     top: usize,
     ports: FxHashSet<u16>,
+    netns_given: FxHashSet<String>,
 }
 
 impl Labeler {
@@ -62,6 +66,17 @@ impl Labeler {
         };
         self.by_owner.insert((cgroup_id, uid), label.clone());
         label
+    }
+
+    /// A namespace's label: its name while fewer than `top` names were given, else `other`;
+    /// a name given keeps its label.
+    fn netns(&mut self, name: &str) -> String {
+        if self.netns_given.contains(name) || self.netns_given.len() < self.top {
+            self.netns_given.insert(name.to_string());
+            name.to_string()
+        } else {
+            "other".into()
+        }
     }
 
     fn port(&mut self, p: u16) -> String {
@@ -95,6 +110,8 @@ pub struct Exporter {
     metrics: Arc<Metrics>,
     accounts: Arc<Mutex<Vec<Account>>>,
     labels: Mutex<Labeler>,
+    /// Namespace names by index, when more than one namespace is sampled.
+    netns: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl Exporter {
@@ -111,8 +128,16 @@ impl Exporter {
             given: FxHashSet::default(),
             top: top_services,
             ports: FxHashSet::default(),
+            netns_given: FxHashSet::default(),
         };
-        Self { metrics, accounts, labels: Mutex::new(labels) }
+        Self { metrics, accounts, labels: Mutex::new(labels), netns: None }
+    }
+
+    /// Labels the flow aggregates with their network namespace, named by index in `names`
+    /// (which the namespace scanner keeps up to date).
+    pub fn with_netns(mut self, names: Arc<Mutex<Vec<String>>>) -> Self {
+        self.netns = Some(names);
+        self
     }
 
     /// A registry holding this exporter.
@@ -122,15 +147,24 @@ impl Exporter {
         r
     }
 
-    fn aggregate(&self) -> BTreeMap<(String, String), Agg> {
+    fn aggregate(&self) -> BTreeMap<(String, String, String), Agg> {
         let accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let names =
+            self.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let mut l = self.labels.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: BTreeMap<(String, String), Agg> = BTreeMap::new();
+        let mut out: BTreeMap<(String, String, String), Agg> = BTreeMap::new();
         for a in &accounts {
             if a.opened == 0 && a.bytes_acked == 0 && a.bytes_received == 0 {
                 continue; // the unused overflow slot
             }
-            let key = (l.service(a.cgroup_id, a.uid), l.port(a.port));
+            let ns = match &names {
+                Some(n) => {
+                    let name = n.get(a.netns as usize).map_or("other", String::as_str);
+                    l.netns(name)
+                }
+                None => String::new(),
+            };
+            let key = (ns, l.service(a.cgroup_id, a.uid), l.port(a.port));
             let g = out
                 .entry(key)
                 .or_insert_with(|| Agg { rtt: vec![0; RTT_BUCKETS_S.len() + 1], ..Agg::default() });
@@ -463,8 +497,8 @@ impl Collector for Exporter {
         ];
         for (name, help, get) in families {
             let mut d = e.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for ((svc, port), a) in &agg {
-                d.encode_family(&[("service", svc.as_str()), ("port", port.as_str())])?
+            for ((ns, svc, port), a) in &agg {
+                d.encode_family(&labels(ns, svc, port))?
                     .encode_counter::<NoLabelSet, _, u64>(&get(a), None)?;
             }
         }
@@ -474,7 +508,7 @@ impl Collector for Exporter {
             None,
             MetricType::Histogram,
         )?;
-        for ((svc, port), a) in &agg {
+        for ((ns, svc, port), a) in &agg {
             let buckets: Vec<(f64, u64)> = RTT_BUCKETS_S
                 .iter()
                 .copied()
@@ -482,11 +516,22 @@ impl Collector for Exporter {
                 .zip(a.rtt.iter().copied())
                 .collect();
             let count = a.rtt.iter().sum();
-            d.encode_family(&[("service", svc.as_str()), ("port", port.as_str())])?
+            d.encode_family(&labels(ns, svc, port))?
                 .encode_histogram::<NoLabelSet>(a.rtt_sum, count, &buckets, None)?;
         }
         Ok(())
     }
+}
+
+/// A flow aggregate's labels: `netns` only when namespaces are told apart.
+fn labels<'a>(ns: &'a str, svc: &'a str, port: &'a str) -> Vec<(&'static str, &'a str)> {
+    let mut v = Vec::with_capacity(3);
+    if !ns.is_empty() {
+        v.push(("netns", ns));
+    }
+    v.push(("service", svc));
+    v.push(("port", port));
+    v
 }
 
 /// The registry rendered as OpenMetrics text (what Prometheus asks for).

@@ -50,7 +50,7 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
         m
     });
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let sources = Sources { dump: Source::Script(script), destroy: None };
+    let sources = Sources::own(Source::Script(script), None);
     let program = tokio::spawn(app::run(s, sources, writer, rx, metrics));
     for ev in events {
         tokio::time::sleep(Duration::from_millis(100)).await;
