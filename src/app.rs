@@ -196,13 +196,9 @@ fn namespaces_from_start(s: &Settings, metrics: &Arc<Metrics>) -> Result<Sources
     let start = scanner.start()?;
     let (tx, updates) = tokio::sync::mpsc::channel(64);
     tokio::spawn(scanner.run(s.netns_rescan, tx));
-    let (dump, destroy, first) = start.first;
-    let (others, names) = start.rest;
-    Ok(Sources {
-        dump,
-        destroy,
-        netns: Some(namespaces::Namespaces { first, others, updates, names }),
-    })
+    let namespaces::Start { first, others, names } = start;
+    let netns = namespaces::Namespaces { first: first.label, others, updates, names };
+    Ok(Sources { dump: first.dump, destroy: first.destroy, netns: Some(netns) })
 }
 
 /// The signals the program answers, as events. SIGUSR2 too: cgmon answers it (with a GC and

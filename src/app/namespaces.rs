@@ -81,12 +81,26 @@ pub struct Scanner {
     metrics: Arc<Metrics>,
 }
 
+/// A namespace just opened.
+pub struct Opened {
+    /// Its index.
+    pub ns: u32,
+    /// Its dump socket.
+    pub dump: Source,
+    /// Its destroy listener, when it could be subscribed.
+    pub destroy: Option<DestroyListener<Source>>,
+    /// What its records say.
+    pub label: Arc<NetnsLabel>,
+}
+
 /// What the first scan gives the program.
 pub struct Start {
-    /// The first namespace's sources and label.
-    pub first: (Source, Option<DestroyListener<Source>>, Arc<NetnsLabel>),
-    /// The rest of the program's view of namespaces.
-    pub rest: (Vec<Space<Source, Source>>, Arc<Mutex<Vec<String>>>),
+    /// The first namespace.
+    pub first: Opened,
+    /// The others, ready to sample.
+    pub others: Vec<Space<Source, Source>>,
+    /// Every namespace's name by index (kept up to date by the scanner).
+    pub names: Arc<Mutex<Vec<String>>>,
 }
 
 impl Scanner {
@@ -127,34 +141,20 @@ impl Scanner {
                     .join(", ")
             ));
         }
-        let (_, dump, destroy, l) = opened.remove(0);
-        let mut rest = Vec::new();
-        for (ns, dump, destroy, label) in opened {
-            match self.space(ns, dump, destroy, label) {
-                Ok(sp) => rest.push(sp),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(Start { first: (dump, destroy, l), rest: (rest, self.names.clone()) })
+        let first = opened.remove(0);
+        let others = opened.into_iter().map(|o| self.space(o)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Start { first, others, names: self.names.clone() })
     }
 
-    fn space(
-        &self,
-        ns: u32,
-        dump: Source,
-        destroy: Option<DestroyListener<Source>>,
-        label: Arc<NetnsLabel>,
-    ) -> Result<Space<Source, Source>, String> {
+    fn space(&self, o: Opened) -> Result<Space<Source, Source>, String> {
         let sampler =
-            Sampler::new(dump, self.sampler.clone()).map_err(|e| format!("filter: {e}"))?;
-        Ok(Space { ns, label: Some(label), sampler, destroy })
+            Sampler::new(o.dump, self.sampler.clone()).map_err(|e| format!("filter: {e}"))?;
+        Ok(Space { ns: o.ns, label: Some(o.label), sampler, destroy: o.destroy })
     }
 
     /// Scans, and opens the namespaces not seen before: each with its index, sources and
     /// label, in the scan's order. Namespaces seen before and now gone leave `known`.
-    fn scan_and_open(
-        &mut self,
-    ) -> Vec<(u32, Source, Option<DestroyListener<Source>>, Arc<NetnsLabel>)> {
+    fn scan_and_open(&mut self) -> Vec<Opened> {
         let known: HashMap<NsId, Netns> =
             self.known.iter().map(|(id, (_, n))| (*id, n.clone())).collect();
         let scan = netns::scan(&self.which, &self.roots, &known);
@@ -187,7 +187,7 @@ impl Scanner {
                     }
                     tracing::info!(netns = %l.name, inode = n.id.inode, "sampling network namespace");
                     self.known.insert(n.id, (ns, n));
-                    opened.push((ns, dump, destroy, l));
+                    opened.push(Opened { ns, dump, destroy, label: l });
                 }
                 Err(e) => {
                     unreachable += 1;
@@ -240,8 +240,8 @@ impl Scanner {
                     return;
                 }
             }
-            for (ns, dump, destroy, l) in opened {
-                let sp = match self.space(ns, dump, destroy, l) {
+            for o in opened {
+                let sp = match self.space(o) {
                     Ok(sp) => sp,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot sample a new namespace");
