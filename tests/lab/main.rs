@@ -8,6 +8,7 @@
 
 #[path = "../common/monitor.rs"]
 mod monitor;
+mod netns;
 
 use std::net::SocketAddr;
 use std::time::Duration;
