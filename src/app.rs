@@ -476,8 +476,8 @@ fn start_http(
         crate::services::Services::new(),
         h.top_services,
     );
-    if let Some(n) = netns_names {
-        exporter = exporter.with_netns(n);
+    if let Some(n) = &netns_names {
+        exporter = exporter.with_netns(n.clone());
     }
     let exporter = Arc::new(exporter);
     let served = crate::http::Served {
@@ -485,6 +485,7 @@ fn start_http(
         registry: exporter.registry(),
         queries,
         interval,
+        netns: netns_names,
     };
     crate::http::spawn(l, served, h.limits).map_err(|e| {
         eprintln!("cgmon-rs: cannot start the HTTP server: {e}");

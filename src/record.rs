@@ -482,6 +482,9 @@ pub struct View<'a> {
     /// `inet` or `inet6`.
     #[serde(rename = "Family")]
     pub family: &'static str,
+    /// Its network namespace's name, when several are sampled (`--netns`).
+    #[serde(rename = "Netns", skip_serializing_if = "Option::is_none")]
+    pub netns: Option<&'a str>,
     /// The 4-tuple and first sample time.
     #[serde(rename = "ID")]
     pub id: &'a FlowId,

@@ -851,9 +851,25 @@ impl Tracker {
     /// The active flows with a cookie above `after`, the `limit` smallest in cookie order
     /// (a stable order for paging), each with its `keep` newest samples; and how many flows
     /// are active in all. Only the flows on the page are copied.
-    pub fn view_page(&self, after: Option<u64>, limit: usize, keep: usize) -> (Vec<Flow>, usize) {
-        let mut cookies: Vec<u64> =
-            self.hot.iter().map(|h| h.cookie).filter(|&c| after.is_none_or(|a| c > a)).collect();
+    /// With `netns`, only the flows of that namespace count, on the page and in all.
+    pub fn view_page(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+        keep: usize,
+        netns: Option<u32>,
+    ) -> (Vec<Flow>, usize) {
+        let in_ns = |c: u64| netns.is_none_or(|n| self.netns_of(c) == n);
+        let total = match netns {
+            Some(_) => self.hot.iter().filter(|h| in_ns(h.cookie)).count(),
+            None => self.hot.len(),
+        };
+        let mut cookies: Vec<u64> = self
+            .hot
+            .iter()
+            .map(|h| h.cookie)
+            .filter(|&c| after.is_none_or(|a| c > a) && in_ns(c))
+            .collect();
         if cookies.len() > limit {
             cookies.select_nth_unstable(limit);
             cookies.truncate(limit);
@@ -864,7 +880,7 @@ impl Tracker {
             .filter_map(|c| self.index.get(c))
             .map(|&slot| self.view_slot(slot as usize, keep))
             .collect();
-        (page, self.hot.len())
+        (page, total)
     }
 
     fn view_slot(&self, slot: usize, keep: usize) -> Flow {

@@ -6,12 +6,14 @@ use crate::tracker::Flow;
 
 /// `f` (a view copy: its samples are the newest few, `stage.window` counts all) as JSON,
 /// with its latest sample, and with those samples when `recent`.
-pub fn view(f: &Flow, recent: bool) -> serde_json::Value {
+/// `netns`: its namespace's name, when several are sampled.
+pub fn view(f: &Flow, recent: bool, netns: Option<&str>) -> serde_json::Value {
     let id = FlowId::new(&f.key, f.first_ts_ns);
     let l = &f.last;
     let v = View {
         cookie: f.key.cookie,
         family: View::family_name(f.key.family),
+        netns,
         id: &id,
         state: crate::states::name(l.state),
         cc: f.cc.as_str(),

@@ -63,6 +63,15 @@ struct Ctx {
     healthy_within: Duration,
     registry: Arc<Registry>,
     queries: mpsc::Sender<Query>,
+    netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+}
+
+impl Ctx {
+    /// The name of namespace `ns`, when several are sampled.
+    fn netns_name(&self, ns: u32) -> Option<String> {
+        let names = self.netns.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(ns as usize).cloned()
+    }
 }
 
 /// What the server serves.
@@ -75,6 +84,8 @@ pub struct Served {
     pub queries: mpsc::Sender<Query>,
     /// The sampling interval (for `/healthz`).
     pub interval: Duration,
+    /// Network namespace names by index, when several are sampled (`--netns`).
+    pub netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 async fn flow_durations(State(c): State<Ctx>) -> String {
@@ -135,6 +146,7 @@ async fn ask<T>(c: &Ctx, q: impl FnOnce(oneshot::Sender<T>) -> Query) -> Result<
 struct PageQuery {
     limit: Option<usize>,
     after: Option<u64>,
+    netns: Option<String>,
 }
 
 async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection>) -> Response {
@@ -147,26 +159,60 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
         let msg = format!("invalid limit {limit}: 1 to {MAX_PAGE}\n");
         return (StatusCode::BAD_REQUEST, msg).into_response();
     }
-    let page = match ask(&c, |tx| Query::List { after: q.after, limit, tx }).await {
+    let netns = match &q.netns {
+        None => None,
+        Some(name) => {
+            let found = c.netns.as_ref().and_then(|n| {
+                let names = n.lock().unwrap_or_else(|e| e.into_inner());
+                names.iter().position(|x| x == name)
+            });
+            match found {
+                Some(i) => Some(i as u32),
+                None => {
+                    let msg = format!("no sampled network namespace named {name:?}\n");
+                    return (StatusCode::BAD_REQUEST, msg).into_response();
+                }
+            }
+        }
+    };
+    let page = match ask(&c, |tx| Query::List { after: q.after, limit, netns, tx }).await {
         Ok(p) => p,
         Err(r) => return r,
     };
     let next = (page.flows.len() == limit).then(|| page.flows.last().map(|f| f.key.cookie));
-    let body: Vec<_> = page.flows.iter().map(|f| view(f, false)).collect();
+    let body: Vec<_> = page
+        .flows
+        .iter()
+        .zip(&page.netns)
+        .map(|(f, &ns)| view(f, false, c.netns_name(ns).as_deref()))
+        .collect();
     let mut r = Json(body).into_response();
     let h = r.headers_mut();
     h.insert("x-total-count", page.total.into());
+    let filter = q.netns.as_ref().map_or(String::new(), |n| format!("&netns={}", url_escape(n)));
     if let Some(Some(last)) = next
-        && let Ok(v) = format!("</flows?limit={limit}&after={last}>; rel=\"next\"").parse()
+        && let Ok(v) = format!("</flows?limit={limit}&after={last}{filter}>; rel=\"next\"").parse()
     {
         h.insert(header::LINK, v);
     }
     r
 }
 
+/// A query value, percent-encoded where a URL needs it.
+fn url_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     match ask(&c, |tx| Query::Flow(cookie, tx)).await {
-        Ok(Some(f)) => Json(view(&f, true)).into_response(),
+        Ok(Some((f, ns))) => Json(view(&f, true, c.netns_name(ns).as_deref())).into_response(),
         Ok(None) => (StatusCode::NOT_FOUND, format!("no active flow with cookie {cookie}\n"))
             .into_response(),
         Err(r) => r,
@@ -288,6 +334,7 @@ fn router(s: Served) -> Router {
         healthy_within,
         registry: Arc::new(s.registry),
         queries: s.queries,
+        netns: s.netns,
     };
     Router::new()
         .route("/", get(index))

@@ -98,12 +98,14 @@ async fn next_query(q: &mut Option<tokio::sync::mpsc::Receiver<Query>>) -> Optio
 
 fn answer(tracker: &Tracker, q: Query) {
     match q {
-        Query::List { after, limit, tx } => {
-            let (flows, total) = tracker.view_page(after, limit, 1);
-            let _ = tx.send(views::Page { flows, total });
+        Query::List { after, limit, netns, tx } => {
+            let (flows, total) = tracker.view_page(after, limit, 1, netns);
+            let netns = flows.iter().map(|f| tracker.netns_of(f.key.cookie)).collect();
+            let _ = tx.send(views::Page { flows, netns, total });
         }
         Query::Flow(cookie, tx) => {
-            let _ = tx.send(tracker.view_one(cookie, views::RECENT_SAMPLES));
+            let f = tracker.view_one(cookie, views::RECENT_SAMPLES);
+            let _ = tx.send(f.map(|f| (f, tracker.netns_of(cookie))));
         }
     }
 }

@@ -21,6 +21,8 @@ pub const MAX_PAGE: usize = 10_000;
 pub struct Page {
     /// The flows, each with its latest sample only.
     pub flows: Vec<Flow>,
+    /// Each flow's network namespace (index), beside `flows`.
+    pub netns: Vec<u32>,
     /// Active flows in all.
     pub total: usize,
 }
@@ -34,12 +36,14 @@ pub enum Query {
         after: Option<u64>,
         /// Page size.
         limit: usize,
+        /// Only the flows of this network namespace (index).
+        netns: Option<u32>,
         /// Where the answer goes.
         tx: oneshot::Sender<Page>,
     },
-    /// One flow (by cookie) with its [`RECENT_SAMPLES`] newest samples; `None` when it is
-    /// not active.
-    Flow(u64, oneshot::Sender<Option<Flow>>),
+    /// One flow (by cookie) with its [`RECENT_SAMPLES`] newest samples, and its network
+    /// namespace (index); `None` when it is not active.
+    Flow(u64, oneshot::Sender<Option<(Flow, u32)>>),
 }
 
 /// A copy of `f`'s identity and latest values, without samples.

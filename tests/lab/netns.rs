@@ -97,6 +97,16 @@ fn records(m: Monitor, port: u16) -> Vec<Value> {
         .collect()
 }
 
+/// The body of GET `path` from the monitor's HTTP server on `port`.
+fn get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.split_once("\r\n\r\n").map_or(text.clone(), |(_, b)| b.to_string())
+}
+
 fn name(r: &Value) -> &str {
     r["Netns"]["Name"].as_str().unwrap_or("<none>")
 }
@@ -120,12 +130,23 @@ fn three_namespaces_and_the_host_each_flow_once_under_its_name() {
     }
     let host = OwnedFd::from(std::fs::File::open("/proc/self/ns/net").unwrap());
     held.push(pair_in(&host, p, from));
-    let m = monitor(p, &[]);
+    let http = port();
+    let m = monitor(p, &["-run-http-server", &format!("127.0.0.1:{http}")]);
     std::thread::sleep(Duration::from_millis(300));
     for (_, pair) in &mut held {
         pair.exchange(10_000).unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
+    // /flows lists a namespace's flows when asked, each under its name.
+    let listed: Vec<Value> =
+        serde_json::from_str(&get(http, &format!("/flows?netns={}", ns.0[1]))).unwrap();
+    let ours: Vec<&Value> =
+        listed.iter().filter(|f| f["ID"]["SrcPort"] == p || f["ID"]["DstPort"] == p).collect();
+    assert_eq!(ours.len(), 2, "{listed:#?}");
+    assert!(listed.iter().all(|f| f["Netns"] == ns.0[1].as_str()), "{listed:#?}");
+    assert!(get(http, "/flows?netns=nosuch").contains("no sampled network namespace"));
+    let metrics = get(http, "/metrics");
+    assert!(metrics.contains(&format!("netns=\"{}\"", ns.0[2])), "{metrics}");
     let recs = records(m, p);
     let mut names: Vec<&str> = recs.iter().map(name).collect();
     names.sort_unstable();
