@@ -423,7 +423,9 @@ async fn shut_down(
 /// records left unwritten at the end, so that a wrapper script or systemd does not take an
 /// incomplete output for a complete one.
 fn exit_status(code: u8, metrics: &Metrics) -> u8 {
-    tracing::info!("stopped; {}", metrics.report().lines().nth(4).unwrap_or_default());
+    let report = metrics.report();
+    let records = report.lines().find(|l| l.starts_with("records:")).unwrap_or_default();
+    tracing::info!("stopped; {records}");
     let (lost, dropped) = (metrics.records_lost.get(), metrics.records_dropped.get());
     let code = if code == 0 && lost + dropped > 0 {
         tracing::error!(lost, dropped, "records were lost during the run: exit status 1");

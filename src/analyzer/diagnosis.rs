@@ -104,7 +104,8 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         let busy = busy.min(elapsed);
         let rwnd = rwnd.min(busy);
         let sndbuf = sndbuf.min(busy - rwnd);
-        let pct = |v: f64| 100.0 * v / elapsed;
+        // 100·x/x is not always 100 in floating point (100.00000000000001 was seen).
+        let pct = |v: f64| (100.0 * v / elapsed).clamp(0.0, 100.0);
         TimeShares {
             receiver_window: pct(rwnd),
             send_buffer: pct(sndbuf),
@@ -334,6 +335,18 @@ mod tests {
             "{}",
             d.finding
         );
+    }
+
+    #[test]
+    fn an_idle_span_is_exactly_100_percent_application() {
+        // A span of 1,000.00007 ms: 100·x/x computes to 100.00000000000001 there.
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(50_000).min_rtt_us(50_000);
+        let mut e = ended_flow(&[
+            (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
+            (S + 1_000_000_070, a.chrono_us(0, 0, 0).bytes_acked(2)),
+        ]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!(d.shares.application, 100.0, "{:?}", d.shares);
     }
 
     #[test]

@@ -873,3 +873,99 @@ fn an_output_directory_is_judged_with_the_users_effective_rights() {
     assert!(out.status.success(), "{err}");
     assert_eq!(files(&out_dir), [out_dir.join("f.json")]);
 }
+
+/// The shipped all-namespaces drop-in verifies with the unit, and what it adds keeps
+/// `systemd-analyze security` at OK (it was 2.2 when written).
+#[test]
+fn the_all_namespaces_drop_in_verifies_and_stays_ok() {
+    if Command::new("systemd-analyze").arg("--version").output().is_err() {
+        assert!(std::env::var("CI").is_err(), "CI=true: systemd-analyze is required");
+        eprintln!("skipped: systemd-analyze is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/systemd/cgmon-rs.service"
+    ))
+    .unwrap();
+    let path = dir.path().join("cgmon-rs.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/cgmon-rs", BIN)).unwrap();
+    let drop_in = dir.path().join("cgmon-rs.service.d");
+    std::fs::create_dir(&drop_in).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/systemd/cgmon-rs-all-netns.conf"),
+        drop_in.join("all-netns.conf"),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze").arg("verify").arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.trim().is_empty(), "{err}");
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("Failed to parse"), "{text}");
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.split("exposure level for cgmon-rs.service: ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no score in {text}"));
+    assert!(score <= 3.0, "exposure {score}: {text}");
+    // It grants only the two capabilities --netns all needs.
+    let conf = std::fs::read_to_string(drop_in.join("all-netns.conf")).unwrap();
+    assert!(conf.contains("CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_PTRACE\n"));
+}
+
+/// The Kubernetes example parses, runs the monitor with --netns all, and grants exactly
+/// what that needs: host PIDs, SYS_ADMIN and SYS_PTRACE, not privileged; its metrics port is
+/// the one the monitor listens on.
+#[test]
+fn the_daemonset_example_parses_and_asks_for_what_netns_all_needs() {
+    use yaml_rust2::YamlLoader;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kubernetes/daemonset.yaml"
+    ))
+    .unwrap();
+    let docs = YamlLoader::load_from_str(&text).unwrap();
+    assert_eq!(docs.len(), 1);
+    let d = &docs[0];
+    assert_eq!(d["kind"].as_str(), Some("DaemonSet"));
+    assert_eq!(d["apiVersion"].as_str(), Some("apps/v1"));
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(spec["hostPID"].as_bool(), Some(true));
+    let c = &spec["containers"][0];
+    let args: Vec<&str> = c["args"].as_vec().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert_eq!(args[..2], ["--netns", "all"]);
+    let listen = args.iter().position(|a| *a == "-run-http-server").map(|i| args[i + 1]).unwrap();
+    let port = c["ports"][0]["containerPort"].as_i64().unwrap();
+    assert_eq!(listen, format!(":{port}"));
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"].as_bool(), Some(false));
+    let add: Vec<&str> =
+        sc["capabilities"]["add"].as_vec().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    assert_eq!(add, ["SYS_ADMIN", "SYS_PTRACE"]);
+    // Its arguments and variables are ones the monitor accepts.
+    let mut cmd = Command::new(BIN);
+    // Run here in the monitor's own namespace only (the test need not have the rights), and
+    // serving on loopback.
+    let own: Vec<&str> = args
+        .iter()
+        .map(|a| match *a {
+            "all" => "own",
+            a if a == listen => "127.0.0.1:0",
+            a => a,
+        })
+        .collect();
+    cmd.args(&own).args(["-run-duration", "1ms"]);
+    for e in c["env"].as_vec().unwrap() {
+        cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
