@@ -41,7 +41,7 @@ pub fn status_page(m: &Metrics) -> String {
         );
     }
     p.push_str("</table>\n<h3>Counters</h3>\n<table>\n");
-    let rows: [(&str, String); 17] = [
+    let rows: [(&str, String); 18] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
         ("incomplete dumps", m.dumps_incomplete.get().to_string()),
@@ -75,6 +75,10 @@ pub fn status_page(m: &Metrics) -> String {
         (
             "flows discovered late (up to the full-dump interval)",
             m.flows_discovered_late.get().to_string(),
+        ),
+        (
+            "network namespaces: sampled / found but not reachable",
+            format!("{} / {}", m.netns_sampled.get(), m.netns_unreachable.get()),
         ),
         (
             "destroy events (overruns)",
