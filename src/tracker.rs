@@ -1072,11 +1072,7 @@ impl Tracker {
             let held = self.stages.detach(f);
             sync(f, h);
             let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
-            e.netns = self
-                .labels
-                .get(*self.flow_netns.get(&h.cookie).unwrap_or(&0) as usize)
-                .cloned()
-                .flatten();
+            e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
             // The edge sample stays held: it also begins the next window.
             self.stats.samples_handed_on += e.sample_count() as u64 - 1;
             out.push(e);
@@ -1413,8 +1409,8 @@ impl Tracker {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
         let Rest { held, sampling } = rest;
-        let ns = self.flow_netns.remove(&flow.key.cookie).unwrap_or(0);
-        let netns = self.labels.get(ns as usize).cloned().flatten();
+        let netns = label_of(&self.labels, &self.flow_netns, flow.key.cookie);
+        self.flow_netns.remove(&flow.key.cookie);
         let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
@@ -1451,11 +1447,7 @@ impl Tracker {
             let held = self.stages.detach(f);
             sync(f, h);
             let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
-            e.netns = self
-                .labels
-                .get(*self.flow_netns.get(&h.cookie).unwrap_or(&0) as usize)
-                .cloned()
-                .flatten();
+            e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
             h.deduped = 0;
             (h.max_gap_us, h.exact) = (0, 0);
             // The edge sample stays held: it also begins the next window.
@@ -1478,6 +1470,15 @@ fn sync(f: &mut Flow, h: &Hot) {
     f.last_ts_ns = h.last_ts_ns;
     f.deduped = h.deduped;
     f.options = h.options;
+}
+
+/// The label of the flow with `cookie`'s namespace, when several are sampled.
+fn label_of(
+    labels: &[Option<std::sync::Arc<crate::record::NetnsLabel>>],
+    flow_netns: &FxHashMap<u64, u32>,
+    cookie: u64,
+) -> Option<std::sync::Arc<crate::record::NetnsLabel>> {
+    labels.get(*flow_netns.get(&cookie).unwrap_or(&0) as usize).cloned().flatten()
 }
 
 /// `b − a` in µs, saturating: a gap between two samples.

@@ -42,3 +42,15 @@ pub trait DumpSource {
     /// Reopening the socket failed.
     fn reset(&mut self) -> io::Result<()>;
 }
+
+/// `recv` for a source whose answers are all queued by the time it is asked (scripts,
+/// simulated hosts): the next datagram, or, with none queued, never.
+///
+/// # Errors
+/// The source's `try_recv` failed.
+pub async fn next_queued<S: DumpSource>(s: &mut S, buf: &mut Vec<u8>) -> io::Result<Received> {
+    match s.try_recv(buf)? {
+        Some(r) => Ok(r),
+        None => std::future::pending().await,
+    }
+}

@@ -5,6 +5,7 @@
 //! there is none. It counts what it was asked, so scheduling tests can tell what each tick
 //! did, and it can spend CPU per socket answered, so a budget has something to measure.
 
+use super::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -173,10 +174,7 @@ impl DumpSource for SimHost {
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self.try_recv(buf)? {
-            Some(r) => Ok(r),
-            None => std::future::pending().await,
-        }
+        next_queued(self, buf).await
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
@@ -229,10 +227,7 @@ impl DumpSource for CannedAnswers {
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self.try_recv(buf)? {
-            Some(r) => Ok(r),
-            None => std::future::pending().await,
-        }
+        next_queued(self, buf).await
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {

@@ -2,6 +2,7 @@
 //! bytes plus the monotonic time each arrived, so the sampler can be driven from fixture
 //! files ([`ReplaySource`]) in tests and benches exactly as from the kernel ([`NetlinkSource`]).
 
+use super::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -267,10 +268,7 @@ impl DumpSource for ScriptSource {
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self.try_recv(buf)? {
-            Some(r) => Ok(r),
-            None => std::future::pending().await,
-        }
+        next_queued(self, buf).await
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {

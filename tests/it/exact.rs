@@ -168,6 +168,21 @@ fn idle_pairs(l: &TcpListener, n: usize) -> Vec<Pair> {
     (0..n).map(|_| Pair::connect(l, a).unwrap()).collect()
 }
 
+impl Tiered {
+    /// The flows ended, once `n` have (or after 5 s).
+    async fn ended(&mut self, n: usize) -> Vec<EndedFlow> {
+        let mut ended = Vec::new();
+        let t0 = std::time::Instant::now();
+        while ended.len() < n && t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(b) = self.ended.try_recv() {
+                ended.extend(b);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        ended
+    }
+}
+
 /// Exchanges data on `p` for `d`, a little every 5 ms.
 fn busy(p: &mut Pair, d: Duration) {
     let t = std::time::Instant::now();
@@ -242,14 +257,7 @@ async fn a_hot_flow_that_resets_is_found_gone_by_the_next_exact_poll_and_ends_on
     // them gone, and their destroy events end them.
     socket2::SockRef::from(&p.client).set_linger(Some(Duration::ZERO)).unwrap();
     drop(p);
-    let mut ended = Vec::new();
-    let t0 = std::time::Instant::now();
-    while ended.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
-        if let Ok(b) = t.ended.try_recv() {
-            ended.extend(b);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let ended = t.ended(2).await;
     assert_eq!(ended.len(), 2, "both ends ended");
     assert_eq!(m.dumps.get(), dumps, "ended by exact polls and events, not a full dump");
     assert!(m.exact_gone.get() >= 1, "the exact poll found the sockets gone");
@@ -288,14 +296,7 @@ async fn a_hot_flow_that_closes_cleanly_gets_the_exact_final_counters_of_its_des
     })
     .await
     .unwrap();
-    let mut ended = Vec::new();
-    let t0 = std::time::Instant::now();
-    while ended.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
-        if let Ok(b) = t.ended.try_recv() {
-            ended.extend(b);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let ended = t.ended(2).await;
     assert_eq!(ended.len(), 2, "both ends ended");
     let client = ended.iter().find(|e| e.flow.key.dport == a.port()).unwrap();
     assert_eq!(client.reason, EndReason::Destroyed);

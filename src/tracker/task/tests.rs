@@ -1,6 +1,7 @@
 //! The stage's schedule, back-off and backpressure, on a scripted source in paused tokio
 //! time: no kernel, and no real waiting.
 
+use crate::sampler::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io;
 
@@ -47,10 +48,7 @@ impl DumpSource for Scripted {
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self.try_recv(buf)? {
-            Some(r) => Ok(r),
-            None => std::future::pending().await,
-        }
+        next_queued(self, buf).await
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
