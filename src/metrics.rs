@@ -265,6 +265,8 @@ pub struct Metrics {
     pub hot_flows: Gauge,
     /// Network namespaces sampled.
     pub netns_sampled: Gauge,
+    /// Active flows per namespace index, when several are sampled.
+    pub netns_flows: Mutex<Vec<u64>>,
     /// Network namespaces found but not sampled: their file could not be read or entered
     /// (missing capabilities), as of the last scan.
     pub netns_unreachable: Gauge,
@@ -357,6 +359,7 @@ impl Metrics {
             exact_unanswered: Counter::default(),
             hot_flows: Gauge::default(),
             netns_sampled: Gauge::default(),
+            netns_flows: Mutex::new(Vec::new()),
             netns_unreachable: Gauge::default(),
             full_dumps_cheaper: Counter::default(),
             full_dump_interval_ns: Gauge::default(),

@@ -93,7 +93,8 @@ async fn flow_durations(State(c): State<Ctx>) -> String {
 }
 
 async fn index(State(c): State<Ctx>) -> Html<String> {
-    Html(status_page(&c.metrics))
+    let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    Html(status_page(&c.metrics, names.as_deref()))
 }
 
 /// OpenMetrics when the client asks for it (Prometheus does), else text format 0.0.4.
@@ -199,7 +200,7 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
 }
 
 /// A query value, percent-encoded where a URL needs it.
-fn url_escape(s: &str) -> String {
+pub(crate) fn url_escape(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::metrics::Metrics;
 
 /// The status page.
-pub fn status_page(m: &Metrics) -> String {
+/// The status page; with `netns` (the sampled namespaces' names by index), a table of
+/// them, each with its active flows and a link to them.
+pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
     use std::fmt::Write as _;
     let up = m.uptime().as_secs_f64().max(1e-9);
     let (churn_n, churn_ns) = *m.last_churn.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,7 +110,22 @@ pub fn status_page(m: &Metrics) -> String {
     for (k, v) in rows {
         let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
     }
-    p.push_str("</table>\n<p><a href=\"/\">Refresh</a> · <a href=\"/metrics\">/metrics</a> · \
+    p.push_str("</table>\n");
+    if let Some(names) = netns {
+        let flows = m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        p.push_str("<h3>Network namespaces</h3>\n<table><tr><th>namespace</th><th>active flows</th></tr>\n");
+        for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+            let _ = writeln!(
+                p,
+                "<tr><td><a href=\"/flows?netns={}\">{}</a></td><td>{}</td></tr>",
+                escape(&super::url_escape(name)),
+                escape(name),
+                flows.get(i).copied().unwrap_or(0)
+            );
+        }
+        p.push_str("</table>\n");
+    }
+    p.push_str("<p><a href=\"/\">Refresh</a> · <a href=\"/metrics\">/metrics</a> · \
                 <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
                 <a href=\"/healthz\">/healthz</a></p></body></html>\n");
     p

@@ -71,13 +71,15 @@ fn cookie_of(id: &[u8]) -> u64 {
     w(40) | w(44) << 32
 }
 
-/// Spins (really uses the CPU) for `d`, so that thread CPU clocks see it.
+/// Spins until this thread has used `d` of CPU, so that thread CPU clocks see exactly
+/// that (counting wall time instead, a busy machine that took the CPU away mid-spin made
+/// the costs, and so the schedule, vary).
 fn burn(d: Duration) {
     if d.is_zero() {
         return;
     }
-    let t = std::time::Instant::now();
-    while t.elapsed() < d {
+    let until = crate::clock::thread_cpu_ns() + d.as_nanos() as u64;
+    while crate::clock::thread_cpu_ns() < until {
         std::hint::spin_loop();
     }
 }

@@ -24,6 +24,24 @@ impl Tracker {
         self.labels[i] = Some(label);
     }
 
+    /// Whether records are labelled with namespaces (several are sampled).
+    pub fn several_netns(&self) -> bool {
+        !self.labels.is_empty()
+    }
+
+    /// Active flows per namespace index (the first's are those in no other).
+    pub fn flows_per_netns(&self) -> Vec<u64> {
+        let mut v = vec![0u64; self.labels.len().max(1)];
+        for &ns in self.flow_netns.values() {
+            if let Some(c) = v.get_mut(ns as usize) {
+                *c += 1;
+            }
+        }
+        let others: u64 = v[1..].iter().sum();
+        v[0] = (self.active() as u64).saturating_sub(others);
+        v
+    }
+
     /// The namespace of the flow with `cookie` (0 when unknown or the first).
     pub fn netns_of(&self, cookie: u64) -> u32 {
         self.flow_netns.get(&cookie).copied().unwrap_or(0)

@@ -176,6 +176,9 @@ fn publish(
     }
     let st = tracker.stats();
     m.flows_active.set(tracker.active() as u64);
+    if tracker.several_netns() {
+        *m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()) = tracker.flows_per_netns();
+    }
     m.flows_opened.mirror(st.flows_opened);
     m.flows_ended.mirror(st.flows_ended);
     m.flows_refused.mirror(st.flows_refused);
