@@ -170,9 +170,6 @@ impl Scanner {
             if self.known.contains_key(&n.id) {
                 continue;
             }
-            if matches!(self.which, Which::Listed(_)) && n.own && n.name.is_none() {
-                continue; // a list names what to sample; the own namespace only if listed
-            }
             match open(&n, self.opts, self.sampler.filter.clone()) {
                 Ok((dump, destroy)) => {
                     let ns = self.next;

@@ -108,7 +108,8 @@ impl Netns {
 /// What a scan found.
 #[derive(Debug, Default)]
 pub struct Scan {
-    /// The namespaces, the monitor's own first, each once.
+    /// The namespaces, each once: the monitor's own first (with `--netns` a list, only
+    /// those listed, in order).
     pub found: Vec<Netns>,
     /// Paths that could not be read (typically other users' processes without
     /// `CAP_SYS_PTRACE`), with why; one per namespace at most is not knowable, so this counts
@@ -203,7 +204,10 @@ pub fn scan(which: &Which, roots: &Roots, known: &HashMap<NsId, Netns>) -> Scan 
         out.found.push(Netns { id, path, name, container: None, own: id == own });
         Some(out.found.len() - 1)
     }
-    add(&mut out, &mut seen, own, own, own_path, None);
+    // A list names exactly what to sample; otherwise the own namespace comes first.
+    if !matches!(which, Which::Listed(_)) {
+        add(&mut out, &mut seen, own, own, own_path, None);
+    }
     match which {
         Which::Own => {}
         Which::Listed(items) => {
@@ -333,6 +337,19 @@ mod tests {
         assert!(s.processes > 0);
         let own = scan(&Which::Own, &Roots::default(), &HashMap::new());
         assert_eq!(own.found.len(), 1);
+        // A list is exactly what it names: the own namespace only when listed (by path,
+        // here), and what does not exist is unreadable, not found.
+        let listed = Which::Listed(vec!["/nonexistent/ns".into(), "/proc/self/ns/net".into()]);
+        let l = scan(&listed, &Roots::default(), &HashMap::new());
+        assert_eq!(l.found.len(), 1);
+        assert!(l.found[0].own && l.found[0].path == Path::new("/proc/self/ns/net"));
+        assert_eq!(l.unreadable.len(), 1);
+        let none = scan(
+            &Which::Listed(vec!["/nonexistent/ns".into()]),
+            &Roots::default(),
+            &HashMap::new(),
+        );
+        assert!(none.found.is_empty());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! bytes plus the monotonic time each arrived, so the sampler can be driven from fixture
 //! files ([`ReplaySource`]) in tests and benches exactly as from the kernel ([`NetlinkSource`]).
 
+#[cfg(any(test, feature = "testkit"))]
 use super::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};

@@ -176,7 +176,8 @@ fn publish(
     }
     let st = tracker.stats();
     m.flows_active.set(tracker.active() as u64);
-    if tracker.several_netns() {
+    // For the status page only, so only when it is served (`accounts` is published for it).
+    if accounts.is_some() && tracker.several_netns() {
         *m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()) = tracker.flows_per_netns();
     }
     m.flows_opened.mirror(st.flows_opened);
