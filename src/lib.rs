@@ -26,6 +26,7 @@
 
 pub mod analyzer;
 pub mod app;
+pub mod chart;
 pub mod cli;
 pub mod clock;
 pub mod diagnose;

@@ -16,6 +16,7 @@ const RANKS: &[(&str, u32)] = &[
     ("stats", 0),
     ("services", 0),
     ("metrics", 0),
+    ("chart", 0),
     ("testkit", 1),
     ("filter", 1),
     ("record", 1),

@@ -1,0 +1,239 @@
+//! A flow's charts over time: RTT (with its minimum), cwnd (with ssthresh), pacing and
+//! delivery rate, cumulative retransmits, and the time shares as they grew. The same
+//! charts serve the live flow page, `plot` and `report`: each source turns its samples
+//! into [`Point`]s first.
+
+use super::{Chart, Mark, Series, Unit, clock_text, max_gap, runs, time_axis, value_axis};
+
+/// One sample, in the units of the records. `None`: the kernel did not give the value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Point {
+    /// Wall-clock time, seconds since the Unix epoch.
+    pub unix_s: f64,
+    /// Smoothed RTT, ms.
+    pub rtt_ms: Option<f64>,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: Option<f64>,
+    /// Slow-start threshold, bytes (`None` while it is still "infinite").
+    pub ssthresh_bytes: Option<f64>,
+    /// Pacing rate, Mbit/s.
+    pub pacing_mbps: Option<f64>,
+    /// Delivery rate, Mbit/s.
+    pub delivery_mbps: Option<f64>,
+    /// Cumulative retransmitted segments.
+    pub retrans: Option<f64>,
+    /// Cumulative busy, receiver-window-limited and send-buffer-limited time, ms.
+    pub chrono_ms: Option<[f64; 3]>,
+}
+
+/// The chart ids, in page order.
+pub const CHART_IDS: [&str; 5] = ["rtt", "cwnd", "rate", "retrans", "shares"];
+
+/// A summary of a series' values for the chart's description.
+fn describe(name: &str, unit: &str, s: &Series) -> String {
+    let vals: Vec<f64> = s.runs.iter().flatten().map(|p| p.1).collect();
+    let Some(last) = vals.last() else {
+        return format!("{name}: no values.");
+    };
+    let (lo, hi) = vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+    format!(
+        "{name}: {} values from {} to {} {unit}, the last {} {unit}.",
+        vals.len(),
+        num(lo),
+        num(hi),
+        num(*last)
+    )
+}
+
+/// A value with three significant digits, or as a whole number when it is large.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A chart of `series` (values in `unit`) over the points' time span.
+fn chart(
+    id: String,
+    title: &str,
+    axis_name: &str,
+    unit: Unit,
+    series: Vec<Series>,
+    marks: Vec<Mark>,
+    start: f64,
+    span: f64,
+    when: &str,
+) -> Chart {
+    let vals = series.iter().flat_map(|s| s.runs.iter().flatten().map(|p| p.1));
+    let vals = vals.chain(marks.iter().map(|m| m.value));
+    let (lo, hi) = vals.fold((0.0, 0.0), |(a, b): (f64, f64), v| (a.min(v), b.max(v)));
+    let (y, y_div) = value_axis(axis_name, unit, lo, hi);
+    let unit_text = unit.scale(hi).1;
+    let scaled = |s: &Series| Series {
+        runs: s.runs.iter().map(|r| r.iter().map(|&(t, v)| (t, v / y_div)).collect()).collect(),
+        ..s.clone()
+    };
+    let mut desc: Vec<String> = vec![format!("{title}, {when}.")];
+    desc.extend(series.iter().map(|s| describe(s.name, unit_text, &scaled(s))));
+    desc.extend(marks.iter().map(|m| format!("{}: {} {unit_text}.", m.label, num(m.value / y_div))));
+    Chart {
+        id,
+        title: title.to_string(),
+        desc: desc.join(" "),
+        x: time_axis(start, span),
+        y,
+        y_div,
+        series,
+        marks,
+    }
+}
+
+/// The flow's charts, ids prefixed by `prefix`: RTT with `min_rtt_ms` marked, cwnd with
+/// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares.
+pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Chart> {
+    let start = points.first().map_or(0.0, |p| p.unix_s);
+    let times: Vec<f64> = points.iter().map(|p| p.unix_s - start).collect();
+    let span = times.last().copied().unwrap_or(0.0);
+    let gap = max_gap(&times);
+    let when = match (points.first(), points.last()) {
+        (Some(a), Some(b)) => format!(
+            "{} samples from {} to {}",
+            points.len(),
+            clock_text(a.unix_s, false),
+            clock_text(b.unix_s, false)
+        ),
+        _ => "no samples".to_string(),
+    };
+    let series = |name, key, f: &dyn Fn(&Point) -> Option<f64>, dashed| Series {
+        name,
+        key,
+        runs: runs(points.iter().zip(&times).map(|(p, &t)| (t, f(p))), gap),
+        dashed,
+    };
+    let id = |k: &str| format!("{prefix}{k}");
+    let mut out = Vec::with_capacity(CHART_IDS.len());
+    let min_mark = min_rtt_ms
+        .map(|v| Mark { label: "min RTT".into(), key: "minrtt", value: v })
+        .into_iter()
+        .collect();
+    out.push(chart(
+        id("rtt"),
+        "Round-trip time",
+        "RTT",
+        Unit::Ms,
+        vec![series("smoothed RTT", "rtt", &|p| p.rtt_ms, false)],
+        min_mark,
+        start,
+        span,
+        &when,
+    ));
+    out.push(chart(
+        id("cwnd"),
+        "Congestion window",
+        "window",
+        Unit::Bytes,
+        vec![
+            series("cwnd", "cwnd", &|p| p.cwnd_bytes, false),
+            series("ssthresh", "ssthresh", &|p| p.ssthresh_bytes, true),
+        ],
+        Vec::new(),
+        start,
+        span,
+        &when,
+    ));
+    out.push(chart(
+        id("rate"),
+        "Pacing and delivery rate",
+        "rate",
+        Unit::Mbps,
+        vec![
+            series("pacing", "pacing", &|p| p.pacing_mbps, false),
+            series("delivery", "delivery", &|p| p.delivery_mbps, false),
+        ],
+        Vec::new(),
+        start,
+        span,
+        &when,
+    ));
+    out.push(chart(
+        id("retrans"),
+        "Retransmitted segments (cumulative)",
+        "retransmits",
+        Unit::Count,
+        vec![series("retransmits", "retrans", &|p| p.retrans, false)],
+        Vec::new(),
+        start,
+        span,
+        &when,
+    ));
+    // Shares of the time since the first sample, as they grew: each sample's chrono
+    // counters less the first sample's, over the time elapsed.
+    let base = points.iter().find_map(|p| p.chrono_ms.map(|c| (p.unix_s, c)));
+    let share = |i: usize| {
+        move |p: &Point| {
+            let (t0, c0) = base?;
+            let c = p.chrono_ms?;
+            let elapsed = (p.unix_s - t0) * 1000.0;
+            (elapsed > 0.0).then(|| (100.0 * (c[i] - c0[i]) / elapsed).clamp(0.0, 100.0))
+        }
+    };
+    out.push(chart(
+        id("shares"),
+        "Time shares since the first sample",
+        "share of time",
+        Unit::Percent,
+        vec![
+            series("busy", "busy", &share(0), false),
+            series("receiver-window limited", "rwnd", &share(1), false),
+            series("send-buffer limited", "sndbuf", &share(2), false),
+        ],
+        Vec::new(),
+        start,
+        span,
+        &when,
+    ));
+    out
+}
+
+/// The flow's charts as one standalone SVG document (for `plot`), `title` above them.
+pub fn standalone(title: &str, charts: &[Chart]) -> String {
+    let h = super::HEIGHT * charts.len() as f64 + 30.0;
+    let w = super::WIDTH;
+    let mut s = format!(
+        r##"<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-labelledby="doc-title"><title id="doc-title">{}</title><style>{}</style><rect width="100%" height="100%" fill="#fff"/><text class="doc-title" x="8" y="20">{}</text>"##,
+        super::esc(title),
+        STYLE,
+        super::esc(title)
+    );
+    for (i, c) in charts.iter().enumerate() {
+        let y = 30.0 + super::HEIGHT * i as f64;
+        s.push_str(&format!(r#"<g transform="translate(0 {y})">"#));
+        s.push_str(&c.svg());
+        s.push_str("</g>");
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The charts' colours and type, shared by the pages and standalone files.
+pub const STYLE: &str = "\
+svg.chart{font:11px sans-serif;background:#fff}\
+.chart text{fill:#333}.chart .title{font-weight:bold;font-size:13px}.chart .legend{font-size:11px}\
+.chart .grid{stroke:#e4e4e4}.chart .tick,.chart .frame{stroke:#888}.chart .empty{fill:#999}\
+.chart polyline{fill:none;stroke-width:1.6}.chart line{stroke-width:1.6}\
+.doc-title{font:bold 14px sans-serif}\
+.s-rtt{stroke:#1f77b4;fill:#1f77b4}.s-minrtt{stroke:#2ca02c;fill:#2ca02c}\
+.s-cwnd{stroke:#d62728;fill:#d62728}.s-ssthresh{stroke:#9467bd;fill:#9467bd}\
+.s-pacing{stroke:#ff7f0e;fill:#ff7f0e}.s-delivery{stroke:#1f77b4;fill:#1f77b4}\
+.s-retrans{stroke:#8c564b;fill:#8c564b}.s-busy{stroke:#7f7f7f;fill:#7f7f7f}\
+.s-rwnd{stroke:#e377c2;fill:#e377c2}.s-sndbuf{stroke:#17becf;fill:#17becf}\
+svg.spark polyline{fill:none;stroke-width:1.2}svg.spark{vertical-align:middle}\
+";

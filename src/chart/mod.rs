@@ -1,0 +1,441 @@
+//! Charts as SVG text, for the web view (`http`), `plot` and `report`.
+//!
+//! A chart is built in two steps, each testable alone: a model ([`Chart`]: series of
+//! (time, value) points split at gaps, axis ranges with their ticks and units, a title and
+//! a description) and its rendering ([`Chart::svg`]).
+//!
+//! Written here rather than with plotters: what the pages need of an SVG is what plotters'
+//! SVG backend does not let a caller set. Each series must be findable (a `class` and a
+//! `data-series` on its lines: the browser tests count a chart's points, the page's script
+//! swaps charts by id), the chart must carry `role="img"` with a `<title>` and `<desc>` for
+//! screen readers, and colours come from the page's style sheet so one chart serves the
+//! page and a standalone file. Axes with "nice" ticks and a time axis are the rest, some
+//! 200 lines; plotters would also emit a `<line>` per grid line and inline styles on each
+//! element, which at 100 sparklines a page costs bytes for nothing.
+
+pub mod flow;
+
+use std::fmt::Write as _;
+
+/// What a series' values measure, and how the axis shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Milliseconds.
+    Ms,
+    /// Bytes, shown in B, KB, MB or GB (powers of 1000) as the range needs.
+    Bytes,
+    /// Megabits per second, shown in kbit/s, Mbit/s or Gbit/s as the range needs.
+    Mbps,
+    /// A count (segments).
+    Count,
+    /// Percent, 0–100.
+    Percent,
+}
+
+impl Unit {
+    /// The divisor and unit text for values up to `max`.
+    pub fn scale(self, max: f64) -> (f64, &'static str) {
+        match self {
+            Unit::Ms => (1.0, "ms"),
+            Unit::Count => (1.0, "segments"),
+            Unit::Percent => (1.0, "%"),
+            Unit::Bytes if max >= 1e9 => (1e9, "GB"),
+            Unit::Bytes if max >= 1e6 => (1e6, "MB"),
+            Unit::Bytes if max >= 1e3 => (1e3, "KB"),
+            Unit::Bytes => (1.0, "B"),
+            Unit::Mbps if max >= 1e3 => (1e3, "Gbit/s"),
+            Unit::Mbps if max < 1.0 && max > 0.0 => (1e-3, "kbit/s"),
+            Unit::Mbps => (1.0, "Mbit/s"),
+        }
+    }
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Its name in the legend.
+    pub name: &'static str,
+    /// Its class (the page's style sheet colours it) and `data-series` value.
+    pub key: &'static str,
+    /// Connected runs of (seconds since the chart's start, value): a value the kernel did
+    /// not give, or a pause in sampling, ends one run and the next value starts another.
+    pub runs: Vec<Vec<(f64, f64)>>,
+    /// Drawn dashed (a reference, e.g. ssthresh).
+    pub dashed: bool,
+}
+
+impl Series {
+    /// The points of all runs.
+    pub fn points(&self) -> usize {
+        self.runs.iter().map(Vec::len).sum()
+    }
+}
+
+/// A horizontal reference line (e.g. the minimum RTT).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    /// Its label.
+    pub label: String,
+    /// Its class.
+    pub key: &'static str,
+    /// Its value, in the series' unit.
+    pub value: f64,
+}
+
+/// An axis: its range, ticks (position, text) and title (with the unit).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Axis {
+    /// Lowest value shown.
+    pub min: f64,
+    /// Highest value shown.
+    pub max: f64,
+    /// Tick positions and their text.
+    pub ticks: Vec<(f64, String)>,
+    /// The axis title, with its unit.
+    pub title: String,
+}
+
+/// A chart over time, ready to render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    /// Its element id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// What it shows, in words, for screen readers.
+    pub desc: String,
+    /// Time axis: seconds since `start_unix_s`.
+    pub x: Axis,
+    /// Value axis, in the series' unit divided by the scale the unit chose.
+    pub y: Axis,
+    /// The divisor applied to the series' values for drawing.
+    pub y_div: f64,
+    /// The lines.
+    pub series: Vec<Series>,
+    /// Horizontal reference lines.
+    pub marks: Vec<Mark>,
+}
+
+/// Pixel size of a full chart.
+pub const WIDTH: f64 = 720.0;
+/// Pixel height of a full chart.
+pub const HEIGHT: f64 = 210.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 30.0;
+const BOTTOM: f64 = 40.0;
+
+/// Escapes text for XML content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A step of 1, 2 or 5 × 10^k giving about `want` ticks over `span`.
+fn nice_step(span: f64, want: f64) -> f64 {
+    if span <= 0.0 || !span.is_finite() {
+        return 1.0;
+    }
+    let raw = span / want;
+    let mag = 10f64.powf(raw.log10().floor());
+    let norm = raw / mag;
+    let m = if norm <= 1.0 {
+        1.0
+    } else if norm <= 2.0 {
+        2.0
+    } else if norm <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    m * mag
+}
+
+/// Text for a tick value at step `step` (as many decimals as the step needs).
+fn tick_text(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 { 0 } else { (-step.log10().floor()) as usize };
+    format!("{v:.decimals$}")
+}
+
+/// A value axis from 0 (or below, if a value is negative) to a round number at or above
+/// `max`, with about five ticks. `max` is in the unit's base; the axis is in the scaled
+/// unit, whose divisor is returned.
+pub fn value_axis(name: &str, unit: Unit, min: f64, max: f64) -> (Axis, f64) {
+    let (div, unit_text) = unit.scale(max);
+    let (lo, hi) = ((min / div).min(0.0), (max / div).max(0.0));
+    let (lo, hi) = match unit {
+        Unit::Percent => (0.0, 100.0),
+        _ if hi - lo <= 0.0 => (lo, lo + 1.0),
+        _ => (lo, hi),
+    };
+    let step = nice_step(hi - lo, 5.0);
+    let (lo, hi) = ((lo / step).floor() * step, (hi / step).ceil() * step);
+    let mut ticks = Vec::new();
+    let mut i = 0.0;
+    while lo + i * step <= hi + step * 1e-9 {
+        let v = lo + i * step;
+        ticks.push((v, tick_text(v, step)));
+        i += 1.0;
+    }
+    (Axis { min: lo, max: hi, ticks, title: format!("{name} ({unit_text})") }, div)
+}
+
+/// Steps a time axis may take, seconds.
+const TIME_STEPS: [f64; 16] = [
+    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    7200.0,
+];
+
+/// A time axis over `span` seconds from `start_unix_s`, ticks at round wall-clock times,
+/// labelled in local time (with tenths when the step is under a second).
+pub fn time_axis(start_unix_s: f64, span: f64) -> Axis {
+    let span = if span > 0.0 { span } else { 1.0 };
+    let step = TIME_STEPS.iter().copied().find(|s| span / s <= 7.0).unwrap_or(21_600.0);
+    // Ticks at multiples of the step in wall-clock time (local offset included, so that
+    // minutes and hours fall on round local times).
+    let off = local_offset_s(start_unix_s);
+    let first = ((start_unix_s + off) / step).ceil() * step - off - start_unix_s;
+    let mut ticks = Vec::new();
+    let mut t = first;
+    while t <= span + 1e-9 {
+        ticks.push((t, clock_text(start_unix_s + t, step < 1.0)));
+        t += step;
+    }
+    let zone = chrono::Local::now().format("%:z");
+    let day = date_text(start_unix_s);
+    Axis { min: 0.0, max: span, ticks, title: format!("time ({day}, UTC{zone})") }
+}
+
+fn local(unix_s: f64) -> Option<chrono::DateTime<chrono::Local>> {
+    let secs = unix_s.floor();
+    let ns = ((unix_s - secs) * 1e9) as u32;
+    chrono::DateTime::from_timestamp(secs as i64, ns.min(999_999_999))
+        .map(|t| t.with_timezone(&chrono::Local))
+}
+
+fn local_offset_s(unix_s: f64) -> f64 {
+    local(unix_s).map_or(0.0, |t| f64::from(t.offset().local_minus_utc()))
+}
+
+/// `HH:MM:SS` (with tenths when `tenths`) in local time.
+pub fn clock_text(unix_s: f64, tenths: bool) -> String {
+    match local(unix_s) {
+        Some(t) if tenths => {
+            format!("{}.{}", t.format("%H:%M:%S"), t.timestamp_subsec_millis() / 100)
+        }
+        Some(t) => t.format("%H:%M:%S").to_string(),
+        None => format!("{unix_s:.0}"),
+    }
+}
+
+/// `YYYY-MM-DD` in local time.
+pub fn date_text(unix_s: f64) -> String {
+    local(unix_s).map_or_else(String::new, |t| t.format("%Y-%m-%d").to_string())
+}
+
+/// Splits (time, value) samples into runs: `None` values end a run, and so does a pause
+/// longer than `max_gap` seconds between two samples.
+pub fn runs(points: impl IntoIterator<Item = (f64, Option<f64>)>, max_gap: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut open = false;
+    let mut last_t = f64::NEG_INFINITY;
+    for (t, v) in points {
+        match v {
+            Some(v) if v.is_finite() => {
+                if !open || t - last_t > max_gap {
+                    out.push(Vec::new());
+                }
+                if let Some(r) = out.last_mut() {
+                    r.push((t, v));
+                }
+                open = true;
+            }
+            _ => open = false,
+        }
+        last_t = t;
+    }
+    out
+}
+
+/// The longest pause that still joins two samples: four times the median spacing of the
+/// sample times (a tick the sampler skipped joins; a flow left idle, whose unchanged
+/// samples the tracker did not keep, shows as a break), and at least one second.
+pub fn max_gap(times: &[f64]) -> f64 {
+    let mut d: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0.0).collect();
+    if d.is_empty() {
+        return f64::INFINITY;
+    }
+    let mid = d.len() / 2;
+    let (_, m, _) = d.select_nth_unstable_by(mid, f64::total_cmp);
+    (4.0 * *m).max(1.0)
+}
+
+impl Chart {
+    /// The chart as an `<svg>` element (`WIDTH` × `HEIGHT`, scaling with its container).
+    pub fn svg(&self) -> String {
+        let (w, h) = (WIDTH, HEIGHT);
+        let (pw, ph) = (w - LEFT - RIGHT, h - TOP - BOTTOM);
+        let xs = |t: f64| LEFT + (t - self.x.min) / (self.x.max - self.x.min).max(1e-12) * pw;
+        let ys = |v: f64| TOP + ph - (v - self.y.min) / (self.y.max - self.y.min).max(1e-12) * ph;
+        let id = esc(&self.id);
+        let mut s = String::with_capacity(4096);
+        let _ = write!(
+            s,
+            r#"<svg class="chart" id="{id}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-labelledby="{id}-t {id}-d" xmlns="http://www.w3.org/2000/svg"><title id="{id}-t">{}</title><desc id="{id}-d">{}</desc>"#,
+            esc(&self.title),
+            esc(&self.desc)
+        );
+        let _ = write!(s, r#"<text class="title" x="{LEFT}" y="18">{}</text>"#, esc(&self.title));
+        // Legend, right-aligned on the title line.
+        let mut lx = w - RIGHT;
+        for (name, key, dashed) in self
+            .series
+            .iter()
+            .map(|x| (x.name.to_string(), x.key, x.dashed))
+            .chain(self.marks.iter().map(|m| (m.label.clone(), m.key, true)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            let tw = 7.0 * name.chars().count() as f64;
+            lx -= tw;
+            let _ = write!(s, r#"<text class="legend" x="{lx:.1}" y="18">{}</text>"#, esc(&name));
+            let dash = if dashed { r#" stroke-dasharray="4 3""# } else { "" };
+            let _ = write!(
+                s,
+                r#"<line class="s-{key}" x1="{:.1}" y1="14" x2="{:.1}" y2="14"{dash}/>"#,
+                lx - 22.0,
+                lx - 4.0
+            );
+            lx -= 34.0;
+        }
+        // Axes and grid.
+        let _ = write!(s, r#"<g class="axis">"#);
+        for (v, text) in &self.y.ticks {
+            let y = ys(*v);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                w - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                esc(text)
+            );
+        }
+        for (t, text) in &self.x.ticks {
+            let x = xs(*t);
+            let _ = write!(
+                s,
+                r#"<line class="tick" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                TOP + ph,
+                TOP + ph + 4.0,
+                TOP + ph + 16.0,
+                esc(text)
+            );
+        }
+        let _ = write!(
+            s,
+            r#"<line class="frame" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}"/><line class="frame" x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}"/>"#,
+            TOP + ph,
+            TOP + ph,
+            w - RIGHT,
+            TOP + ph
+        );
+        let _ = write!(
+            s,
+            r#"<text class="axis-title" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            LEFT + pw / 2.0,
+            h - 6.0,
+            esc(&self.x.title)
+        );
+        let _ = write!(
+            s,
+            r#"<text class="axis-title" transform="rotate(-90)" x="{:.1}" y="14" text-anchor="middle">{}</text></g>"#,
+            -(TOP + ph / 2.0),
+            esc(&self.y.title)
+        );
+        for m in &self.marks {
+            let y = ys(m.value / self.y_div);
+            let _ = write!(
+                s,
+                r#"<line class="s-{}" data-mark="{}" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke-dasharray="4 3"/>"#,
+                m.key,
+                m.key,
+                w - RIGHT
+            );
+        }
+        for x in &self.series {
+            let dash = if x.dashed { r#" stroke-dasharray="6 3""# } else { "" };
+            for run in &x.runs {
+                let _ = write!(
+                    s,
+                    r#"<polyline class="s-{}" data-series="{}"{dash} points=""#,
+                    x.key, x.key
+                );
+                for (i, &(t, v)) in run.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { " " };
+                    let _ = write!(s, "{sep}{:.1},{:.1}", xs(t), ys(v / self.y_div));
+                }
+                s.push_str("\"/>");
+                // A run of one sample would draw nothing as a line: a dot shows it.
+                if let [(t, v)] = run[..] {
+                    let _ = write!(
+                        s,
+                        r#"<circle class="s-{}" data-dot="{}" cx="{:.1}" cy="{:.1}" r="2.5"/>"#,
+                        x.key,
+                        x.key,
+                        xs(t),
+                        ys(v / self.y_div)
+                    );
+                }
+            }
+        }
+        if self.series.iter().all(|x| x.runs.is_empty()) {
+            let _ = write!(
+                s,
+                r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no samples</text>"#,
+                LEFT + pw / 2.0,
+                TOP + ph / 2.0
+            );
+        }
+        s.push_str("</svg>");
+        s
+    }
+}
+
+/// A small inline chart of `values` (oldest first; `None` breaks the line), `w` × `h`
+/// pixels, scaled from 0 to its largest value; `label` is read out by screen readers.
+pub fn sparkline(values: &[Option<f64>], w: f64, h: f64, key: &str, label: &str) -> String {
+    let max = values.iter().flatten().copied().fold(0.0, f64::max);
+    let n = values.len();
+    let x = |i: usize| if n > 1 { 1.0 + i as f64 * (w - 2.0) / (n - 1) as f64 } else { w / 2.0 };
+    let y = |v: f64| if max > 0.0 { h - 1.0 - v / max * (h - 2.0) } else { h - 1.0 };
+    let mut s = format!(
+        r#"<svg class="spark" data-series="{key}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{}">"#,
+        esc(label)
+    );
+    let pts = runs(values.iter().enumerate().map(|(i, v)| (i as f64, *v)), 1.0);
+    for run in &pts {
+        s.push_str(&format!(r#"<polyline class="s-{key}" points=""#));
+        for (i, &(t, v)) in run.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            let _ = write!(s, "{sep}{:.1},{:.1}", x(t as usize), y(v));
+        }
+        s.push_str("\"/>");
+    }
+    s.push_str("</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests;

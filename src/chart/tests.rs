@@ -1,0 +1,149 @@
+use super::flow::{CHART_IDS, Point, charts};
+use super::*;
+
+/// Unix time of the tests' first sample: 2026-11-24 00:00:00 UTC.
+const T0: f64 = 1_795_478_400.0;
+
+fn point(t: f64, rtt: Option<f64>) -> Point {
+    Point {
+        unix_s: T0 + t,
+        rtt_ms: rtt,
+        cwnd_bytes: Some(14_480.0 * (1.0 + t)),
+        ssthresh_bytes: None,
+        pacing_mbps: Some(100.0),
+        delivery_mbps: None,
+        retrans: Some(t.floor()),
+        chrono_ms: Some([t * 1000.0, t * 500.0, 0.0]),
+    }
+}
+
+/// The points of a polyline's `points` attribute.
+fn polyline_points(svg: &str, series: &str) -> Vec<Vec<(f64, f64)>> {
+    let tag = format!(r#"data-series="{series}""#);
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|p| p.contains(&tag))
+        .map(|p| {
+            let a = p.split(r#"points=""#).nth(1).unwrap().split('"').next().unwrap();
+            a.split(' ')
+                .filter(|s| !s.is_empty())
+                .map(|xy| {
+                    let (x, y) = xy.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
+    let pts: Vec<Point> =
+        (0..10).map(|i| point(f64::from(i) * 0.1, (i != 4).then_some(10.0 + f64::from(i)))).collect();
+    let c = charts("f-", &pts, Some(9.5));
+    assert_eq!(c.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), CHART_IDS.map(|k| format!("f-{k}")));
+    let rtt = &c[0];
+    assert_eq!(rtt.series[0].runs.len(), 2, "the sample without an RTT splits the line");
+    assert_eq!(rtt.series[0].points(), 9);
+    let svg = rtt.svg();
+    let drawn = polyline_points(&svg, "rtt");
+    assert_eq!(drawn.iter().map(Vec::len).sum::<usize>(), 9);
+    // Time runs left to right and a larger RTT is drawn higher (smaller y).
+    assert!(drawn[1].windows(2).all(|w| w[1].0 > w[0].0 && w[1].1 < w[0].1));
+    // The minimum RTT is marked, and the axis starts at 0 and covers the largest value.
+    assert!(svg.contains(r#"data-mark="minrtt""#));
+    assert_eq!(rtt.y.min, 0.0);
+    assert!(rtt.y.max >= 19.0 && rtt.y.max <= 20.0, "{:?}", rtt.y);
+    assert_eq!(rtt.y.title, "RTT (ms)");
+    // The screen-reader text names what is drawn.
+    assert!(svg.contains(r#"role="img""#) && svg.contains("<title id=\"f-rtt-t\">Round-trip time</title>"));
+    assert!(rtt.desc.contains("9 values from 10.0 to 19.0 ms"), "{}", rtt.desc);
+    assert!(rtt.desc.contains("min RTT: 9.50 ms"), "{}", rtt.desc);
+}
+
+#[test]
+fn units_scale_with_the_range() {
+    let pts: Vec<Point> = (0..3).map(|i| point(f64::from(i), Some(1.0))).collect();
+    let c = charts("", &pts, None);
+    // cwnd reaches 43,440 bytes: the axis is in KB.
+    assert_eq!(c[1].y.title, "window (KB)");
+    assert_eq!(c[1].y_div, 1e3);
+    assert!(c[1].y.max >= 43.44);
+    assert_eq!(c[2].y.title, "rate (Mbit/s)");
+    assert_eq!(c[3].y.title, "retransmits (segments)");
+    assert_eq!((c[4].y.min, c[4].y.max), (0.0, 100.0));
+    assert_eq!(value_axis("rate", Unit::Mbps, 0.0, 2500.0).0.title, "rate (Gbit/s)");
+    assert_eq!(value_axis("rate", Unit::Mbps, 0.0, 0.2).0.title, "rate (kbit/s)");
+    // Absent series draw nothing: no delivery rate, ssthresh still infinite.
+    assert_eq!(c[2].series[1].points(), 0);
+    assert_eq!(c[1].series[1].points(), 0);
+}
+
+#[test]
+fn time_shares_grow_from_the_first_sample() {
+    let pts: Vec<Point> = (0..5).map(|i| point(f64::from(i), Some(1.0))).collect();
+    let c = charts("", &pts, None);
+    let shares = &c[4];
+    // busy grows 1000 ms per second: 100 %; rwnd 500 ms per second: 50 %; the first
+    // sample has no elapsed time and no share.
+    assert_eq!(shares.series[0].runs, vec![(1..5).map(|i| (f64::from(i), 100.0)).collect::<Vec<_>>()]);
+    assert!(shares.series[1].runs[0].iter().all(|p| p.1 == 50.0));
+    assert!(shares.series[2].runs[0].iter().all(|p| p.1 == 0.0));
+}
+
+#[test]
+fn empty_and_single_sample_charts_render() {
+    let c = charts("", &[], None);
+    assert_eq!(c.len(), 5);
+    for chart in &c {
+        let svg = chart.svg();
+        assert!(svg.contains("no samples"), "{svg}");
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+    }
+    let one = charts("", &[point(0.0, Some(5.0))], None);
+    let svg = one[0].svg();
+    // One sample is a dot, not an invisible one-point line.
+    assert!(svg.contains(r#"data-dot="rtt""#), "{svg}");
+    assert_eq!(polyline_points(&svg, "rtt").concat().len(), 1);
+    assert_eq!(one[0].x.max, 1.0, "a zero span still gets an axis");
+}
+
+#[test]
+fn a_pause_in_sampling_breaks_the_line_and_a_skipped_tick_does_not() {
+    // Samples every 100 ms, one tick skipped (0.5 → 0.7), then 10 s of silence.
+    let mut ts = vec![0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.8];
+    ts.extend([10.8, 10.9, 11.0]);
+    assert_eq!(max_gap(&ts), 1.0, "four median spacings, at least a second");
+    let r = runs(ts.iter().map(|&t| (t, Some(1.0))), max_gap(&ts));
+    assert_eq!(r.iter().map(Vec::len).collect::<Vec<_>>(), vec![8, 3]);
+}
+
+#[test]
+fn time_ticks_fall_on_round_times_within_the_span() {
+    let a = time_axis(T0 + 0.3, 125.0);
+    assert!(a.ticks.len() >= 3 && a.ticks.len() <= 8, "{:?}", a.ticks);
+    for (t, _) in &a.ticks {
+        assert!((0.0..=125.0).contains(t));
+        let wall = T0 + 0.3 + t;
+        assert!((wall - wall.round()).abs() < 1e-6, "tick at {wall}");
+    }
+    let step = a.ticks[1].0 - a.ticks[0].0;
+    assert_eq!(step, 30.0);
+    assert!(a.title.starts_with("time (2026-11-2"), "{}", a.title);
+    let sub = time_axis(T0, 0.9);
+    assert!(sub.ticks[1].1.contains('.'), "tenths under a second: {:?}", sub.ticks);
+}
+
+#[test]
+fn sparkline_scales_to_its_box_and_breaks_on_missing_values() {
+    let s = sparkline(&[Some(1.0), Some(2.0), None, Some(4.0)], 60.0, 16.0, "rtt", "RTT <ms>");
+    let lines = polyline_points(&format!("{s}").replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
+    assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+    for (x, y) in lines.concat() {
+        assert!((0.0..=60.0).contains(&x) && (0.0..=16.0).contains(&y));
+    }
+    // The largest value touches the top, text is escaped.
+    assert_eq!(lines[1][0].1, 1.0);
+    assert!(s.contains("aria-label=\"RTT &lt;ms&gt;\""));
+    assert!(sparkline(&[], 60.0, 16.0, "rtt", "empty").ends_with("</svg>"));
+}
