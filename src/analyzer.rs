@@ -144,8 +144,8 @@ impl<'a> Basis<'a> {
         let w = time_weights(s);
         let wq = (!cfg.unweighted_quantiles).then_some(&w[..]);
         let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
-        let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes as f64).collect();
-        let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes).collect::<Vec<_>>(), wq);
+        let cwnd: Vec<f64> = s.iter().map(|r| r.cwnd_bytes() as f64).collect();
+        let o_cwnd = sort_order_u64(&s.iter().map(|r| r.cwnd_bytes()).collect::<Vec<_>>(), wq);
         let cwnd_ranks = ranks_of_subset(&cwnd, &o_cwnd, None, s.len(), wc);
         Self { s, w, cwnd, o_cwnd, cwnd_ranks }
     }
@@ -229,8 +229,8 @@ fn rate_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RateFigures {
     let (s, w, n) = (b.s, &b.w, b.s.len());
     let wc = (!cfg.unweighted_correlations).then_some(&w[..]);
     let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
-    let pacing = Subset::of(&b.cwnd, &|i| rate(s[i].pacing_rate).map(|v| (v, w[i])));
-    let delivery = Subset::of(&b.cwnd, &|i| rate(s[i].delivery_rate).map(|v| (v, w[i])));
+    let pacing = Subset::of(&b.cwnd, &|i| rate(s[i].pacing_rate()).map(|v| (v, w[i])));
+    let delivery = Subset::of(&b.cwnd, &|i| rate(s[i].delivery_rate()).map(|v| (v, w[i])));
     let retrans = Subset::of(&b.cwnd, &|i| {
         let next = s.get(i + 1)?;
         let dt = next.ts_ns.saturating_sub(s[i].ts_ns) as f64 / 1e9;
@@ -244,8 +244,8 @@ fn rate_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RateFigures {
     let raw = |get: fn(&Retained) -> u64| -> Vec<u64> {
         s.iter().map(get).filter(|&v| v != ABSENT_U64).collect()
     };
-    let o_pacing = sort_order_u64(&raw(|r| r.pacing_rate), pq);
-    let o_delivery = sort_order_u64(&raw(|r| r.delivery_rate), dq);
+    let o_pacing = sort_order_u64(&raw(|r| r.pacing_rate()), pq);
+    let o_delivery = sort_order_u64(&raw(|r| r.delivery_rate()), dq);
     let pacing_cwnd_ranks: Vec<f64>;
     let pacing_corr = correlate_ranked(
         &pacing.x,
@@ -404,6 +404,8 @@ pub struct StageConfig {
     pub write_partial: bool,
     /// `--samples-out`: pass on every retained sample as JSON lines too.
     pub samples_out: bool,
+    /// The web view's ring of recently ended flows, when the HTTP server runs.
+    pub recent: Option<std::sync::Arc<crate::recent::Recent>>,
 }
 
 impl StageConfig {
@@ -451,8 +453,17 @@ pub async fn run(
             }
             e.gather_into(std::mem::take(&mut spare));
             let r = analyze(&mut e, &cfg.analysis);
+            if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
+                let points = e.flow.chart_points(cfg.analysis.realtime_offset_ns);
+                recent.push(crate::recent::Ended::new(&r, points));
+            }
             if cfg.samples_out {
-                samples::write_lines(&mut e, &r.id, &mut out.samples);
+                samples::write_lines(
+                    &mut e,
+                    &r.id,
+                    cfg.analysis.realtime_offset_ns,
+                    &mut out.samples,
+                );
             }
             spare = std::mem::take(&mut e.flow.samples);
             out.records.push(r);

@@ -265,10 +265,24 @@ pub async fn run(
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
-        Some(h) => match start_http(h, s.task.interval, &metrics, &accounts, query_tx, names) {
-            Ok(server) => Some(server),
-            Err(code) => return code,
-        },
+        Some(h) => {
+            let recent = Arc::new(crate::recent::Recent::new(h.recent_flows));
+            acfg.recent = Some(recent.clone());
+            let served = crate::http::Served {
+                metrics: metrics.clone(),
+                registry: Default::default(),
+                queries: query_tx,
+                interval: s.task.interval,
+                netns: names,
+                accounts: accounts.clone(),
+                recent,
+                analysis: acfg.analysis.clone(),
+            };
+            match start_http(h, served) {
+                Ok(server) => Some(server),
+                Err(code) => return code,
+            }
+        }
         None => None,
     };
     let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
@@ -459,36 +473,23 @@ fn systemd_hooks() -> impl FnMut(DumpOutcome) + Send {
     }
 }
 
-/// Binds and starts the HTTP server with the `/metrics` exporter.
-fn start_http(
-    h: HttpSettings,
-    interval: Duration,
-    metrics: &Arc<Metrics>,
-    accounts: &Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
-    queries: tokio::sync::mpsc::Sender<crate::tracker::views::Query>,
-    netns_names: Option<Arc<std::sync::Mutex<Vec<String>>>>,
-) -> Result<crate::http::Server, u8> {
+/// Binds and starts the HTTP server, with the `/metrics` exporter of `served`'s counters
+/// and accounts.
+fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate::http::Server, u8> {
     let l = crate::http::bind(h.addr).map_err(|e| {
         eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
         EXIT_FAILURE
     })?;
     let mut exporter = crate::http::prom::Exporter::new(
-        metrics.clone(),
-        accounts.clone(),
+        served.metrics.clone(),
+        served.accounts.clone(),
         crate::services::Services::new(),
         h.top_services,
     );
-    if let Some(n) = &netns_names {
+    if let Some(n) = &served.netns {
         exporter = exporter.with_netns(n.clone());
     }
-    let exporter = Arc::new(exporter);
-    let served = crate::http::Served {
-        metrics: metrics.clone(),
-        registry: exporter.registry(),
-        queries,
-        interval,
-        netns: netns_names,
-    };
+    served.registry = Arc::new(exporter).registry();
     crate::http::spawn(l, served, h.limits).map_err(|e| {
         eprintln!("cgmon-rs: cannot start the HTTP server: {e}");
         EXIT_FAILURE

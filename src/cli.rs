@@ -342,6 +342,18 @@ pub struct Cli {
     )]
     pub top_services: usize,
 
+    /// Recently ended flows the web view keeps (their records and newest samples, about
+    /// 30 KB each); 0 = none
+    #[arg(
+        long = "recent-flows",
+        env = "CGMON_RECENT_FLOWS",
+        value_name = "N",
+        default_value = "100",
+        value_parser = clap::value_parser!(u32).range(0..=1000),
+        help_heading = "Run"
+    )]
+    pub recent_flows: u32,
+
     // ---- Tracker ----
     /// Most flows recorded at once (flows waiting for their destroy event too); flows beyond
     /// are counted and not recorded. 0 = no limit

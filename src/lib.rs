@@ -39,7 +39,9 @@ pub mod logging;
 pub mod metrics;
 pub mod netns;
 
+pub mod recent;
 pub mod record;
+pub mod report;
 pub mod sampler;
 pub mod services;
 pub mod states;

@@ -1,5 +1,6 @@
 //! `cgmon-rs`: the program. Everything lives in the library: the monitor is
-//! `cgmon_rs::app`, `cgmon-rs diagnose` is `cgmon_rs::diagnose`.
+//! `cgmon_rs::app`, `cgmon-rs diagnose` is `cgmon_rs::diagnose`, `cgmon-rs plot` and
+//! `cgmon-rs report` are `cgmon_rs::report`.
 
 use std::process::ExitCode;
 
@@ -21,6 +22,8 @@ fn main() -> ExitCode {
     }
     match args.first().map(String::as_str) {
         Some("diagnose") => cgmon_rs::diagnose::main(args[1..].to_vec()),
+        Some("plot") => cgmon_rs::report::plot_main(args[1..].to_vec()),
+        Some("report") => cgmon_rs::report::report_main(args[1..].to_vec()),
         _ => cgmon_rs::app::main(args),
     }
 }

@@ -17,25 +17,109 @@ pub fn mbps(bytes_per_s: u64) -> f64 {
     bytes_per_s as f64 * 8.0 / 1e6
 }
 
-/// One retained sample: what the analysis needs of one poll, in 48 bytes.
+/// One retained sample: what the analysis and the charts need of one poll, in 48 bytes.
+///
+/// Packed to stay at 48 bytes (a flow keeps thousands): the congestion window and ssthresh
+/// are kept in segments beside the MSS (bytes are their product, in u64 as before), the
+/// two rates in 40 bits each (up to 8.8 Tbit/s; larger rates are stored as that), and the
+/// chrono counters as their low 16 bits in ms ([`unwrap_chrono`] recovers them: between
+/// two retained samples of a busy flow they grow by far less than 65 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Retained {
     /// CLOCK_MONOTONIC ns the sample's datagram arrived.
     pub ts_ns: u64,
-    /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
-    pub cwnd_bytes: u64,
-    /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
-    pub pacing_rate: u64,
-    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
-    pub delivery_rate: u64,
     /// Smoothed RTT, µs; 0 when no RTT was measured yet.
     pub rtt_us: u32,
     /// RTT variance, µs (meaningless while `rtt_us` is 0).
     pub rttvar_us: u32,
     /// Cumulative retransmitted segments.
     pub total_retrans: u32,
+    /// tcpi_snd_cwnd, segments.
+    pub snd_cwnd: u32,
+    /// tcpi_snd_ssthresh, segments ([`INFINITE_SSTHRESH`] and above: not yet set).
+    pub ssthresh: u32,
+    /// Low 32 bits of the pacing and delivery rates, bytes/s.
+    rates_lo: [u32; 2],
+    /// tcpi_snd_mss, bytes (TCP's MSS option is 16 bits wide).
+    pub snd_mss: u16,
+    /// Bits 32..40 of the pacing and delivery rates.
+    rates_hi: [u8; 2],
+    /// tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited in ms, modulo 2^16.
+    pub chrono16: [u16; 3],
     /// TCP state.
     pub state: u8,
+}
+
+/// The kernel's ssthresh before the first loss (`TCP_INFINITE_SSTHRESH`).
+pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// A rate as stored: 40 bits, all ones for [`ABSENT_U64`].
+const RATE_BITS_MAX: u64 = (1 << 40) - 1;
+
+fn pack_rate(v: u64) -> (u32, u8) {
+    let v = if v == ABSENT_U64 { RATE_BITS_MAX } else { v.min(RATE_BITS_MAX - 1) };
+    (v as u32, (v >> 32) as u8)
+}
+
+fn unpack_rate(lo: u32, hi: u8) -> u64 {
+    let v = u64::from(hi) << 32 | u64::from(lo);
+    if v == RATE_BITS_MAX { ABSENT_U64 } else { v }
+}
+
+impl Retained {
+    /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
+    #[inline]
+    pub fn cwnd_bytes(&self) -> u64 {
+        u64::from(self.snd_cwnd) * u64::from(self.snd_mss)
+    }
+
+    /// `snd_ssthresh × snd_mss`, bytes; `None` while ssthresh is still infinite.
+    pub fn ssthresh_bytes(&self) -> Option<u64> {
+        (self.ssthresh < INFINITE_SSTHRESH)
+            .then(|| u64::from(self.ssthresh) * u64::from(self.snd_mss))
+    }
+
+    /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
+    #[inline]
+    pub fn pacing_rate(&self) -> u64 {
+        unpack_rate(self.rates_lo[0], self.rates_hi[0])
+    }
+
+    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
+    #[inline]
+    pub fn delivery_rate(&self) -> u64 {
+        unpack_rate(self.rates_lo[1], self.rates_hi[1])
+    }
+
+    /// Sets the pacing rate (bytes/s, or [`ABSENT_U64`]).
+    #[inline]
+    pub fn set_pacing_rate(&mut self, v: u64) {
+        (self.rates_lo[0], self.rates_hi[0]) = pack_rate(v);
+    }
+
+    /// Sets the delivery rate (bytes/s, or [`ABSENT_U64`]).
+    #[inline]
+    pub fn set_delivery_rate(&mut self, v: u64) {
+        (self.rates_lo[1], self.rates_hi[1]) = pack_rate(v);
+    }
+}
+
+/// The chrono counters (busy, rwnd-limited, sndbuf-limited; ms) of each of `samples`,
+/// recovered from their low 16 bits going back from the newest, whose full values are
+/// `newest` (the flow's latest, [`crate::tracker::Last`]).
+pub fn unwrap_chrono(samples: &[Retained], newest: [u32; 3]) -> Vec<[u32; 3]> {
+    let mut out = vec![[0u32; 3]; samples.len()];
+    let mut cur = newest;
+    for i in (0..samples.len()).rev() {
+        out[i] = cur;
+        if i > 0 {
+            for k in 0..3 {
+                let step = samples[i].chrono16[k].wrapping_sub(samples[i - 1].chrono16[k]);
+                cur[k] = cur[k].saturating_sub(u32::from(step));
+            }
+        }
+    }
+    out
 }
 
 /// Marks a rate the kernel did not give.
@@ -59,6 +143,14 @@ pub struct FlowId {
     /// CLOCK_MONOTONIC ns of the first sample.
     #[serde(rename = "TstampStartNs")]
     pub tstamp_start_ns: u64,
+}
+
+/// `src:port → dst:port`, IPv6 addresses in brackets.
+pub fn tuple_text(id: &FlowId) -> String {
+    let host = |ip: &str, port: u16| {
+        if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
+    };
+    format!("{} → {}", host(&id.src_ip, id.src_port), host(&id.dst_ip, id.dst_port))
 }
 
 impl FlowId {
@@ -447,12 +539,35 @@ pub struct Line<'a> {
     delivery_rate_mbps: Option<f64>,
     #[serde(rename = "TotalRetransmits")]
     total_retransmits: u32,
+    /// Wall-clock time of `TstampNs`, ns since the Unix epoch.
+    #[serde(rename = "UnixNs")]
+    unix_ns: i128,
+    #[serde(rename = "SndCwnd")]
+    snd_cwnd: u32,
+    /// Absent while ssthresh is still infinite (before the first loss).
+    #[serde(rename = "SsthreshBytes", skip_serializing_if = "Option::is_none")]
+    ssthresh_bytes: Option<u64>,
+    /// tcpi_busy_time, ms since the connection began; absent before Linux 4.10.
+    #[serde(rename = "BusyMs", skip_serializing_if = "Option::is_none")]
+    busy_ms: Option<u32>,
+    #[serde(rename = "RwndLimitedMs", skip_serializing_if = "Option::is_none")]
+    rwnd_limited_ms: Option<u32>,
+    #[serde(rename = "SndbufLimitedMs", skip_serializing_if = "Option::is_none")]
+    sndbuf_limited_ms: Option<u32>,
 }
 
 impl<'a> Line<'a> {
     /// Sample `s` of the flow (window `seq`) with socket cookie `cookie`, whose addresses
-    /// are already text.
-    pub fn new(cookie: u64, seq: u32, id: &'a FlowId, s: &Retained) -> Self {
+    /// are already text; `chrono` its full chrono counters ([`unwrap_chrono`]; `None`
+    /// when the kernel sends none), `realtime_offset_ns` CLOCK_REALTIME − CLOCK_MONOTONIC.
+    pub fn new(
+        cookie: u64,
+        seq: u32,
+        id: &'a FlowId,
+        s: &Retained,
+        chrono: Option<[u32; 3]>,
+        realtime_offset_ns: i128,
+    ) -> Self {
         let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
         Line {
             cookie,
@@ -465,10 +580,16 @@ impl<'a> Line<'a> {
             state: state_name(s.state),
             rtt_ms: (s.rtt_us > 0).then(|| f64::from(s.rtt_us) / 1000.0),
             rttvar_ms: (s.rtt_us > 0).then(|| f64::from(s.rttvar_us) / 1000.0),
-            cwnd_bytes: s.cwnd_bytes,
-            pacing_rate_mbps: rate(s.pacing_rate),
-            delivery_rate_mbps: rate(s.delivery_rate),
+            cwnd_bytes: s.cwnd_bytes(),
+            pacing_rate_mbps: rate(s.pacing_rate()),
+            delivery_rate_mbps: rate(s.delivery_rate()),
             total_retransmits: s.total_retrans,
+            unix_ns: i128::from(s.ts_ns) + realtime_offset_ns,
+            snd_cwnd: s.snd_cwnd,
+            ssthresh_bytes: s.ssthresh_bytes(),
+            busy_ms: chrono.map(|c| c[0]),
+            rwnd_limited_ms: chrono.map(|c| c[1]),
+            sndbuf_limited_ms: chrono.map(|c| c[2]),
         }
     }
 }

@@ -30,7 +30,7 @@ use crate::wire::inet_diag::SocketTarget;
 use crate::wire::sock::{Sample, SockKey, nul_terminated};
 use crate::wire::tcp_info::TcpInfo;
 
-pub use crate::record::{ABSENT_U64, Retained};
+pub use crate::record::{ABSENT_U64, INFINITE_SSTHRESH, Retained};
 use crate::states::tcp;
 
 /// How many cookies of flows ended as `gone` while destroy events were awaited are kept, so
@@ -553,10 +553,12 @@ fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &TcpInfo<'_>) 
     let state = s.msg().state();
     let total_retrans = t.total_retrans().unwrap_or(0);
     r.ts_ns = s.ts_ns;
-    r.cwnd_bytes = t.snd_cwnd_bytes().unwrap_or(0);
-    r.pacing_rate = t.pacing_rate().unwrap_or(ABSENT_U64);
+    r.snd_cwnd = t.snd_cwnd().unwrap_or(0);
+    r.snd_mss = t.snd_mss().map_or(0, |m| m.min(u32::from(u16::MAX)) as u16);
+    r.ssthresh = t.snd_ssthresh().unwrap_or(INFINITE_SSTHRESH);
+    r.set_pacing_rate(t.pacing_rate().unwrap_or(ABSENT_U64));
     // The kernel leaves tcpi_delivery_rate 0 until it has a rate sample: not measured.
-    r.delivery_rate = t.delivery_rate().filter(|&v| v != 0).unwrap_or(ABSENT_U64);
+    r.set_delivery_rate(t.delivery_rate().filter(|&v| v != 0).unwrap_or(ABSENT_U64));
     r.rtt_us = t.rtt().unwrap_or(0);
     r.rttvar_us = t.rttvar().unwrap_or(0);
     r.total_retrans = total_retrans;
@@ -575,6 +577,8 @@ fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &TcpInfo<'_>) 
     l.busy_ms = t.busy_time().map_or(u32::MAX, ms);
     l.rwnd_limited_ms = t.rwnd_limited().map_or(0, ms);
     l.sndbuf_limited_ms = t.sndbuf_limited().map_or(0, ms);
+    // Their low bits per sample, for the time shares as they grew (`unwrap_chrono`).
+    r.chrono16 = [l.busy_ms as u16, l.rwnd_limited_ms as u16, l.sndbuf_limited_ms as u16];
     l.segs_out = t.segs_out().unwrap_or(0);
     l.reord_seen = t.reord_seen().unwrap_or(0);
     l.dsack_dups = t.dsack_dups().unwrap_or(0);
@@ -679,11 +683,11 @@ fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
             u64::from(l.snd_mss) | u64::from(t.snd_cwnd().unwrap_or(0)) << 32,
             u64::from(r.rtt_us) << 32 | u64::from(r.rttvar_us),
             u64::from(r.total_retrans) | u64::from(l.min_rtt_us) << 32,
-            r.pacing_rate,
+            r.pacing_rate(),
             l.max_pacing_rate,
             l.bytes_acked,
             l.bytes_received,
-            r.delivery_rate,
+            r.delivery_rate(),
             u64::from(l.delivered) << 32 | u64::from(l.delivered_ce),
             l.bytes_sent,
             l.bytes_retrans,
@@ -839,6 +843,64 @@ impl Tracker {
     /// Counters.
     pub fn stats(&self) -> TrackerStats {
         self.stats
+    }
+
+    /// The host view ([`views::Overview`]): the flows `offset..offset + limit` in `order`,
+    /// largest first, each with its `keep` newest samples, and every flow briefly. Only
+    /// the page's flows are copied; the others are read in place.
+    pub fn overview(
+        &self,
+        order: views::Order,
+        offset: usize,
+        limit: usize,
+        keep: usize,
+        netns: Option<u32>,
+    ) -> views::Overview {
+        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(self.hot.len());
+        let mut all = Vec::with_capacity(self.hot.len());
+        for (slot, (f, h)) in self.slab.iter().zip(&self.hot).enumerate() {
+            if netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
+                continue;
+            }
+            let latest = self.stages.latest(f);
+            let l = &f.last;
+            let rtt_us = latest.map_or(0, |r| r.rtt_us);
+            let key = match order {
+                views::Order::Rate => latest.map_or(0, |r| r.delivery_rate().wrapping_add(1)),
+                views::Order::Rtt => u64::from(rtt_us),
+                views::Order::Retrans => u64::from(l.total_retrans),
+                views::Order::Age => u64::MAX - f.first_ts_ns,
+            };
+            keyed.push((key, slot as u32));
+            let [b0, r0, s0] = f.first_chrono;
+            all.push(views::Brief {
+                slot: f.counted.slot,
+                rtt_us,
+                chrono_ms: (l.busy_ms != u32::MAX).then(|| {
+                    [
+                        l.busy_ms.saturating_sub(b0),
+                        l.rwnd_limited_ms.saturating_sub(r0),
+                        l.sndbuf_limited_ms.saturating_sub(s0),
+                    ]
+                }),
+                span_ms: h.last_ts_ns.saturating_sub(f.first_ts_ns) / 1_000_000,
+            });
+        }
+        // Largest first; ties by slot, so a page is stable between two requests.
+        let cmp = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let end = offset.saturating_add(limit).min(keyed.len());
+        if end < keyed.len() && end > 0 {
+            keyed.select_nth_unstable_by(end - 1, cmp);
+        }
+        keyed.truncate(end);
+        keyed.sort_unstable_by(cmp);
+        let page: Vec<Flow> = keyed
+            .iter()
+            .skip(offset)
+            .map(|&(_, slot)| self.view_slot(slot as usize, keep))
+            .collect();
+        let netns = page.iter().map(|f| self.netns_of(f.key.cookie)).collect();
+        views::Overview { page, netns, all }
     }
 
     /// A copy of the active flow `cookie` with its `keep` newest samples (and its
@@ -1206,6 +1268,7 @@ impl Tracker {
             return;
         }
         self.accounts.end_dump();
+        self.accounts.mark_rates(dump_ts_ns);
         let all_seen = self.seen_now == self.hot.len();
         debug_assert_eq!(all_seen, self.hot.iter().all(|h| h.seen_gen == generation));
         // Usually every flow was seen: then the table need not be read again.
@@ -1487,6 +1550,18 @@ fn gap_us(a: u64, b: u64) -> u32 {
 }
 
 impl Flow {
+    /// Each of its samples' chrono counters (busy, rwnd-limited, sndbuf-limited; ms since
+    /// the connection began), or `None` when the kernel sends none (before Linux 4.10).
+    pub fn chrono(&self) -> Option<Vec<[u32; 3]>> {
+        let l = &self.last;
+        (l.busy_ms != u32::MAX).then(|| {
+            crate::record::unwrap_chrono(
+                &self.samples,
+                [l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms],
+            )
+        })
+    }
+
     /// The span sampled, first sample to last seen (retained or not), ns: the record's
     /// `Duration`, and the time base of its throughputs and of the diagnosis.
     pub fn span_ns(&self) -> u64 {

@@ -82,6 +82,38 @@ fn signals(l: &Last) -> Signals {
     }
 }
 
+/// The verdict the time shares give alone: the largest share (the application's on a tie
+/// with it, then the earlier in this order).
+pub fn largest(shares: &TimeShares) -> &'static str {
+    let ranked = [
+        ("receiver-window", shares.receiver_window),
+        ("send-buffer", shares.send_buffer),
+        ("network", shares.network),
+        ("application", shares.application),
+    ];
+    ranked.iter().fold(ranked[3], |best, &c| if c.1 > best.1 { c } else { best }).0
+}
+
+/// The shares of `elapsed` ms that growths of `busy`, `rwnd` and `sndbuf` (ms) give, with
+/// the kernel's jiffy-sized disagreements clamped so they stay in [0, 100] and sum to 100;
+/// `None` when no time elapsed.
+pub fn shares_of(busy: f64, rwnd: f64, sndbuf: f64, elapsed: f64) -> Option<TimeShares> {
+    (elapsed > 0.0).then(|| {
+        let busy = busy.min(elapsed);
+        let rwnd = rwnd.min(busy);
+        let sndbuf = sndbuf.min(busy - rwnd);
+        // 100·x/x is not always 100 in floating point (100.00000000000001 was seen).
+        let pct = |v: f64| (100.0 * v / elapsed).clamp(0.0, 100.0);
+        TimeShares {
+            receiver_window: pct(rwnd),
+            send_buffer: pct(sndbuf),
+            network: pct(busy - rwnd - sndbuf),
+            application: pct(elapsed - busy),
+            basis: "span",
+        }
+    })
+}
+
 /// The diagnosis of `e`; `None` when the kernel reports no busy time (before Linux 4.10).
 pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     let f = &e.flow;
@@ -99,20 +131,9 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         (busy, f64::from(l.rwnd_limited_ms), f64::from(l.sndbuf_limited_ms), busy, "lifetime")
     };
     // The kernel's chrono counters tick in jiffies and our timestamps at datagram arrival:
-    // clamp the small disagreements so the shares stay in [0, 100] and sum to 100.
-    let shares = if elapsed > 0.0 {
-        let busy = busy.min(elapsed);
-        let rwnd = rwnd.min(busy);
-        let sndbuf = sndbuf.min(busy - rwnd);
-        // 100·x/x is not always 100 in floating point (100.00000000000001 was seen).
-        let pct = |v: f64| (100.0 * v / elapsed).clamp(0.0, 100.0);
-        TimeShares {
-            receiver_window: pct(rwnd),
-            send_buffer: pct(sndbuf),
-            network: pct(busy - rwnd - sndbuf),
-            application: pct(elapsed - busy),
-            basis,
-        }
+    // `shares_of` clamps the small disagreements.
+    let shares = if let Some(s) = shares_of(busy, rwnd, sndbuf, elapsed) {
+        TimeShares { basis, ..s }
     } else {
         TimeShares {
             receiver_window: 0.0,
@@ -145,14 +166,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
-    let ranked = [
-        ("receiver-window", shares.receiver_window),
-        ("send-buffer", shares.send_buffer),
-        ("network", shares.network),
-        ("application", shares.application),
-    ];
-    let mut verdict =
-        ranked.iter().fold(ranked[3], |best, &c| if c.1 > best.1 { c } else { best }).0;
+    let mut verdict = largest(&shares);
     let near_sndbuf_cap =
         caps.send_buffer_cap_mbps.is_some_and(|c| c > 0.0 && got >= SNDBUF_CAP_FRACTION * c);
     if verdict == "network" && shares.send_buffer >= SNDBUF_MIN_SHARE_PCT && near_sndbuf_cap {

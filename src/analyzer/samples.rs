@@ -8,13 +8,16 @@ use crate::tracker::EndedFlow;
 
 /// Appends `e`'s retained samples, oldest first, one JSON object per line. It
 /// [gathers](EndedFlow::gather) the flow first, as [`analyze`](super::analyze) does.
-pub fn write_lines(e: &mut EndedFlow, id: &FlowId, out: &mut Vec<u8>) {
+/// `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC, for the lines' `UnixNs`.
+pub fn write_lines(e: &mut EndedFlow, id: &FlowId, realtime_offset_ns: i128, out: &mut Vec<u8>) {
     e.gather();
-    for s in &e.flow.samples {
+    let f = &e.flow;
+    let chrono = f.chrono();
+    for (i, s) in f.samples.iter().enumerate() {
+        let c = chrono.as_ref().map(|c| c[i]);
+        let line = Line::new(f.key.cookie, f.seq, id, s, c, realtime_offset_ns);
         // Serialising into a Vec cannot fail: every field is a number or a string.
-        if serde_json::to_writer(&mut *out, &Line::new(e.flow.key.cookie, e.flow.seq, id, s))
-            .is_ok()
-        {
+        if serde_json::to_writer(&mut *out, &line).is_ok() {
             out.push(b'\n');
         }
     }
@@ -35,7 +38,7 @@ mod tests {
         ]);
         let r = super::super::analyze(&mut e, &Default::default());
         let mut out = Vec::new();
-        write_lines(&mut e, &r.id, &mut out);
+        write_lines(&mut e, &r.id, 7, &mut out);
         let lines: Vec<serde_json::Value> = out
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -49,5 +52,7 @@ mod tests {
         assert_eq!(lines[1]["RTTms"], 12.5);
         assert_eq!(lines[1]["CwndBytes"], 20_000);
         assert_eq!(lines[0]["PacingRateMbps"], 10.0);
+        assert_eq!(lines[0]["UnixNs"], 1_000_000_007u64);
+        assert_eq!(lines[1]["SndCwnd"], 20);
     }
 }

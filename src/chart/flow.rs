@@ -35,7 +35,8 @@ fn describe(name: &str, unit: &str, s: &Series) -> String {
     let Some(last) = vals.last() else {
         return format!("{name}: no values.");
     };
-    let (lo, hi) = vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+    let (lo, hi) =
+        vals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
     format!(
         "{name}: {} values from {} to {} {unit}, the last {} {unit}.",
         vals.len(),
@@ -82,7 +83,9 @@ fn chart(
     };
     let mut desc: Vec<String> = vec![format!("{title}, {when}.")];
     desc.extend(series.iter().map(|s| describe(s.name, unit_text, &scaled(s))));
-    desc.extend(marks.iter().map(|m| format!("{}: {} {unit_text}.", m.label, num(m.value / y_div))));
+    desc.extend(
+        marks.iter().map(|m| format!("{}: {} {unit_text}.", m.label, num(m.value / y_div))),
+    );
     Chart {
         id,
         title: title.to_string(),

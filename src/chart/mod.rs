@@ -245,7 +245,10 @@ pub fn date_text(unix_s: f64) -> String {
 
 /// Splits (time, value) samples into runs: `None` values end a run, and so does a pause
 /// longer than `max_gap` seconds between two samples.
-pub fn runs(points: impl IntoIterator<Item = (f64, Option<f64>)>, max_gap: f64) -> Vec<Vec<(f64, f64)>> {
+pub fn runs(
+    points: impl IntoIterator<Item = (f64, Option<f64>)>,
+    max_gap: f64,
+) -> Vec<Vec<(f64, f64)>> {
     let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut open = false;
     let mut last_t = f64::NEG_INFINITY;

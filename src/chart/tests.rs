@@ -38,10 +38,14 @@ fn polyline_points(svg: &str, series: &str) -> Vec<Vec<(f64, f64)>> {
 
 #[test]
 fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
-    let pts: Vec<Point> =
-        (0..10).map(|i| point(f64::from(i) * 0.1, (i != 4).then_some(10.0 + f64::from(i)))).collect();
+    let pts: Vec<Point> = (0..10)
+        .map(|i| point(f64::from(i) * 0.1, (i != 4).then_some(10.0 + f64::from(i))))
+        .collect();
     let c = charts("f-", &pts, Some(9.5));
-    assert_eq!(c.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), CHART_IDS.map(|k| format!("f-{k}")));
+    assert_eq!(
+        c.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        CHART_IDS.map(|k| format!("f-{k}"))
+    );
     let rtt = &c[0];
     assert_eq!(rtt.series[0].runs.len(), 2, "the sample without an RTT splits the line");
     assert_eq!(rtt.series[0].points(), 9);
@@ -56,7 +60,10 @@ fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
     assert!(rtt.y.max >= 19.0 && rtt.y.max <= 20.0, "{:?}", rtt.y);
     assert_eq!(rtt.y.title, "RTT (ms)");
     // The screen-reader text names what is drawn.
-    assert!(svg.contains(r#"role="img""#) && svg.contains("<title id=\"f-rtt-t\">Round-trip time</title>"));
+    assert!(
+        svg.contains(r#"role="img""#)
+            && svg.contains("<title id=\"f-rtt-t\">Round-trip time</title>")
+    );
     assert!(rtt.desc.contains("9 values from 10.0 to 19.0 ms"), "{}", rtt.desc);
     assert!(rtt.desc.contains("min RTT: 9.50 ms"), "{}", rtt.desc);
 }
@@ -86,7 +93,10 @@ fn time_shares_grow_from_the_first_sample() {
     let shares = &c[4];
     // busy grows 1000 ms per second: 100 %; rwnd 500 ms per second: 50 %; the first
     // sample has no elapsed time and no share.
-    assert_eq!(shares.series[0].runs, vec![(1..5).map(|i| (f64::from(i), 100.0)).collect::<Vec<_>>()]);
+    assert_eq!(
+        shares.series[0].runs,
+        vec![(1..5).map(|i| (f64::from(i), 100.0)).collect::<Vec<_>>()]
+    );
     assert!(shares.series[1].runs[0].iter().all(|p| p.1 == 50.0));
     assert!(shares.series[2].runs[0].iter().all(|p| p.1 == 0.0));
 }
@@ -137,7 +147,8 @@ fn time_ticks_fall_on_round_times_within_the_span() {
 #[test]
 fn sparkline_scales_to_its_box_and_breaks_on_missing_values() {
     let s = sparkline(&[Some(1.0), Some(2.0), None, Some(4.0)], 60.0, 16.0, "rtt", "RTT <ms>");
-    let lines = polyline_points(&format!("{s}").replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
+    let lines =
+        polyline_points(&format!("{s}").replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
     assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
     for (x, y) in lines.concat() {
         assert!((0.0..=60.0).contains(&x) && (0.0..=16.0).contains(&y));

@@ -63,6 +63,8 @@ pub struct HttpSettings {
     pub limits: crate::http::Limits,
     /// `--metrics-top-services`.
     pub top_services: usize,
+    /// `--recent-flows`.
+    pub recent_flows: usize,
 }
 
 /// Resolves the parsed command line into every stage's settings.
@@ -102,6 +104,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             analysis: parts.analyzer,
             write_partial: c.partial,
             samples_out: c.samples_out.is_some(),
+            recent: None,
         },
         writer: writer_config(c, &parts.file_name),
         http: c.http_server.map(|addr| HttpSettings {
@@ -112,6 +115,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
                 max_connections: c.http_max_connections as usize,
             },
             top_services: c.top_services,
+            recent_flows: c.recent_flows as usize,
         }),
         netns: c.netns.clone(),
         netns_rescan: c.netns_rescan,

@@ -7,8 +7,18 @@ use crate::tracker::Flow;
 /// `f` (a view copy: its samples are the newest few, `stage.window` counts all) as JSON,
 /// with its latest sample, and with those samples when `recent`.
 /// `netns`: its namespace's name, when several are sampled.
-pub fn view(f: &Flow, recent: bool, netns: Option<&str>) -> serde_json::Value {
+/// `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC, for the samples' `UnixNs`.
+pub fn view(
+    f: &Flow,
+    recent: bool,
+    netns: Option<&str>,
+    realtime_offset_ns: i128,
+) -> serde_json::Value {
     let id = FlowId::new(&f.key, f.first_ts_ns);
+    let chrono = f.chrono();
+    let chrono_at = |i: usize| chrono.as_ref().map(|c| c[i]);
+    let line =
+        |i: usize, s| Line::new(f.key.cookie, f.seq, &id, s, chrono_at(i), realtime_offset_ns);
     let l = &f.last;
     let v = View {
         cookie: f.key.cookie,
@@ -31,9 +41,8 @@ pub fn view(f: &Flow, recent: bool, netns: Option<&str>) -> serde_json::Value {
         bytes_retrans: l.bytes_retrans,
         max_pacing_mbps: (l.max_pacing_rate != ABSENT_U64)
             .then(|| l.max_pacing_rate as f64 * 8.0 / 1e6),
-        latest: f.samples.last().map(|s| Line::new(f.key.cookie, f.seq, &id, s)),
-        recent: recent
-            .then(|| f.samples.iter().map(|s| Line::new(f.key.cookie, f.seq, &id, s)).collect()),
+        latest: f.samples.last().map(|s| line(f.samples.len() - 1, s)),
+        recent: recent.then(|| f.samples.iter().enumerate().map(|(i, s)| line(i, s)).collect()),
     };
     // Serialising numbers and strings into a Value cannot fail.
     serde_json::to_value(&v).unwrap_or(serde_json::Value::Null)

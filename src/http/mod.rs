@@ -39,8 +39,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::metrics::Metrics;
 
 pub mod flows;
+mod gather;
 pub mod prom;
 pub mod status;
+pub mod web;
 
 use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query};
 use flows::view;
@@ -64,6 +66,10 @@ struct Ctx {
     registry: Arc<Registry>,
     queries: mpsc::Sender<Query>,
     netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+    accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
+    services: Arc<std::sync::Mutex<crate::services::Services>>,
+    recent: Arc<crate::recent::Recent>,
+    analysis: Arc<crate::analyzer::AnalyzerConfig>,
 }
 
 impl Ctx {
@@ -86,13 +92,20 @@ pub struct Served {
     pub interval: Duration,
     /// Network namespace names by index, when several are sampled (`--netns`).
     pub netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+    /// The per-service accounts the tracker publishes after every dump.
+    pub accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
+    /// The recently ended flows the analyzer keeps.
+    pub recent: Arc<crate::recent::Recent>,
+    /// How records are computed (for a live flow's provisional record, and the clock
+    /// offset of its charts).
+    pub analysis: crate::analyzer::AnalyzerConfig,
 }
 
 async fn flow_durations(State(c): State<Ctx>) -> String {
     c.metrics.flow_durations.render()
 }
 
-async fn index(State(c): State<Ctx>) -> Html<String> {
+async fn health(State(c): State<Ctx>) -> Html<String> {
     let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
     Html(status_page(&c.metrics, names.as_deref()))
 }
@@ -185,7 +198,7 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
         .flows
         .iter()
         .zip(&page.netns)
-        .map(|(f, &ns)| view(f, false, c.netns_name(ns).as_deref()))
+        .map(|(f, &ns)| view(f, false, c.netns_name(ns).as_deref(), c.analysis.realtime_offset_ns))
         .collect();
     let mut r = Json(body).into_response();
     let h = r.headers_mut();
@@ -213,7 +226,10 @@ pub(crate) fn url_escape(s: &str) -> String {
 
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     match ask(&c, |tx| Query::Flow(cookie, tx)).await {
-        Ok(Some((f, ns))) => Json(view(&f, true, c.netns_name(ns).as_deref())).into_response(),
+        Ok(Some((f, ns))) => {
+            let offset = c.analysis.realtime_offset_ns;
+            Json(view(&f, true, c.netns_name(ns).as_deref(), offset)).into_response()
+        }
         Ok(None) => (StatusCode::NOT_FOUND, format!("no active flow with cookie {cookie}\n"))
             .into_response(),
         Err(r) => r,
@@ -336,9 +352,17 @@ fn router(s: Served) -> Router {
         registry: Arc::new(s.registry),
         queries: s.queries,
         netns: s.netns,
+        accounts: s.accounts,
+        services: Arc::new(std::sync::Mutex::new(crate::services::Services::new())),
+        recent: s.recent,
+        analysis: Arc::new(s.analysis),
     };
     Router::new()
-        .route("/", get(index))
+        .route("/", get(gather::host))
+        .route("/health", get(health))
+        .route("/flow/{cookie}", get(gather::flow_page))
+        .route("/flow/{cookie}/live", get(gather::flow_live))
+        .route("/static/{file}", get(gather::asset))
         .route("/metrics", get(metrics))
         .route("/flows", get(flows))
         .route("/flows/{cookie}", get(flow))

@@ -1,21 +1,29 @@
-//! The status page (`GET /`): the monitor's own state, as cgmon's page shows it.
+//! The monitor's own state, as cgmon's status page showed it: a section of `/` and the
+//! page `/health`.
 
 use std::time::Duration;
 
 use crate::metrics::Metrics;
 
-/// The status page.
-/// The status page; with `netns` (the sampled namespaces' names by index), a table of
-/// them, each with its active flows and a link to them.
+/// The status page (`/health`): the monitor's own state as a page of its own.
 pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cgmon-rs: monitor health</title>\
+         <link rel=\"stylesheet\" href=\"/static/style.css\"></head><body>{}</body></html>\n",
+        status_section(m, netns)
+    )
+}
+
+/// The monitor's own state (cgmon's status page), as a section of a page; with `netns`
+/// (the sampled namespaces' names by index), a table of them, each with its active flows
+/// and a link to them.
+pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
     use std::fmt::Write as _;
     let up = m.uptime().as_secs_f64().max(1e-9);
     let (churn_n, churn_ns) = *m.last_churn.lock().unwrap_or_else(|e| e.into_inner());
     let inst = if churn_ns > 0 { churn_n as f64 / (churn_ns as f64 / 1e9) } else { 0.0 };
     let mut p = format!(
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>cgmon-rs</title>\
-         <style>td,th{{padding:2px 10px;text-align:right}}th:first-child,td:first-child{{text-align:left}}</style>\
-         </head><body><h2>cgmon-rs version {}</h2>\n",
+        "<section id=\"health\"><h2>cgmon-rs version {}: monitor health</h2>\n",
         env!("CARGO_PKG_VERSION")
     );
     let _ = writeln!(
@@ -28,7 +36,7 @@ pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
         m.flows_ended.get(),
         m.flows_refused.get()
     );
-    p.push_str("<h3>Pipeline stage times (µs)</h3>\n<table><tr><th>stage</th><th>calls</th><th>min</th><th>mean</th><th>max</th><th>stddev</th></tr>\n");
+    p.push_str("<h3>Pipeline stage times (µs)</h3>\n<table class=\"num\"><tr><th>stage</th><th>calls</th><th>min</th><th>mean</th><th>max</th><th>stddev</th></tr>\n");
     for (st, t) in crate::metrics::Stage::ALL.iter().zip(m.stage_times()) {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         let _ = writeln!(
@@ -42,7 +50,7 @@ pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
             us(t.stddev())
         );
     }
-    p.push_str("</table>\n<h3>Counters</h3>\n<table>\n");
+    p.push_str("</table>\n<h3>Counters</h3>\n<table class=\"num\">\n");
     let rows: [(&str, String); 18] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
@@ -125,9 +133,9 @@ pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
         }
         p.push_str("</table>\n");
     }
-    p.push_str("<p><a href=\"/\">Refresh</a> · <a href=\"/metrics\">/metrics</a> · \
+    p.push_str("<p><a href=\"/\">Host view</a> · <a href=\"/metrics\">/metrics</a> · \
                 <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
-                <a href=\"/healthz\">/healthz</a></p></body></html>\n");
+                <a href=\"/healthz\">/healthz</a></p></section>\n");
     p
 }
 

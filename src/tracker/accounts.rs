@@ -118,7 +118,15 @@ pub struct Account {
     /// f64 chained each sample's add on the previous one's (u64 µs overflows after 584,000
     /// years of summed RTT).
     pub rtt_sum_us: u64,
+    /// Bytes acked and received per second over the last [`RATE_SPAN_NS`] or more
+    /// ([`Accounts::mark_rates`]); 0 until a span has passed.
+    pub bytes_per_s: f64,
+    /// bytes_acked + bytes_received at the last mark.
+    marked_bytes: u64,
 }
+
+/// Shortest span a service's rate is measured over.
+pub const RATE_SPAN_NS: u64 = 1_000_000_000;
 
 impl Account {
     fn new(netns: u32, cgroup_id: u64, port: u16, uid: u32) -> Self {
@@ -134,6 +142,8 @@ impl Account {
             bytes_retrans: 0,
             rtt_buckets: [0; RTT_BUCKETS_S.len() + 1],
             rtt_sum_us: 0,
+            bytes_per_s: 0.0,
+            marked_bytes: 0,
         }
     }
 
@@ -171,6 +181,8 @@ pub struct Accounts {
     /// it (0 when the kernel sent none).
     listening: FxHashMap<u64, u64>,
     next_listening: FxHashMap<u64, u64>,
+    /// When the rates were last measured (0: never).
+    marked_ns: u64,
 }
 
 /// A port's key in the listening set: ports listen per network namespace.
@@ -186,6 +198,7 @@ impl Default for Accounts {
             index: FxHashMap::default(),
             listening: FxHashMap::default(),
             next_listening: FxHashMap::default(),
+            marked_ns: 0,
         }
     }
 }
@@ -266,6 +279,25 @@ impl Accounts {
         }
     }
 
+    /// At most once per [`RATE_SPAN_NS`] (CLOCK_MONOTONIC `now_ns`), each account's rate
+    /// becomes its bytes since the last mark over the time since (the host view's bytes per
+    /// second): a few thousand accounts at most, once a second.
+    pub fn mark_rates(&mut self, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.marked_ns);
+        if self.marked_ns != 0 && dt < RATE_SPAN_NS {
+            return;
+        }
+        let first = self.marked_ns == 0;
+        for a in &mut self.slots {
+            let bytes = a.bytes_acked + a.bytes_received;
+            if !first {
+                a.bytes_per_s = bytes.saturating_sub(a.marked_bytes) as f64 / (dt as f64 / 1e9);
+            }
+            a.marked_bytes = bytes;
+        }
+        self.marked_ns = now_ns.max(1);
+    }
+
     /// The dump completed: its listeners become the listening set.
     pub fn end_dump(&mut self) {
         std::mem::swap(&mut self.listening, &mut self.next_listening);
@@ -304,6 +336,23 @@ mod tests {
         a.count(&mut c, 250, 30, 5);
         let acc = &a.all()[s80 as usize];
         assert_eq!((acc.bytes_acked, acc.bytes_received, acc.bytes_retrans), (250, 30, 5));
+    }
+
+    #[test]
+    fn rates_are_bytes_over_at_least_a_second() {
+        let mut a = Accounts::default();
+        let s = a.slot(0, 7, 80, None);
+        let mut c = Counted { slot: s, ..Counted::default() };
+        a.count(&mut c, 1_000, 0, 0);
+        a.mark_rates(5 * RATE_SPAN_NS); // the first mark only sets the base
+        assert_eq!(a.all()[s as usize].bytes_per_s, 0.0);
+        a.count(&mut c, 3_000, 500, 0);
+        a.mark_rates(5 * RATE_SPAN_NS + RATE_SPAN_NS / 2); // too soon: unchanged
+        assert_eq!(a.all()[s as usize].bytes_per_s, 0.0);
+        a.mark_rates(7 * RATE_SPAN_NS); // 2,500 bytes over 2 s
+        assert_eq!(a.all()[s as usize].bytes_per_s, 1_250.0);
+        a.mark_rates(8 * RATE_SPAN_NS); // nothing more: 0
+        assert_eq!(a.all()[s as usize].bytes_per_s, 0.0);
     }
 
     #[test]

@@ -310,6 +310,20 @@ impl StagePool {
         }
     }
 
+    /// The flow's newest retained sample, read in place.
+    pub(super) fn latest(&self, f: &Flow) -> Option<Retained> {
+        let st = &f.stage;
+        if st.idx != u32::MAX {
+            if st.staged > 0 {
+                return Some(self.slots.get(st.idx).0[usize::from(st.staged) - 1]);
+            }
+            if let Some(&b) = st.room.as_deref().and_then(|r| r[..st.full_len as usize].last()) {
+                return self.blocks.slots.get(b).0.last().copied();
+            }
+        }
+        f.samples.last().copied()
+    }
+
     /// The flow's `n` newest retained samples, oldest first, read in place: a view of one
     /// flow copies only what it shows, and the flow's blocks and stage stay as they are.
     pub(super) fn newest(&self, f: &Flow, n: usize) -> Vec<Retained> {

@@ -107,6 +107,9 @@ fn answer(tracker: &Tracker, q: Query) {
             let f = tracker.view_one(cookie, views::RECENT_SAMPLES);
             let _ = tx.send(f.map(|f| (f, tracker.netns_of(cookie))));
         }
+        Query::Overview { order, offset, limit, keep, netns, tx } => {
+            let _ = tx.send(tracker.overview(order, offset, limit, keep, netns));
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 use tokio::sync::oneshot;
 
 use super::Flow;
+use crate::chart::flow::Point;
+use crate::record::{ABSENT_U64, mbps};
 
 /// Most samples `/flows/{cookie}` returns (the newest).
 pub const RECENT_SAMPLES: usize = 300;
@@ -27,6 +29,62 @@ pub struct Page {
     pub total: usize,
 }
 
+/// How the host view orders active flows, largest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Current delivery rate.
+    #[default]
+    Rate,
+    /// Current smoothed RTT.
+    Rtt,
+    /// Retransmitted segments.
+    Retrans,
+    /// Time since the first sample (oldest first).
+    Age,
+}
+
+impl Order {
+    /// Its name in a URL (`?order=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Rate => "rate",
+            Order::Rtt => "rtt",
+            Order::Retrans => "retrans",
+            Order::Age => "age",
+        }
+    }
+
+    /// Every order, as the page offers them.
+    pub const ALL: [Order; 4] = [Order::Rate, Order::Rtt, Order::Retrans, Order::Age];
+}
+
+/// What the host view needs of every active flow, for the per-service table (a few
+/// numbers each, so 20,000 flows are a few hundred KB).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Brief {
+    /// The flow's account (service) slot.
+    pub slot: u32,
+    /// Its latest smoothed RTT, µs (0: none yet).
+    pub rtt_us: u32,
+    /// Growth of its busy, rwnd-limited and sndbuf-limited time since its first sample, ms
+    /// (`None` before Linux 4.10).
+    pub chrono_ms: Option<[u32; 3]>,
+    /// Time since its first sample, ms.
+    pub span_ms: u64,
+}
+
+/// The host view: one page of active flows in the asked order, each with its newest
+/// samples, and every active flow briefly.
+#[derive(Debug, Default)]
+pub struct Overview {
+    /// The page, in order.
+    pub page: Vec<Flow>,
+    /// Each page flow's network namespace (index), beside `page`.
+    pub netns: Vec<u32>,
+    /// Every active flow (of the namespace asked for).
+    pub all: Vec<Brief>,
+}
+
 /// A question to the tracker task.
 #[derive(Debug)]
 pub enum Query {
@@ -44,6 +102,43 @@ pub enum Query {
     /// One flow (by cookie) with its [`RECENT_SAMPLES`] newest samples, and its network
     /// namespace (index); `None` when it is not active.
     Flow(u64, oneshot::Sender<Option<(Flow, u32)>>),
+    /// The host view.
+    Overview {
+        /// Page order.
+        order: Order,
+        /// Flows before the page.
+        offset: usize,
+        /// Page size.
+        limit: usize,
+        /// Samples per page flow (for its sparklines).
+        keep: usize,
+        /// Only the flows of this network namespace (index).
+        netns: Option<u32>,
+        /// Where the answer goes.
+        tx: oneshot::Sender<Overview>,
+    },
+}
+
+impl Flow {
+    /// Its samples as chart points; `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC.
+    pub fn chart_points(&self, realtime_offset_ns: i128) -> Vec<Point> {
+        let chrono = self.chrono();
+        let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
+        self.samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Point {
+                unix_s: (i128::from(s.ts_ns) + realtime_offset_ns) as f64 / 1e9,
+                rtt_ms: (s.rtt_us > 0).then(|| f64::from(s.rtt_us) / 1000.0),
+                cwnd_bytes: Some(s.cwnd_bytes() as f64),
+                ssthresh_bytes: s.ssthresh_bytes().map(|v| v as f64),
+                pacing_mbps: rate(s.pacing_rate()),
+                delivery_mbps: rate(s.delivery_rate()),
+                retrans: Some(f64::from(s.total_retrans)),
+                chrono_ms: chrono.as_ref().map(|c| c[i].map(f64::from)),
+            })
+            .collect()
+    }
 }
 
 /// A copy of `f`'s identity and latest values, without samples.

@@ -2,6 +2,7 @@
 //! against netlink-packet-sock-diag, robustness over mutated input, and live-kernel tests on
 //! loopback sockets the tests open themselves.
 
+mod browser;
 mod differential;
 mod exact;
 mod fixtures;

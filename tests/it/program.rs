@@ -15,7 +15,7 @@ use crate::monitor::Monitor;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
-fn monitor(args: &[&str]) -> Monitor {
+pub fn monitor(args: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(args);
     Monitor::spawn(c)
@@ -38,13 +38,13 @@ fn file_monitor(dir: &Path, file: &str, a: SocketAddr, extra: &[&str]) -> Monito
     monitor(&args)
 }
 
-fn listener() -> (TcpListener, SocketAddr) {
+pub fn listener() -> (TcpListener, SocketAddr) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
     (l, a)
 }
 
-fn port_filter(a: SocketAddr) -> String {
+pub fn port_filter(a: SocketAddr) -> String {
     format!("sport {0} or dport {0}", a.port())
 }
 

@@ -1,0 +1,330 @@
+//! The web view's handlers: they gather what a page shows (the tracker's answer, the
+//! published accounts, the ring of ended flows) into [`web`]'s plain data, and render it.
+//! The tracker copies only the page's flows; grouping per service and rendering run here,
+//! on the server's thread.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query as Query_, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use rustc_hash::FxHashMap;
+
+use super::web::{self, FlowView, Host, Row, ServiceRow};
+use super::{Ctx, ask};
+use crate::analyzer::diagnosis::{largest, shares_of};
+use crate::chart::flow::num;
+use crate::recent::Ended;
+use crate::record::{ABSENT_U64, FlowId, mbps, tuple_text};
+use crate::tracker::accounts::{Account, NO_UID, OVERFLOW_CGROUP};
+use crate::tracker::views::{Order, Query};
+use crate::tracker::{EndReason, EndedFlow, Flow};
+
+/// `/`'s query string.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct HostQuery {
+    order: Option<String>,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+fn bad(msg: String) -> Response {
+    (StatusCode::BAD_REQUEST, msg + "\n").into_response()
+}
+
+/// Service names of account slots, resolved once per request and slot.
+struct Names<'a> {
+    accounts: &'a [Account],
+    services: &'a mut crate::services::Services,
+    cache: FxHashMap<u32, (String, u16)>,
+}
+
+impl Names<'_> {
+    fn of(&mut self, slot: u32) -> (String, u16) {
+        if let Some(n) = self.cache.get(&slot) {
+            return n.clone();
+        }
+        let n = match self.accounts.get(slot as usize) {
+            None => ("unknown".to_string(), 0),
+            Some(a) if a.cgroup_id == OVERFLOW_CGROUP => ("other".to_string(), 0),
+            Some(a) if a.cgroup_id == 0 && a.uid != NO_UID => {
+                (self.services.name_of_uid(a.uid), a.port)
+            }
+            Some(a) => (self.services.name(a.cgroup_id), a.port),
+        };
+        self.cache.insert(slot, n.clone());
+        n
+    }
+}
+
+/// A page row for view copy `f` (with its newest samples).
+fn row(f: &Flow, service: String, netns: Option<String>, offset_ns: i128) -> Row {
+    let latest = f.samples.last();
+    let l = &f.last;
+    Row {
+        cookie: f.key.cookie,
+        tuple: tuple_text(&FlowId::new(&f.key, f.first_ts_ns)),
+        service,
+        netns,
+        state: crate::states::name(l.state),
+        rate_mbps: latest.map(|s| s.delivery_rate()).filter(|&r| r != ABSENT_U64).map(mbps),
+        rtt_ms: latest.filter(|s| s.rtt_us > 0).map(|s| f64::from(s.rtt_us) / 1000.0),
+        min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
+        retrans: l.total_retrans,
+        age_s: f.span_ns() as f64 / 1e9,
+        points: f.chart_points(offset_ns),
+    }
+}
+
+/// `/`.
+pub(super) async fn host(
+    State(c): State<Ctx>,
+    q: Result<Query_<HostQuery>, QueryRejection>,
+) -> Response {
+    let q = match q {
+        Ok(Query_(q)) => q,
+        Err(e) => return bad(format!("{e}")),
+    };
+    let order = match q.order.as_deref() {
+        None => Order::Rate,
+        Some(name) => match Order::ALL.into_iter().find(|o| o.name() == name) {
+            Some(o) => o,
+            None => return bad(format!("invalid order {name:?}: rate, rtt, retrans or age")),
+        },
+    };
+    let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
+    if limit == 0 || limit > web::MAX_ROWS {
+        return bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
+    }
+    let offset = q.offset.unwrap_or(0);
+    let ov = match ask(&c, |tx| Query::Overview {
+        order,
+        offset,
+        limit,
+        keep: web::SPARK_SAMPLES,
+        netns: None,
+        tx,
+    })
+    .await
+    {
+        Ok(ov) => ov,
+        Err(r) => return r,
+    };
+    let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let accounts = c.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut services = c.services.lock().unwrap_or_else(|e| e.into_inner());
+    let mut nm =
+        Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
+    let rows = ov
+        .page
+        .iter()
+        .zip(&ov.netns)
+        .map(|(f, &ns)| {
+            let netns = names.as_ref().and_then(|n| n.get(ns as usize).cloned());
+            row(f, nm.of(f.counted.slot).0, netns, c.analysis.realtime_offset_ns)
+        })
+        .collect();
+    // Per service: the active flows' current RTTs and verdicts so far, and the accounts'
+    // rates.
+    let mut groups: FxHashMap<(String, u16), (ServiceRow, Vec<f64>)> = FxHashMap::default();
+    for b in &ov.all {
+        let key = nm.of(b.slot);
+        let g = groups.entry(key.clone()).or_insert_with(|| {
+            (ServiceRow { name: key.0, port: key.1, ..ServiceRow::default() }, Vec::new())
+        });
+        g.0.flows += 1;
+        if b.rtt_us > 0 {
+            g.1.push(f64::from(b.rtt_us) / 1000.0);
+        }
+        let verdict = b.chrono_ms.and_then(|[busy, rwnd, sndbuf]| {
+            let f = f64::from;
+            shares_of(f(busy), f(rwnd), f(sndbuf), b.span_ms as f64).map(|s| largest(&s))
+        });
+        g.0.verdicts[web::verdict_index(verdict)] += 1;
+    }
+    for slot in 0..accounts.len() as u32 {
+        let rate = accounts[slot as usize].bytes_per_s;
+        if rate > 0.0 {
+            let key = nm.of(slot);
+            let g = groups.entry(key.clone()).or_insert_with(|| {
+                (ServiceRow { name: key.0, port: key.1, ..ServiceRow::default() }, Vec::new())
+            });
+            g.0.bytes_per_s += rate;
+        }
+    }
+    drop(services);
+    let mut services: Vec<ServiceRow> = groups
+        .into_values()
+        .map(|(mut s, mut rtts)| {
+            rtts.sort_unstable_by(f64::total_cmp);
+            s.rtt_p50_ms = web::percentile(&rtts, 50.0);
+            s.rtt_p98_ms = web::percentile(&rtts, 98.0);
+            s
+        })
+        .collect();
+    services.sort_by(|a, b| {
+        b.bytes_per_s
+            .total_cmp(&a.bytes_per_s)
+            .then(b.flows.cmp(&a.flows))
+            .then(a.name.cmp(&b.name))
+    });
+    let h = Host {
+        rows,
+        total: ov.all.len(),
+        order,
+        offset,
+        limit,
+        services,
+        ended: c.recent.enabled().then(|| c.recent.list()),
+        netns: names.is_some(),
+        health: super::status::status_section(&c.metrics, names.as_deref()),
+    };
+    Html(web::host_page(&h)).into_response()
+}
+
+/// The view of active flow copy `f`: its charts, and the record it would have if it ended
+/// now.
+fn active_view(c: &Ctx, f: Flow) -> FlowView {
+    let offset = c.analysis.realtime_offset_ns;
+    let points = f.chart_points(offset);
+    let samples = f.stage.window().max(f.samples.len());
+    let cookie = f.key.cookie;
+    let end = f.last_ts_ns;
+    let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
+    let r = crate::analyzer::analyze(&mut e, &c.analysis);
+    let f = &e.flow;
+    let latest = points.last().copied().unwrap_or_default();
+    let mut facts: Vec<(String, String)> = vec![
+        ("state".into(), crate::states::name(f.last.state).into()),
+        ("congestion control".into(), f.cc.as_str().into()),
+        ("sampled for".into(), format!("{:.1} s", f.span_ns() as f64 / 1e9)),
+        (
+            "RTT now / minimum".into(),
+            format!(
+                "{} / {} ms",
+                latest.rtt_ms.map_or("–".into(), num),
+                r.min_rtt_kernel_ms.map_or("–".into(), num)
+            ),
+        ),
+        (
+            "cwnd / ssthresh".into(),
+            format!(
+                "{} / {}",
+                latest.cwnd_bytes.map_or("–".into(), |b| format!("{} KB", num(b / 1000.0))),
+                latest
+                    .ssthresh_bytes
+                    .map_or("not set yet".into(), |b| format!("{} KB", num(b / 1000.0)))
+            ),
+        ),
+        (
+            "delivery / pacing rate".into(),
+            format!(
+                "{} / {} Mbit/s",
+                latest.delivery_mbps.map_or("–".into(), num),
+                latest.pacing_mbps.map_or("–".into(), num)
+            ),
+        ),
+        ("send throughput so far".into(), format!("{} Mbit/s", num(r.send_throughput_mbps))),
+        ("bytes acked / received".into(), format!("{} / {}", r.bytes_acked, r.bytes_received)),
+        ("retransmitted segments".into(), r.total_retransmits.to_string()),
+    ];
+    if let Some(d) = &r.diagnosis {
+        let t = &d.shares;
+        facts.push((
+            "time limited by receiver window / send buffer / network / application".into(),
+            format!(
+                "{:.0} % / {:.0} % / {:.0} % / {:.0} %",
+                t.receiver_window, t.send_buffer, t.network, t.application
+            ),
+        ));
+    }
+    FlowView {
+        cookie,
+        tuple: tuple_text(&r.id),
+        active: true,
+        min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
+        samples,
+        points,
+        verdict: r.diagnosis.as_ref().map(|d| (d.verdict.to_string(), d.finding.clone())),
+        facts,
+        json: serde_json::to_string_pretty(&r).unwrap_or_default(),
+    }
+}
+
+/// The view of ended flow `e`, from the ring.
+fn ended_view(e: &Ended) -> FlowView {
+    let rec: serde_json::Value = serde_json::from_str(&e.record_json).unwrap_or_default();
+    let text = |k: &str| match &rec[k] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "–".into(),
+        v => v.to_string(),
+    };
+    let facts = vec![
+        ("ended".into(), text("EndTime")),
+        ("how".into(), format!("{} ({})", text("EndReason"), text("Close"))),
+        ("duration".into(), format!("{:.2} s", e.duration_ns as f64 / 1e9)),
+        ("send throughput".into(), format!("{} Mbit/s", num(e.throughput_mbps))),
+        ("minimum RTT".into(), e.min_rtt_ms.map_or("–".into(), |v| format!("{} ms", num(v)))),
+        ("retransmitted segments".into(), text("TotalRetransmits")),
+        (
+            "bytes acked / received".into(),
+            format!("{} / {}", text("BytesAcked"), text("BytesReceived")),
+        ),
+    ];
+    FlowView {
+        cookie: e.cookie,
+        tuple: e.tuple.clone(),
+        active: false,
+        points: e.points.clone(),
+        samples: e.samples,
+        min_rtt_ms: e.min_rtt_ms,
+        facts,
+        verdict: e.verdict.as_ref().map(|(v, f)| (v.to_string(), f.clone())),
+        json: e.record_json.clone(),
+    }
+}
+
+/// The flow `cookie`: active, or ended and still in the ring.
+async fn find(c: &Ctx, cookie: u64) -> Result<Option<FlowView>, Response> {
+    match ask(c, |tx| Query::Flow(cookie, tx)).await? {
+        Some((f, _)) => Ok(Some(active_view(c, f))),
+        None => Ok(c.recent.find(cookie).map(|e| ended_view(&e))),
+    }
+}
+
+fn not_found(cookie: u64) -> Response {
+    let body = format!(
+        "<main><h1>No flow with cookie {cookie}</h1><p>It is not active, and not among the \
+         recently ended flows kept (<code>--recent-flows</code>).</p></main>"
+    );
+    (StatusCode::NOT_FOUND, Html(web::layout("cgmon-rs: no such flow", &body))).into_response()
+}
+
+/// `/flow/{cookie}`.
+pub(super) async fn flow_page(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
+    match find(&c, cookie).await {
+        Ok(Some(v)) => Html(web::flow_page(&v)).into_response(),
+        Ok(None) => not_found(cookie),
+        Err(r) => r,
+    }
+}
+
+/// `/flow/{cookie}/live`.
+pub(super) async fn flow_live(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
+    match find(&c, cookie).await {
+        Ok(Some(v)) => axum::Json(web::flow_live(&v)).into_response(),
+        Ok(None) => {
+            (StatusCode::NOT_FOUND, format!("no flow with cookie {cookie}\n")).into_response()
+        }
+        Err(r) => r,
+    }
+}
+
+/// `/static/{file}`.
+pub(super) async fn asset(Path(file): Path<String>) -> Response {
+    let (body, kind) = match file.as_str() {
+        "style.css" => (web::style_css(), "text/css; charset=utf-8"),
+        "live.js" => (web::LIVE_JS.to_string(), "text/javascript; charset=utf-8"),
+        _ => return (StatusCode::NOT_FOUND, "no such file\n").into_response(),
+    };
+    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "max-age=300")], body).into_response()
+}
