@@ -445,7 +445,11 @@ impl MemoryFloor {
             *w = w.wrapping_add(cookie);
         }
         let j = usize::from(self.staged[k]);
-        self.stages[k][j] = Retained { ts_ns: cookie, ..Retained::default() };
+        self.stages[k][j] = {
+            let mut r = Retained::default();
+            r.ts_ns = cookie;
+            r
+        };
         self.staged[k] += 1;
         if j == 3 {
             self.staged[k] = 0;

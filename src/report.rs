@@ -247,11 +247,12 @@ pub fn cdf(id: &str, title: &str, name: &str, unit: Unit, mut values: Vec<f64>) 
     let max = values.last().copied().unwrap_or(0.0);
     let (x, div) = value_axis(name, unit, 0.0, max);
     let (y, _) = value_axis("flows", Unit::Percent, 0.0, 100.0);
-    let pts: Vec<(f64, f64)> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (v / div, 100.0 * (i + 1) as f64 / n as f64))
-        .collect();
+    // A step at each value: the share of flows at or below it rises there.
+    let mut pts: Vec<(f64, f64)> = Vec::with_capacity(2 * n);
+    for (i, v) in values.iter().enumerate() {
+        pts.push((v / div, 100.0 * i as f64 / n as f64));
+        pts.push((v / div, 100.0 * (i + 1) as f64 / n as f64));
+    }
     let pct =
         |p: f64| crate::http::web::percentile(&values, p).map_or("–".into(), |v| num(v / div));
     let unit_text = unit.scale(max).1;
@@ -315,11 +316,18 @@ pub fn report_html(
             (None, Some(c)) => format!("cgroup {c}"),
             (None, None) => "unknown".into(),
         };
-        let svc = format!("{svc}, local port {}", r["ID"]["SrcPort"]);
+        // The lower port is taken as the service's: the server's own, as the client's
+        // is from the ephemeral range above it.
+        let port = |k: &str| r["ID"][k].as_u64().unwrap_or(0);
+        let (sp, dp) = (port("SrcPort"), port("DstPort"));
+        let svc =
+            if sp <= dp { format!("{svc}, serving :{sp}") } else { format!("{svc}, to :{dp}") };
         let v = crate::http::web::verdict_index(r["Diagnosis"]["Verdict"].as_str());
         per.entry(svc).or_default()[v] += 1;
     }
-    b.push_str("<h2>Verdicts per service and local port</h2><table class=\"num\"><thead><tr><th>service</th>");
+    b.push_str(
+        "<h2>Verdicts per service and port</h2><table class=\"num\"><thead><tr><th>service</th>",
+    );
     for v in crate::http::web::VERDICTS {
         let _ = write!(b, "<th>{v}</th>");
     }

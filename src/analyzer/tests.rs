@@ -42,7 +42,11 @@ fn issue_3_rtt_falling_while_cwnd_rises_gives_minus_one() {
 
 #[test]
 fn weights_credit_the_interval_after_each_sample_and_the_median_to_the_last() {
-    let t = |ts: u64| Retained { ts_ns: ts, ..Retained::default() };
+    let t = |ts: u64| {
+        let mut r = Retained::default();
+        r.ts_ns = ts;
+        r
+    };
     let w = time_weights(&[t(0), t(S), t(3 * S), t(4 * S)]);
     assert_eq!(w, [1.0, 2.0, 1.0, 1.0]); // median of [1, 2, 1] is 1
     let w = time_weights(&[t(0), t(S), t(4 * S)]);

@@ -641,7 +641,9 @@ fn a_long_window_is_gathered_whole_and_in_order() {
     assert!(!e.gathered());
     assert_eq!(e.sample_count(), 1_000);
     // Into the memory of an earlier flow's samples, as the analyzer does: they are dropped.
-    let earlier = vec![Retained { rtt_us: 1, ..Retained::default() }; 1_500];
+    let mut one = Retained::default();
+    one.rtt_us = 1;
+    let earlier = vec![one; 1_500];
     let at = earlier.as_ptr();
     e.gather_into(earlier);
     assert_eq!(e.flow.samples.as_ptr(), at, "the buffer's memory was reused");
