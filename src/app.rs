@@ -276,7 +276,7 @@ pub async fn run(
                 netns: names,
                 accounts: accounts.clone(),
                 recent,
-                analysis: acfg.analysis.clone(),
+                analysis: acfg.analysis,
             };
             match start_http(h, served) {
                 Ok(server) => Some(server),

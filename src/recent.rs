@@ -34,8 +34,9 @@ pub struct Ended {
     pub verdict: Option<(&'static str, String)>,
     /// The smallest RTT the kernel saw, ms.
     pub min_rtt_ms: Option<f64>,
-    /// The record as written (JSON).
-    pub record_json: String,
+    /// The record as written (turned into JSON only when a page shows it: the analyzer
+    /// pushes every record, at thousands a second under churn).
+    pub record: Box<FlowStats>,
     /// Its newest samples ([`MAX_POINTS`]) as chart points.
     pub points: Vec<Point>,
     /// Samples the record holds in all.
@@ -58,8 +59,7 @@ impl Ended {
             throughput_mbps: r.send_throughput_mbps,
             verdict: r.diagnosis.as_ref().map(|d| (d.verdict, d.finding.clone())),
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
-            // Serialising numbers and strings cannot fail.
-            record_json: serde_json::to_string_pretty(r).unwrap_or_default(),
+            record: Box::new(r.clone()),
             points,
             samples: r.samples,
         }
@@ -109,37 +109,4 @@ impl Recent {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(cookie: u64, points: usize) -> Ended {
-        Ended {
-            cookie,
-            tuple: String::new(),
-            netns: None,
-            end_time: String::new(),
-            duration_ns: 0,
-            throughput_mbps: 0.0,
-            verdict: None,
-            min_rtt_ms: None,
-            record_json: String::new(),
-            points: vec![Point::default(); points],
-            samples: points,
-        }
-    }
-
-    #[test]
-    fn keeps_the_newest_n_newest_first() {
-        let r = Recent::new(3);
-        for c in 1..=5 {
-            r.push(entry(c, 1));
-        }
-        assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
-        assert!(r.find(2).is_none());
-        assert_eq!(r.find(4).map(|e| e.cookie), Some(4));
-        let off = Recent::new(0);
-        off.push(entry(1, 1));
-        assert!(off.list().is_empty() && !off.enabled());
-    }
-}
+// Tested with real records in `analyzer/tests.rs` (a record needs the analyzer).

@@ -113,9 +113,9 @@ pub fn unwrap_chrono(samples: &[Retained], newest: [u32; 3]) -> Vec<[u32; 3]> {
     for i in (0..samples.len()).rev() {
         out[i] = cur;
         if i > 0 {
-            for k in 0..3 {
+            for (k, c) in cur.iter_mut().enumerate() {
                 let step = samples[i].chrono16[k].wrapping_sub(samples[i - 1].chrono16[k]);
-                cur[k] = cur[k].saturating_sub(u32::from(step));
+                *c = c.saturating_sub(u32::from(step));
             }
         }
     }

@@ -60,7 +60,14 @@ pub fn num(v: f64) -> String {
     }
 }
 
-/// A chart of `series` (values in `unit`) over the points' time span.
+/// The time frame of a flow's charts: start (Unix s), span (s), and the samples in words.
+struct Frame<'a> {
+    start: f64,
+    span: f64,
+    when: &'a str,
+}
+
+/// A chart of `series` (values in `unit`) over the frame.
 fn chart(
     id: String,
     title: &str,
@@ -68,9 +75,7 @@ fn chart(
     unit: Unit,
     series: Vec<Series>,
     marks: Vec<Mark>,
-    start: f64,
-    span: f64,
-    when: &str,
+    frame: &Frame<'_>,
 ) -> Chart {
     let vals = series.iter().flat_map(|s| s.runs.iter().flatten().map(|p| p.1));
     let vals = vals.chain(marks.iter().map(|m| m.value));
@@ -81,7 +86,7 @@ fn chart(
         runs: s.runs.iter().map(|r| r.iter().map(|&(t, v)| (t, v / y_div)).collect()).collect(),
         ..s.clone()
     };
-    let mut desc: Vec<String> = vec![format!("{title}, {when}.")];
+    let mut desc: Vec<String> = vec![format!("{title}, {}.", frame.when)];
     desc.extend(series.iter().map(|s| describe(s.name, unit_text, &scaled(s))));
     desc.extend(
         marks.iter().map(|m| format!("{}: {} {unit_text}.", m.label, num(m.value / y_div))),
@@ -90,7 +95,7 @@ fn chart(
         id,
         title: title.to_string(),
         desc: desc.join(" "),
-        x: time_axis(start, span),
+        x: time_axis(frame.start, frame.span),
         y,
         y_div,
         series,
@@ -121,6 +126,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
         dashed,
     };
     let id = |k: &str| format!("{prefix}{k}");
+    let frame = Frame { start, span, when: &when };
     let mut out = Vec::with_capacity(CHART_IDS.len());
     let min_mark = min_rtt_ms
         .map(|v| Mark { label: "min RTT".into(), key: "minrtt", value: v })
@@ -133,9 +139,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
         Unit::Ms,
         vec![series("smoothed RTT", "rtt", &|p| p.rtt_ms, false)],
         min_mark,
-        start,
-        span,
-        &when,
+        &frame,
     ));
     out.push(chart(
         id("cwnd"),
@@ -147,9 +151,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
             series("ssthresh", "ssthresh", &|p| p.ssthresh_bytes, true),
         ],
         Vec::new(),
-        start,
-        span,
-        &when,
+        &frame,
     ));
     out.push(chart(
         id("rate"),
@@ -161,9 +163,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
             series("delivery", "delivery", &|p| p.delivery_mbps, false),
         ],
         Vec::new(),
-        start,
-        span,
-        &when,
+        &frame,
     ));
     out.push(chart(
         id("retrans"),
@@ -172,9 +172,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
         Unit::Count,
         vec![series("retransmits", "retrans", &|p| p.retrans, false)],
         Vec::new(),
-        start,
-        span,
-        &when,
+        &frame,
     ));
     // Shares of the time since the first sample, as they grew: each sample's chrono
     // counters less the first sample's, over the time elapsed.
@@ -198,9 +196,7 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
             series("send-buffer limited", "sndbuf", &share(2), false),
         ],
         Vec::new(),
-        start,
-        span,
-        &when,
+        &frame,
     ));
     out
 }

@@ -147,8 +147,7 @@ fn time_ticks_fall_on_round_times_within_the_span() {
 #[test]
 fn sparkline_scales_to_its_box_and_breaks_on_missing_values() {
     let s = sparkline(&[Some(1.0), Some(2.0), None, Some(4.0)], 60.0, 16.0, "rtt", "RTT <ms>");
-    let lines =
-        polyline_points(&format!("{s}").replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
+    let lines = polyline_points(&s.replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
     assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
     for (x, y) in lines.concat() {
         assert!((0.0..=60.0).contains(&x) && (0.0..=16.0).contains(&y));

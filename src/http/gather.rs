@@ -252,7 +252,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
 
 /// The view of ended flow `e`, from the ring.
 fn ended_view(e: &Ended) -> FlowView {
-    let rec: serde_json::Value = serde_json::from_str(&e.record_json).unwrap_or_default();
+    let rec: serde_json::Value = serde_json::to_value(&*e.record).unwrap_or_default();
     let text = |k: &str| match &rec[k] {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "–".into(),
@@ -279,7 +279,7 @@ fn ended_view(e: &Ended) -> FlowView {
         min_rtt_ms: e.min_rtt_ms,
         facts,
         verdict: e.verdict.as_ref().map(|(v, f)| (v.to_string(), f.clone())),
-        json: e.record_json.clone(),
+        json: serde_json::to_string_pretty(&*e.record).unwrap_or_default(),
     }
 }
 

@@ -125,8 +125,9 @@ pub fn layout(title: &str, body: &str) -> String {
     )
 }
 
+/// A rate in Mbit/s as text with its unit.
 fn rate_text(v: Option<f64>) -> String {
-    v.map_or("–".into(), |v| if v >= 1000.0 { format!("{:.2} G", v / 1000.0) } else { num(v) })
+    v.map_or("–".into(), |v| bytes_rate_text(v * 1e6 / 8.0))
 }
 
 fn bytes_rate_text(b: f64) -> String {
@@ -156,9 +157,12 @@ fn ms_opt(v: Option<f64>) -> String {
     v.map_or("–".into(), num)
 }
 
+/// A sparkline's series: key, name, value of a point, unit.
+type Spark<'a> = (&'a str, &'a str, &'a dyn Fn(&Point) -> Option<f64>, &'a str);
+
 /// A row's three sparklines: RTT, cwnd, delivery rate.
 fn sparks(r: &Row) -> String {
-    let series: [(&str, &str, &dyn Fn(&Point) -> Option<f64>, &str); 3] = [
+    let series: [Spark<'_>; 3] = [
         ("rtt", "RTT", &|p| p.rtt_ms, "ms"),
         ("cwnd", "cwnd", &|p| p.cwnd_bytes.map(|b| b / 1000.0), "KB"),
         ("delivery", "delivery rate", &|p| p.delivery_mbps, "Mbit/s"),
@@ -263,7 +267,7 @@ pub fn host_page(h: &Host) -> String {
         b.push_str("<th>namespace</th>");
     }
     b.push_str(
-        "<th>state</th><th>delivery rate (Mbit/s)</th><th>RTT / min RTT (ms)</th>\
+        "<th>state</th><th>delivery rate</th><th>RTT / min RTT (ms)</th>\
          <th>retrans. (segments)</th><th>age</th><th>RTT</th><th>cwnd</th><th>delivery rate</th></tr></thead><tbody>\n",
     );
     for r in &h.rows {

@@ -626,3 +626,101 @@ fn on_a_small_host_the_default_budget_dumps_every_tick_as_budget_zero_does() {
         assert!(m.wait(Duration::from_secs(10)).0.success());
     }
 }
+
+/// The polyline points of `series` in an SVG document.
+fn svg_points(doc: &roxmltree::Document, series: &str) -> usize {
+    doc.descendants()
+        .filter(|n| n.has_tag_name("polyline") && n.attribute("data-series") == Some(series))
+        .map(|n| n.attribute("points").unwrap_or("").split_whitespace().count())
+        .sum()
+}
+
+#[test]
+fn plot_and_report_draw_a_deep_queue_and_a_lossy_path() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = [
+        ("deep", LabConfig::default().delay(Duration::from_millis(5)).rate(10 * MBIT, 500_000)),
+        (
+            "lossy",
+            LabConfig {
+                loss_ab: 0.02,
+                seed: 7,
+                ..LabConfig::default().delay(Duration::from_millis(10))
+            },
+        ),
+    ];
+    let mut records = Vec::new();
+    let mut all_samples = Vec::new();
+    for (name, cfg) in paths {
+        let Some(lab) = lab(cfg) else { return };
+        let sink = Sink::start(&lab, Side::B, 0, None).unwrap();
+        let samples = dir.path().join(format!("{name}.ndjson.gz"));
+        let port = sink.port.to_string();
+        let m = monitor(
+            &lab,
+            "20ms",
+            &["-netlink-dport", &port, "--samples-out", samples.to_str().unwrap()],
+        );
+        let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
+        send(&lab, Side::A, to(sink.port, false), &bulk).unwrap();
+        let rec = m.records(1, Duration::from_secs(20)).remove(0);
+        m.signal(libc::SIGTERM);
+        let (st, log, _) = m.wait(Duration::from_secs(10));
+        assert!(st.success(), "{log}");
+        // The flow's samples, as the file holds them.
+        let cookie = rec["Cookie"].as_u64().unwrap();
+        let mut with_rtt = 0;
+        cgmon_rs::report::read_lines(&samples, false, |v| {
+            if v["Cookie"].as_u64() == Some(cookie) && v["RTTms"].is_number() {
+                with_rtt += 1;
+            }
+        })
+        .unwrap();
+        let svg_path = dir.path().join(format!("{name}.svg"));
+        let out = std::process::Command::new(BIN)
+            .args([
+                "plot",
+                "--samples",
+                samples.to_str().unwrap(),
+                "--cookie",
+                &cookie.to_string(),
+                "-o",
+            ])
+            .arg(&svg_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let svg = std::fs::read_to_string(&svg_path).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{name}.svg: {e}"));
+        let drawn = svg_points(&doc, "rtt");
+        eprintln!("LAB plot {name}: {with_rtt} samples with an RTT, {drawn} RTT points drawn");
+        assert_eq!(drawn, with_rtt, "one RTT point per sample");
+        assert!(with_rtt > 50, "{with_rtt}");
+        if name == "lossy" {
+            // Retransmits grow over the flow: the cumulative line ends above where it starts.
+            assert!(rec["TotalRetransmits"].as_u64().unwrap() > 0);
+            assert!(svg_points(&doc, "retrans") > 0 && svg_points(&doc, "ssthresh") > 0, "{name}");
+        }
+        records.push(rec);
+        all_samples.extend(std::fs::read(&samples).unwrap()); // gzip members concatenate
+    }
+    let recs = dir.path().join("records.ndjson");
+    std::fs::write(&recs, records.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    let samples = dir.path().join("all.ndjson.gz");
+    std::fs::write(&samples, all_samples).unwrap();
+    let html = dir.path().join("report.html");
+    let out = std::process::Command::new(BIN)
+        .args(["report", recs.to_str().unwrap(), "--samples", samples.to_str().unwrap(), "-o"])
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&html).unwrap();
+    for r in &records {
+        let id = format!("id=\"flow-{}-{}\"", r["Cookie"], r["Seq"]);
+        assert!(text.contains(&id), "the report lacks {id}");
+        // Each flow has its charts, the RTT one among them.
+        assert!(text.contains(&format!("id=\"f{}-{}-rtt\"", r["Cookie"], r["Seq"])));
+    }
+}
