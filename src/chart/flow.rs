@@ -192,8 +192,8 @@ pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Ch
         Unit::Percent,
         vec![
             series("busy", "busy", &share(0), false),
-            series("receiver-window limited", "rwnd", &share(1), false),
-            series("send-buffer limited", "sndbuf", &share(2), false),
+            series("rwnd-limited", "rwnd", &share(1), false),
+            series("sndbuf-limited", "sndbuf", &share(2), false),
         ],
         Vec::new(),
         &frame,

@@ -229,10 +229,10 @@ fn local_offset_s(unix_s: f64) -> f64 {
 
 /// `HH:MM:SS` (with tenths when `tenths`) in local time.
 pub fn clock_text(unix_s: f64, tenths: bool) -> String {
-    match local(unix_s) {
-        Some(t) if tenths => {
-            format!("{}.{}", t.format("%H:%M:%S"), t.timestamp_subsec_millis() / 100)
-        }
+    // Rounded to the tenth first: a tick at 48.4 s held as 48.39999… is 48.4, not 48.3.
+    let tenth = (unix_s * 10.0).round();
+    match local(if tenths { tenth / 10.0 } else { unix_s }) {
+        Some(t) if tenths => format!("{}.{}", t.format("%H:%M:%S"), tenth.rem_euclid(10.0) as u8),
         Some(t) => t.format("%H:%M:%S").to_string(),
         None => format!("{unix_s:.0}"),
     }
