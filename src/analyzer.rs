@@ -454,7 +454,8 @@ pub async fn run(
             e.gather_into(std::mem::take(&mut spare));
             let r = analyze(&mut e, &cfg.analysis);
             if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
-                let points = e.flow.chart_points(cfg.analysis.realtime_offset_ns);
+                let offset = cfg.analysis.realtime_offset_ns;
+                let points = e.flow.chart_points(offset, crate::recent::MAX_POINTS);
                 recent.push(crate::recent::Ended::new(&r, points));
             }
             if cfg.samples_out {

@@ -32,8 +32,7 @@ use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterE
 
 pub mod namespaces;
 
-/// Exit status for a usage error.
-pub const EXIT_USAGE: u8 = 2;
+pub use crate::cli::EXIT_USAGE;
 /// Exit status for a run-time failure.
 pub const EXIT_FAILURE: u8 = 1;
 

@@ -343,7 +343,7 @@ pub struct Cli {
     pub top_services: usize,
 
     /// Recently ended flows the web view keeps (their records and newest samples, about
-    /// 30 KB each); 0 = none
+    /// 43 KB each); 0 = none
     #[arg(
         long = "recent-flows",
         env = "CGMON_RECENT_FLOWS",
@@ -677,6 +677,30 @@ fn from_env(e: &clap::Error, argv: &[String]) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// Exit status for a usage error.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Parses a subcommand's arguments (`cgmon-rs NAME ARGS`) as `T`. Help and version are
+/// printed and end the run well (`Err(SUCCESS)`); any other error is one line on stderr
+/// and the usage status.
+///
+/// # Errors
+/// As above: the exit code to end with.
+pub(crate) fn parse_subcommand<T: clap::Parser>(
+    name: &str,
+    args: Vec<String>,
+) -> Result<T, std::process::ExitCode> {
+    T::try_parse_from(std::iter::once(name.to_string()).chain(args)).map_err(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            print!("{e}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        eprintln!("cgmon-rs {name}: {}", one_line(&e.to_string()));
+        std::process::ExitCode::from(EXIT_USAGE)
+    })
 }
 
 /// clap's error as one line: its first line without the `error: ` prefix, then its list of

@@ -59,18 +59,9 @@ pub struct DiagnoseCli {
 pub fn main(args: Vec<String>) -> ExitCode {
     // Flags may follow the filter words, as in the program itself.
     let args = crate::cli::normalize_for(&<DiagnoseCli as clap::CommandFactory>::command(), args);
-    let cli = match DiagnoseCli::try_parse_from(std::iter::once("diagnose".to_string()).chain(args))
-    {
+    let cli: DiagnoseCli = match crate::cli::parse_subcommand("diagnose", args) {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                print!("{e}");
-                return ExitCode::SUCCESS;
-            }
-            eprintln!("cgmon-rs diagnose: {}", crate::cli::one_line(&e.to_string()));
-            return ExitCode::from(EXIT_USAGE);
-        }
+        Err(code) => return code,
     };
     let settings = match settings(&cli) {
         Ok(s) => s,

@@ -50,6 +50,9 @@ pub struct Retained {
     pub state: u8,
 }
 
+// The packing above exists to keep this: a flow keeps thousands of samples.
+const _: () = assert!(std::mem::size_of::<Retained>() == 48);
+
 /// The kernel's ssthresh before the first loss (`TCP_INFINITE_SSTHRESH`).
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
@@ -106,7 +109,8 @@ impl Retained {
 
 /// The chrono counters (busy, rwnd-limited, sndbuf-limited; ms) of each of `samples`,
 /// recovered from their low 16 bits going back from the newest, whose full values are
-/// `newest` (the flow's latest, [`crate::tracker::Last`]).
+/// `newest` (the flow's latest values, which the tracker keeps whole). Any run of a flow's
+/// newest samples works: nothing before it is read.
 pub fn unwrap_chrono(samples: &[Retained], newest: [u32; 3]) -> Vec<[u32; 3]> {
     let mut out = vec![[0u32; 3]; samples.len()];
     let mut cur = newest;
@@ -145,12 +149,16 @@ pub struct FlowId {
     pub tstamp_start_ns: u64,
 }
 
+/// `addr:port`, an IPv6 address in brackets.
+pub fn endpoint_text(ip: &str, port: u16) -> String {
+    if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
+}
+
 /// `src:port → dst:port`, IPv6 addresses in brackets.
 pub fn tuple_text(id: &FlowId) -> String {
-    let host = |ip: &str, port: u16| {
-        if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
-    };
-    format!("{} → {}", host(&id.src_ip, id.src_port), host(&id.dst_ip, id.dst_port))
+    let (src, dst) =
+        (endpoint_text(&id.src_ip, id.src_port), endpoint_text(&id.dst_ip, id.dst_port));
+    format!("{src} → {dst}")
 }
 
 impl FlowId {
@@ -666,5 +674,45 @@ impl View<'_> {
     /// `inet` or `inet6`, as `ss` names the families.
     pub fn family_name(family: u8) -> &'static str {
         if family == AF_INET { "inet" } else { "inet6" }
+    }
+}
+
+#[cfg(test)]
+mod packing_tests {
+    use super::*;
+
+    #[test]
+    fn rates_keep_40_bits_absent_stays_absent_and_more_saturates() {
+        let mut r = Retained::default();
+        for v in [0, 1, u64::from(u32::MAX) + 7, RATE_BITS_MAX - 1] {
+            r.set_pacing_rate(v);
+            r.set_delivery_rate(v / 2);
+            assert_eq!((r.pacing_rate(), r.delivery_rate()), (v, v / 2));
+        }
+        r.set_pacing_rate(ABSENT_U64);
+        assert_eq!(r.pacing_rate(), ABSENT_U64);
+        r.set_pacing_rate(RATE_BITS_MAX + 5);
+        assert_eq!(r.pacing_rate(), RATE_BITS_MAX - 1, "too fast for 40 bits: the largest kept");
+        r.ssthresh = INFINITE_SSTHRESH;
+        assert_eq!(r.ssthresh_bytes(), None);
+        (r.ssthresh, r.snd_mss, r.snd_cwnd) = (20, 1448, u32::MAX);
+        assert_eq!(r.ssthresh_bytes(), Some(28_960));
+        assert_eq!(r.cwnd_bytes(), u64::from(u32::MAX) * 1448, "no u32 wrap (B9)");
+    }
+
+    #[test]
+    fn chrono_counters_unwrap_across_16_bit_wraps() {
+        // Busy time 65,000 → 66,000 → 200,000 ms: the low 16 bits wrap twice.
+        let full = [[65_000u32, 10, 0], [66_000, 10, 0], [200_000, 70_000, 5]];
+        let s: Vec<Retained> = full
+            .iter()
+            .map(|c| Retained { chrono16: c.map(|v| v as u16), ..Retained::default() })
+            .collect();
+        // From the newest back, every step under 65.5 s is recovered; the last step grew
+        // busy time by 134 s and rwnd-limited time by 70 s between two samples, which 16
+        // bits cannot hold (they come back short by multiples of 65,536 ms).
+        let got = unwrap_chrono(&s, full[2]);
+        assert_eq!(got[1], [200_000 - 134_000 % 65_536, 70_000 - 69_990 % 65_536, 0]);
+        assert_eq!(unwrap_chrono(&s[..2], full[1]), full[..2].to_vec());
     }
 }

@@ -29,14 +29,13 @@ pub fn read_lines(
     mut each: impl FnMut(Value),
 ) -> Result<usize, String> {
     let name = path.display();
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let mut magic = [0u8; 2];
-    let n = f.read(&mut magic).map_err(|e| format!("cannot read {name}: {e}"))?;
     let f = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let r: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
-        Box::new(flate2::read::MultiGzDecoder::new(f))
+    let mut raw = BufReader::with_capacity(1 << 16, f);
+    let head = raw.fill_buf().map_err(|e| format!("cannot read {name}: {e}"))?;
+    let r: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::MultiGzDecoder::new(raw))
     } else {
-        Box::new(f)
+        Box::new(raw)
     };
     let mut r = BufReader::with_capacity(1 << 16, r);
     let (start, mut told) = (Instant::now(), Instant::now());
@@ -111,11 +110,11 @@ pub fn point_of(v: &Value) -> Option<Point> {
 /// A flow's title from a sample or record line: `src:port → dst:port`.
 fn tuple_of(v: &Value) -> String {
     let id = v.get("ID").unwrap_or(v);
-    let host = |ip: &Value, port: &Value| {
-        let ip = ip.as_str().unwrap_or("?");
-        if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
+    let end = |ip: &str, port: &str| {
+        let port = u16::try_from(id[port].as_u64().unwrap_or(0)).unwrap_or(0);
+        crate::record::endpoint_text(id[ip].as_str().unwrap_or("?"), port)
     };
-    format!("{} → {}", host(&id["SrcIP"], &id["SrcPort"]), host(&id["DstIP"], &id["DstPort"]))
+    format!("{} → {}", end("SrcIP", "SrcPort"), end("DstIP", "DstPort"))
 }
 
 /// `cgmon-rs plot` options.
@@ -138,21 +137,6 @@ pub struct PlotCli {
     /// Write the SVG here (default: stdout)
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-}
-
-fn parse<T: Parser>(what: &str, args: Vec<String>) -> Result<T, ExitCode> {
-    match T::try_parse_from(std::iter::once(what.to_string()).chain(args)) {
-        Ok(c) => Ok(c),
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                print!("{e}");
-                return Err(ExitCode::SUCCESS);
-            }
-            eprintln!("cgmon-rs {what}: {}", crate::cli::one_line(&e.to_string()));
-            Err(ExitCode::from(2))
-        }
-    }
 }
 
 fn write_out(what: &str, path: Option<&Path>, text: &str) -> ExitCode {
@@ -200,7 +184,7 @@ pub fn plot_svg(path: &Path, cookie: u64) -> Result<String, String> {
 
 /// Runs `cgmon-rs plot ARGS`.
 pub fn plot_main(args: Vec<String>) -> ExitCode {
-    let cli: PlotCli = match parse("plot", args) {
+    let cli: PlotCli = match crate::cli::parse_subcommand("plot", args) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -395,7 +379,7 @@ pub fn report_html(
 
 /// Runs `cgmon-rs report ARGS`.
 pub fn report_main(args: Vec<String>) -> ExitCode {
-    let cli: ReportCli = match parse("report", args) {
+    let cli: ReportCli = match crate::cli::parse_subcommand("report", args) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -1550,16 +1550,16 @@ fn gap_us(a: u64, b: u64) -> u32 {
 }
 
 impl Flow {
-    /// Each of its samples' chrono counters (busy, rwnd-limited, sndbuf-limited; ms since
-    /// the connection began), or `None` when the kernel sends none (before Linux 4.10).
-    pub fn chrono(&self) -> Option<Vec<[u32; 3]>> {
+    /// Its `newest` samples (all, when it has fewer), and each one's chrono counters (busy,
+    /// rwnd-limited, sndbuf-limited; ms since the connection began), or `None` for them
+    /// when the kernel sends none (before Linux 4.10).
+    pub fn chrono(&self, newest: usize) -> (&[Retained], Option<Vec<[u32; 3]>>) {
+        let tail = &self.samples[self.samples.len().saturating_sub(newest)..];
         let l = &self.last;
-        (l.busy_ms != u32::MAX).then(|| {
-            crate::record::unwrap_chrono(
-                &self.samples,
-                [l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms],
-            )
-        })
+        let chrono = (l.busy_ms != u32::MAX).then(|| {
+            crate::record::unwrap_chrono(tail, [l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms])
+        });
+        (tail, chrono)
     }
 
     /// The span sampled, first sample to last seen (retained or not), ns: the record's

@@ -12,8 +12,8 @@ use crate::tracker::EndedFlow;
 pub fn write_lines(e: &mut EndedFlow, id: &FlowId, realtime_offset_ns: i128, out: &mut Vec<u8>) {
     e.gather();
     let f = &e.flow;
-    let chrono = f.chrono();
-    for (i, s) in f.samples.iter().enumerate() {
+    let (samples, chrono) = f.chrono(usize::MAX);
+    for (i, s) in samples.iter().enumerate() {
         let c = chrono.as_ref().map(|c| c[i]);
         let line = Line::new(f.key.cookie, f.seq, id, s, c, realtime_offset_ns);
         // Serialising into a Vec cannot fail: every field is a number or a string.

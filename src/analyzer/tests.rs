@@ -289,3 +289,13 @@ fn the_recent_ring_keeps_the_newest_n_records_with_their_newest_points() {
     off.push(Ended::new(&four.record, Vec::new()));
     assert!(off.list().is_empty() && !off.enabled());
 }
+
+#[test]
+fn a_recent_entry_is_about_43_kb() {
+    // The figure `--recent-flows`' help and the README give: the points dominate.
+    use crate::chart::flow::Point;
+    use crate::recent::{Ended, MAX_POINTS};
+    let bytes = size_of::<Ended>() + size_of::<FlowStats>() + MAX_POINTS * size_of::<Point>();
+    // 42,248 B when measured, plus its strings (times, addresses, names: a few hundred).
+    assert!((41_500..=43_000).contains(&bytes), "{bytes} B: update the figure");
+}

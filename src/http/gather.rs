@@ -15,7 +15,7 @@ use crate::analyzer::diagnosis::{largest, shares_of};
 use crate::chart::flow::num;
 use crate::recent::Ended;
 use crate::record::{ABSENT_U64, FlowId, mbps, tuple_text};
-use crate::tracker::accounts::{Account, NO_UID, OVERFLOW_CGROUP};
+use crate::tracker::accounts::Account;
 use crate::tracker::views::{Order, Query};
 use crate::tracker::{EndReason, EndedFlow, Flow};
 
@@ -25,6 +25,7 @@ pub(super) struct HostQuery {
     order: Option<String>,
     offset: Option<usize>,
     limit: Option<usize>,
+    netns: Option<String>,
 }
 
 fn bad(msg: String) -> Response {
@@ -45,15 +46,26 @@ impl Names<'_> {
         }
         let n = match self.accounts.get(slot as usize) {
             None => ("unknown".to_string(), 0),
-            Some(a) if a.cgroup_id == OVERFLOW_CGROUP => ("other".to_string(), 0),
-            Some(a) if a.cgroup_id == 0 && a.uid != NO_UID => {
-                (self.services.name_of_uid(a.uid), a.port)
-            }
-            Some(a) => (self.services.name(a.cgroup_id), a.port),
+            Some(a) => (super::prom::owner_name(self.services, a.cgroup_id, a.uid), a.port),
         };
         self.cache.insert(slot, n.clone());
         n
     }
+}
+
+/// Per (service, port): its row, and its active flows' current RTTs (ms).
+type Groups = FxHashMap<(String, u16), (ServiceRow, Vec<f64>)>;
+
+/// The group of account `slot`'s service, made when first met.
+fn group<'g>(
+    groups: &'g mut Groups,
+    nm: &mut Names<'_>,
+    slot: u32,
+) -> &'g mut (ServiceRow, Vec<f64>) {
+    let (name, port) = nm.of(slot);
+    groups
+        .entry((name.clone(), port))
+        .or_insert_with(|| (ServiceRow { name, port, ..ServiceRow::default() }, Vec::new()))
 }
 
 /// A page row for view copy `f` (with its newest samples).
@@ -71,7 +83,7 @@ fn row(f: &Flow, service: String, netns: Option<String>, offset_ns: i128) -> Row
         min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
         retrans: l.total_retrans,
         age_s: f.span_ns() as f64 / 1e9,
-        points: f.chart_points(offset_ns),
+        points: f.chart_points(offset_ns, usize::MAX),
     }
 }
 
@@ -96,12 +108,16 @@ pub(super) async fn host(
         return bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
     }
     let offset = q.offset.unwrap_or(0);
+    let netns = match c.netns_index(q.netns.as_deref()) {
+        Ok(ns) => ns,
+        Err(msg) => return bad(msg.trim_end().to_string()),
+    };
     let ov = match ask(&c, |tx| Query::Overview {
         order,
         offset,
         limit,
         keep: web::SPARK_SAMPLES,
-        netns: None,
+        netns,
         tx,
     })
     .await
@@ -125,12 +141,9 @@ pub(super) async fn host(
         .collect();
     // Per service: the active flows' current RTTs and verdicts so far, and the accounts'
     // rates.
-    let mut groups: FxHashMap<(String, u16), (ServiceRow, Vec<f64>)> = FxHashMap::default();
+    let mut groups = Groups::default();
     for b in &ov.all {
-        let key = nm.of(b.slot);
-        let g = groups.entry(key.clone()).or_insert_with(|| {
-            (ServiceRow { name: key.0, port: key.1, ..ServiceRow::default() }, Vec::new())
-        });
+        let g = group(&mut groups, &mut nm, b.slot);
         g.0.flows += 1;
         if b.rtt_us > 0 {
             g.1.push(f64::from(b.rtt_us) / 1000.0);
@@ -141,14 +154,9 @@ pub(super) async fn host(
         });
         g.0.verdicts[web::verdict_index(verdict)] += 1;
     }
-    for slot in 0..accounts.len() as u32 {
-        let rate = accounts[slot as usize].bytes_per_s;
-        if rate > 0.0 {
-            let key = nm.of(slot);
-            let g = groups.entry(key.clone()).or_insert_with(|| {
-                (ServiceRow { name: key.0, port: key.1, ..ServiceRow::default() }, Vec::new())
-            });
-            g.0.bytes_per_s += rate;
+    for (slot, a) in accounts.iter().enumerate() {
+        if a.bytes_per_s > 0.0 {
+            group(&mut groups, &mut nm, slot as u32).0.bytes_per_s += a.bytes_per_s;
         }
     }
     drop(services);
@@ -173,6 +181,7 @@ pub(super) async fn host(
         order,
         offset,
         limit,
+        netns_filter: q.netns,
         services,
         ended: c.recent.enabled().then(|| c.recent.list()),
         netns: names.is_some(),
@@ -185,7 +194,7 @@ pub(super) async fn host(
 /// now.
 fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let offset = c.analysis.realtime_offset_ns;
-    let points = f.chart_points(offset);
+    let points = f.chart_points(offset, usize::MAX);
     let samples = f.stage.window().max(f.samples.len());
     let cookie = f.key.cookie;
     let end = f.last_ts_ns;

@@ -73,6 +73,22 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// The index of the sampled namespace `name` (`?netns=`).
+    ///
+    /// # Errors
+    /// None is so named: the message for a 400.
+    fn netns_index(&self, name: Option<&str>) -> Result<Option<u32>, String> {
+        let Some(name) = name else { return Ok(None) };
+        let found = self.netns.as_ref().and_then(|n| {
+            let names = n.lock().unwrap_or_else(|e| e.into_inner());
+            names.iter().position(|x| x == name)
+        });
+        match found {
+            Some(i) => Ok(Some(i as u32)),
+            None => Err(format!("no sampled network namespace named {name:?}\n")),
+        }
+    }
+
     /// The name of namespace `ns`, when several are sampled.
     fn netns_name(&self, ns: u32) -> Option<String> {
         let names = self.netns.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,21 +189,9 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
         let msg = format!("invalid limit {limit}: 1 to {MAX_PAGE}\n");
         return (StatusCode::BAD_REQUEST, msg).into_response();
     }
-    let netns = match &q.netns {
-        None => None,
-        Some(name) => {
-            let found = c.netns.as_ref().and_then(|n| {
-                let names = n.lock().unwrap_or_else(|e| e.into_inner());
-                names.iter().position(|x| x == name)
-            });
-            match found {
-                Some(i) => Some(i as u32),
-                None => {
-                    let msg = format!("no sampled network namespace named {name:?}\n");
-                    return (StatusCode::BAD_REQUEST, msg).into_response();
-                }
-            }
-        }
+    let netns = match c.netns_index(q.netns.as_deref()) {
+        Ok(ns) => ns,
+        Err(msg) => return (StatusCode::BAD_REQUEST, msg).into_response(),
     };
     let page = match ask(&c, |tx| Query::List { after: q.after, limit, netns, tx }).await {
         Ok(p) => p,

@@ -34,6 +34,19 @@ pub const MAX_PORT_LABELS: usize = 64;
 /// Default distinct `service` label values (`--metrics-top-services`).
 pub const DEFAULT_TOP_SERVICES: usize = 20;
 
+/// The service an account's owner belongs to: its cgroup's, or with none, its sockets'
+/// uid's; the overflow account is `other`. (`/metrics` and the web view name services
+/// alike.)
+pub(crate) fn owner_name(services: &mut Services, cgroup_id: u64, uid: u32) -> String {
+    if cgroup_id == OVERFLOW_CGROUP {
+        "other".into()
+    } else if cgroup_id == 0 && uid != NO_UID {
+        services.name_of_uid(uid)
+    } else {
+        services.name(cgroup_id)
+    }
+}
+
 /// Decides label values, once per cgroup and port.
 #[derive(Debug)]
 struct Labeler {
@@ -51,13 +64,7 @@ impl Labeler {
         if let Some(s) = self.by_owner.get(&(cgroup_id, uid)) {
             return s.clone();
         }
-        let name = if cgroup_id == OVERFLOW_CGROUP {
-            "other".into()
-        } else if cgroup_id == 0 && uid != NO_UID {
-            self.services.name_of_uid(uid)
-        } else {
-            self.services.name(cgroup_id)
-        };
+        let name = owner_name(&mut self.services, cgroup_id, uid);
         let label = if self.given.contains(&name) || self.given.len() < self.top {
             self.given.insert(name.clone());
             name

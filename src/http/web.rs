@@ -101,6 +101,8 @@ pub struct Host {
     pub offset: usize,
     /// Rows per page.
     pub limit: usize,
+    /// The namespace the page is limited to (`?netns=`), kept in its links.
+    pub netns_filter: Option<String>,
     /// Per service, busiest first.
     pub services: Vec<ServiceRow>,
     /// Recently ended flows, newest first; `None` when the ring is off.
@@ -222,12 +224,23 @@ pub fn host_page(h: &Host) -> String {
     let _ = write!(b, "<main id=\"live\" data-live=\"\" data-kind=\"host\">");
     // Active flows.
     let first = if h.rows.is_empty() { 0 } else { h.offset + 1 };
+    let (within, filter) = match &h.netns_filter {
+        Some(n) => {
+            (format!(" in {}", esc(n)), format!("&amp;netns={}", esc(&super::url_escape(n))))
+        }
+        None => (String::new(), String::new()),
+    };
     let _ = write!(
         b,
-        "<section><h1>Active flows <small>{first}–{} of {}</small></h1><p class=\"orders\">Busiest first by:",
+        "<section><h1>Active flows{within} <small>{first}–{} of {}</small></h1><p class=\"orders\">Busiest first by:",
         h.offset + h.rows.len(),
         h.total
     );
+    // A link to another page of the same view: `order`, from row `offset`.
+    let link = |order: Order, offset: usize| {
+        let at = if offset > 0 { format!("&amp;offset={offset}") } else { String::new() };
+        format!("/?order={}{at}&amp;limit={}{filter}", order.name(), h.limit)
+    };
     for o in Order::ALL {
         let label = match o {
             Order::Rate => "delivery rate",
@@ -238,29 +251,16 @@ pub fn host_page(h: &Host) -> String {
         if o == h.order {
             let _ = write!(b, " <b aria-current=\"true\">{label}</b>");
         } else {
-            let _ =
-                write!(b, " <a href=\"/?order={}&amp;limit={}\">{label}</a>", o.name(), h.limit);
+            let _ = write!(b, " <a href=\"{}\">{label}</a>", link(o, 0));
         }
     }
     if h.offset > 0 {
-        let _ = write!(
-            b,
-            " · <a rel=\"prev\" href=\"/?order={}&amp;offset={}&amp;limit={}\">previous {}</a>",
-            h.order.name(),
-            h.offset.saturating_sub(h.limit),
-            h.limit,
-            h.limit
-        );
+        let prev = link(h.order, h.offset.saturating_sub(h.limit));
+        let _ = write!(b, " · <a rel=\"prev\" href=\"{prev}\">previous {}</a>", h.limit);
     }
     if h.offset + h.rows.len() < h.total {
-        let _ = write!(
-            b,
-            " · <a rel=\"next\" href=\"/?order={}&amp;offset={}&amp;limit={}\">next {}</a>",
-            h.order.name(),
-            h.offset + h.limit,
-            h.limit,
-            h.limit
-        );
+        let next = link(h.order, h.offset + h.limit);
+        let _ = write!(b, " · <a rel=\"next\" href=\"{next}\">next {}</a>", h.limit);
     }
     b.push_str("</p>\n<table id=\"flows\" class=\"num\"><thead><tr><th>flow</th><th>service</th>");
     if h.netns {

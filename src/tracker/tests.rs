@@ -869,3 +869,42 @@ fn past_max_samples_the_longest_windows_are_written_early() {
     let f = t.flows().find(|f| f.key.cookie == 1).unwrap();
     assert_eq!(f.seq, 2);
 }
+
+#[test]
+fn the_overview_pages_flows_in_order_and_briefs_them_all() {
+    use super::views::Order;
+    let mut t = Tracker::new(TrackerConfig::default());
+    // Cookie, delivery rate, retransmits, RTT; cookie 4 appears a second later (youngest).
+    let socks: Vec<SockBuilder> = [(1, 500, 9, 30), (2, 900, 0, 10), (3, 700, 4, 20)]
+        .iter()
+        .map(|&(c, rate, re, rtt)| {
+            SockBuilder::new(c, 40000 + c as u16, 80)
+                .delivery_rate(rate)
+                .total_retrans(re)
+                .rtt_us(rtt)
+                .chrono_us(0, 0, 0)
+        })
+        .collect();
+    dump(&mut t, S, &socks.iter().collect::<Vec<_>>(), true);
+    let late = SockBuilder::new(4, 40004, 80).rtt_us(5);
+    let mut all: Vec<&SockBuilder> = socks.iter().collect();
+    all.push(&late);
+    dump(&mut t, 2 * S, &all, true);
+    let cookies = |o: Order, offset: usize, limit: usize| -> Vec<u64> {
+        t.overview(o, offset, limit, 5, None).page.iter().map(|f| f.key.cookie).collect()
+    };
+    // Fastest first; a flow with no rate yet last.
+    assert_eq!(cookies(Order::Rate, 0, 10), vec![2, 3, 1, 4]);
+    assert_eq!(cookies(Order::Rate, 1, 2), vec![3, 1], "a page further on");
+    assert_eq!(cookies(Order::Rate, 9, 2), Vec::<u64>::new(), "past the end");
+    assert_eq!(cookies(Order::Retrans, 0, 2), vec![1, 3]);
+    assert_eq!(cookies(Order::Rtt, 0, 1), vec![1]);
+    assert_eq!(cookies(Order::Age, 0, 10)[3], 4, "the youngest last");
+    let ov = t.overview(Order::Rate, 0, 1, 5, None);
+    assert_eq!(ov.all.len(), 4, "every flow briefly, whatever the page");
+    // The page's flows come with their samples (the unchanged second one was deduped).
+    assert_eq!(ov.page[0].samples.iter().map(|r| r.rtt_us).collect::<Vec<_>>(), vec![10]);
+    let one = ov.all.iter().find(|b| b.rtt_us == 30).unwrap();
+    assert_eq!((one.span_ms, one.chrono_ms), (1000, Some([0, 0, 0])));
+    assert_eq!(t.overview(Order::Rate, 0, 10, 5, Some(1)).all.len(), 0, "no flow in namespace 1");
+}

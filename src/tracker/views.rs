@@ -9,8 +9,9 @@ use super::Flow;
 use crate::chart::flow::Point;
 use crate::record::{ABSENT_U64, mbps};
 
-/// Most samples `/flows/{cookie}` returns (the newest).
-pub const RECENT_SAMPLES: usize = 300;
+/// Most samples `/flows/{cookie}` returns (the newest): as many as the web view keeps of
+/// an ended flow, so its page looks the same before and after it ends.
+pub const RECENT_SAMPLES: usize = crate::recent::MAX_POINTS;
 
 /// Flows `/flows` lists per page unless told (`?limit=`).
 pub const DEFAULT_PAGE: usize = 1000;
@@ -120,11 +121,12 @@ pub enum Query {
 }
 
 impl Flow {
-    /// Its samples as chart points; `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC.
-    pub fn chart_points(&self, realtime_offset_ns: i128) -> Vec<Point> {
-        let chrono = self.chrono();
+    /// Its `newest` samples as chart points (only those are converted);
+    /// `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC.
+    pub fn chart_points(&self, realtime_offset_ns: i128, newest: usize) -> Vec<Point> {
+        let (samples, chrono) = self.chrono(newest);
         let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
-        self.samples
+        samples
             .iter()
             .enumerate()
             .map(|(i, s)| Point {

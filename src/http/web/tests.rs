@@ -49,7 +49,7 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     assert_eq!(p.matches("<tr class=\"flow\"").count(), 3);
     assert_eq!(p.matches("<svg class=\"spark\"").count(), 9);
     assert!(p.contains("101–103 of 250"), "the rows' place among all");
-    assert!(p.contains("rel=\"prev\" href=\"/?order=rate&amp;offset=0&amp;limit=100\""));
+    assert!(p.contains("rel=\"prev\" href=\"/?order=rate&amp;limit=100\""));
     assert!(p.contains("rel=\"next\" href=\"/?order=rate&amp;offset=200&amp;limit=100\""));
     assert!(p.contains("href=\"/flow/101\""));
     // Text is escaped, rates carry units, verdict shares are read out.
@@ -57,6 +57,11 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     assert!(p.contains("10.0 Mbit/s"), "1.25 MB/s is 10 Mbit/s");
     assert!(p.contains("aria-label=\"receiver-window 33 %, network 67 %\""), "{p}");
     assert!(p.contains("No flow has ended yet."));
+    // A page limited to one namespace says so and keeps it in every link.
+    let ns = host_page(&Host { netns_filter: Some("pod:a b".into()), ..host(3, 250, 100) });
+    assert!(ns.contains("Active flows in pod:a b"));
+    assert!(ns.contains("href=\"/?order=rtt&amp;limit=100&amp;netns=pod%3Aa%20b\""), "{ns}");
+    assert!(ns.contains("offset=200&amp;limit=100&amp;netns=pod%3Aa%20b\""));
     let empty = host_page(&host(0, 0, 0));
     assert!(empty.contains("No active flows.") && !empty.contains("rel=\"next\""));
 }
