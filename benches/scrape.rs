@@ -1,9 +1,15 @@
-//! Scrape cost at 20,000 active flows (issue 6): the cgmon-rs binary tracks 10,000 loopback
-//! connections (20,000 sockets, held by a forked helper) at `-run-interval 1s`, and three
-//! phases of 20 s run back to back:
+//! Scrape cost at 20,000 active flows (issues 6 and 23): the cgmon-rs binary tracks 10,000
+//! idle loopback connections (20,000 sockets, held by a forked helper) and 100 busy ones, at
+//! `-run-interval 1s`, and phases of 20 s run back to back:
 //! - idle: no HTTP requests;
 //! - `/metrics` scraped every 100 ms (150× a typical 15 s scrape interval);
-//! - `/flows` (all 20,000 flows as JSON, built by the tracker task between dumps) every 1 s.
+//! - `/flows` (all 20,000 flows as JSON, built by the tracker task between dumps) every 1 s;
+//! - the web view's `/` (issue 23: the top 100 flows by rate with sparklines, and per-service
+//!   summaries over all 20,000) every 1 s, then every 100 ms (10× what a person reloading does);
+//! - one flow's page `/flow/{cookie}` (a busy flow's) every 100 ms.
+//!
+//! Then the same monitor at `-run-interval 100ms --cpu-budget 0`, a full dump every tick,
+//! the harsh case for tick overruns, with the web view's phases only.
 //!
 //! For each phase it prints the client-side request time and the mean dump duration, from
 //! the monitor's own `cgmon_dump_duration_seconds`, plus any overrun ticks. Run with
@@ -13,7 +19,11 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cgmon_rs::testkit::ConnHolder;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cgmon_rs::testkit::{ConnHolder, Pair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -53,10 +63,40 @@ fn main() {
     }
     // Fork the holder before any thread exists.
     let holder = ConnHolder::start("127.0.0.1:0".parse().unwrap(), 10_000).unwrap();
+    // 100 busy connections (200 sockets) that move every 5 ms: the top of `/` by rate, so
+    // its rows carry full sparklines (idle flows keep one sample each).
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let stop = stop.clone();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = l.local_addr().unwrap();
+        let mut pairs: Vec<Pair> = (0..100).map(|_| Pair::connect(&l, at).unwrap()).collect();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for p in &mut pairs {
+                    p.exchange(512).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    println!("-run-interval 1s (the default), default --cpu-budget");
+    monitor(&["-run-interval", "1s"], true);
+    // The harsh case for tick overruns: a full dump of 20,000 sockets every 100 ms.
+    println!("-run-interval 100ms --cpu-budget 0 (a full dump every tick)");
+    monitor(&["-run-interval", "100ms", "--cpu-budget", "0"], false);
+    stop.store(true, Ordering::Relaxed);
+    mover.join().unwrap();
+    drop(holder);
+}
+
+/// Starts the monitor with `args` and runs the phases; `all` adds the JSON endpoints'.
+fn monitor(args: &[&str], all: bool) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
     let mut mon = Command::new(BIN)
-        .args(["-run-interval", "1s", "-run-http-server", &addr, "--states", "established"])
+        .args(args)
+        .args(["-run-http-server", &addr, "--states", "established"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -90,10 +130,24 @@ fn main() {
         );
     };
     phase("idle", Duration::from_millis(100), None);
-    phase("/metrics every 100 ms", Duration::from_millis(100), Some("/metrics"));
-    phase("/flows every 1 s", Duration::from_secs(1), Some("/flows"));
+    if all {
+        phase("/metrics every 100 ms", Duration::from_millis(100), Some("/metrics"));
+        phase("/flows every 1 s", Duration::from_secs(1), Some("/flows"));
+        phase("/ every 1 s", Duration::from_secs(1), Some("/"));
+        phase("/?limit=1000 every 1 s", Duration::from_secs(1), Some("/?limit=1000"));
+    }
+    phase("/ every 100 ms", Duration::from_millis(100), Some("/"));
+    // The busiest flow: the first row of `/`.
+    let host = get(&addr, "/");
+    let cookie = host
+        .split("data-cookie=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .expect("a flow row on /")
+        .to_string();
+    let page = format!("/flow/{cookie}");
+    phase("/flow/{cookie} every 100 ms", Duration::from_millis(100), Some(&page));
     phase("idle again", Duration::from_millis(100), None);
     let _ = mon.kill();
     let _ = mon.wait();
-    drop(holder);
 }

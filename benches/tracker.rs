@@ -23,6 +23,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use cgmon_rs::analyzer::{AnalyzerConfig, analyze};
+use cgmon_rs::http::web;
 use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
 use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig};
 use cgmon_rs::testkit::{ConnHolder, SockBuilder, batch};
@@ -168,6 +169,25 @@ fn main() {
             },
             BatchSize::LargeInput,
         )
+    });
+    g.finish();
+
+    // The web view's share of the tracker task (issue 23): `/` asks for the top 100 flows by
+    // rate (the default page), each with its sparkline samples, and a brief of every flow; a flow page asks
+    // for one flow by its index. The tracker answers between dumps, so this is how long a
+    // request can hold the next dump back.
+    let mut g = c.benchmark_group("view");
+    let mut t = Tracker::new(TrackerConfig::default());
+    for i in 0..40 {
+        run_dump(&mut t, if i % 2 == 0 { &a } else { &b }, &mut out);
+    }
+    let ord = cgmon_rs::tracker::views::Order::Rate;
+    g.bench_function("overview_20k", |bch| {
+        bch.iter(|| black_box(t.overview(ord, 0, web::DEFAULT_ROWS, web::SPARK_SAMPLES, None)))
+    });
+    let cookie = t.flows().next().unwrap().key.cookie;
+    g.bench_function("one_flow_of_20k", |bch| {
+        bch.iter(|| black_box(t.view_one(cookie, cgmon_rs::tracker::views::RECENT_SAMPLES)))
     });
     g.finish();
 

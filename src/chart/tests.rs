@@ -163,3 +163,19 @@ fn sparkline_scales_to_its_box_and_breaks_on_missing_values() {
     assert!(s.contains("aria-label=\"RTT &lt;ms&gt;\""));
     assert!(sparkline(&[], 60.0, 16.0, "rtt", "empty").ends_with("</svg>"));
 }
+
+#[test]
+fn px_writes_what_one_decimal_formatting_writes() {
+    // Away from ties (x.x5), Px and `{:.1}` agree, sign and carries included.
+    for v in [0.0, 1.0, 0.04, -0.04, -0.06, 9.96, 99.94, 123.456, -17.38, 719.99, 1e9 + 0.3] {
+        let want = format!("{v:.1}").replace("-0.0", "0.0");
+        assert_eq!(Px(v).to_string(), want, "{v}");
+    }
+    let mut x = -300.0;
+    while x < 800.0 {
+        assert_eq!(Px(x).to_string(), format!("{x:.1}").replace("-0.0", "0.0"), "{x}");
+        x += 0.0137;
+    }
+    assert_eq!(Px(f64::NAN).to_string(), "NaN");
+    assert_eq!(Px(f64::INFINITY).to_string(), "inf");
+}
