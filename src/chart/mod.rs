@@ -15,6 +15,7 @@
 
 pub mod flow;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// What a series' values measure, and how the axis shows them.
@@ -143,6 +144,40 @@ impl std::fmt::Display for Px {
         let a = t.unsigned_abs();
         write!(f, "{sign}{}.{}", a / 10, a % 10)
     }
+}
+
+/// The points of `run` a polyline `width` pixels wide needs. Up to four points a pixel
+/// column it is `run` itself. Longer (an hour of samples on a flow's page is 3,600), each
+/// column keeps its first, lowest, highest and last point, in time order: the line drawn
+/// is the same at that resolution (every extreme and every step between columns is kept),
+/// and the page stays small enough to refresh every second. `col` maps a time to its
+/// x pixel.
+pub fn thin(run: &[(f64, f64)], width: f64, col: impl Fn(f64) -> f64) -> Cow<'_, [(f64, f64)]> {
+    let columns = width.max(1.0) as usize;
+    if run.len() <= 4 * columns {
+        return Cow::Borrowed(run);
+    }
+    let mut out = Vec::with_capacity(4 * columns + 4);
+    let mut i = 0;
+    while i < run.len() {
+        let c = col(run[i].0).floor();
+        let mut j = i + 1;
+        while j < run.len() && col(run[j].0).floor() == c {
+            j += 1;
+        }
+        let g = &run[i..j];
+        let lo = (0..g.len()).min_by(|&a, &b| g[a].1.total_cmp(&g[b].1)).unwrap_or(0);
+        let hi = (0..g.len()).max_by(|&a, &b| g[a].1.total_cmp(&g[b].1)).unwrap_or(0);
+        let mut keep = [0, lo, hi, g.len() - 1];
+        keep.sort_unstable();
+        for (n, &k) in keep.iter().enumerate() {
+            if n == 0 || keep[n - 1] != k {
+                out.push(g[k]);
+            }
+        }
+        i = j;
+    }
+    Cow::Owned(out)
 }
 
 /// Escapes text for XML content and attribute values.
@@ -405,7 +440,8 @@ impl Chart {
                     r#"<polyline class="s-{}" data-series="{}"{dash} points=""#,
                     x.key, x.key
                 );
-                for (i, &(t, v)) in run.iter().enumerate() {
+                let drawn = thin(run, pw, xs);
+                for (i, &(t, v)) in drawn.iter().enumerate() {
                     let sep = if i == 0 { "" } else { " " };
                     let _ = write!(s, "{sep}{},{}", Px(xs(t)), Px(ys(v / self.y_div)));
                 }

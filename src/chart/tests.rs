@@ -179,3 +179,39 @@ fn px_writes_what_one_decimal_formatting_writes() {
     assert_eq!(Px(f64::NAN).to_string(), "NaN");
     assert_eq!(Px(f64::INFINITY).to_string(), "inf");
 }
+
+#[test]
+fn a_run_longer_than_four_points_a_pixel_is_thinned_to_its_extremes() {
+    let short: Vec<(f64, f64)> = (0..400).map(|i| (f64::from(i), f64::from(i % 7))).collect();
+    assert!(matches!(thin(&short, 100.0, |t| t / 4.0), Cow::Borrowed(_)), "400 ≤ 4 × 100");
+    // 10,000 samples over 100 columns, with one spike and one dip.
+    let mut long: Vec<(f64, f64)> =
+        (0..10_000).map(|i| (f64::from(i), (f64::from(i) / 300.0).sin())).collect();
+    long[4321].1 = 50.0;
+    long[8765].1 = -50.0;
+    let col = |t: f64| t / 100.0;
+    let d = thin(&long, 100.0, col);
+    assert!(d.len() <= 400 && d.len() >= 200, "{} points", d.len());
+    assert_eq!(d.first(), long.first());
+    assert_eq!(d.last(), long.last());
+    assert!(d.contains(&long[4321]) && d.contains(&long[8765]), "extremes kept");
+    assert!(d.windows(2).all(|w| w[0].0 < w[1].0), "in time order");
+    // Each column's lowest and highest survive.
+    for c in 0..100 {
+        let g: Vec<_> = long.iter().filter(|p| col(p.0).floor() == f64::from(c)).collect();
+        let hi = g.iter().map(|p| p.1).fold(f64::MIN, f64::max);
+        let lo = g.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+        let kept: Vec<_> = d.iter().filter(|p| col(p.0).floor() == f64::from(c)).collect();
+        assert!(kept.iter().any(|p| p.1 == hi) && kept.iter().any(|p| p.1 == lo), "column {c}");
+    }
+}
+
+#[test]
+fn an_hour_of_samples_is_drawn_at_pixel_resolution() {
+    let points: Vec<Point> = (0..3600).map(|i| point(f64::from(i), Some(20.0))).collect();
+    let c = &charts("f-", &points, None)[0];
+    assert_eq!(c.series[0].points(), 3600, "the model keeps every sample");
+    assert!(c.desc.contains("3600 values"), "{}", c.desc);
+    let drawn: usize = polyline_points(&c.svg(), "rtt").iter().map(Vec::len).sum();
+    assert!(drawn > 0 && drawn <= 4 * (WIDTH - LEFT - RIGHT) as usize, "{drawn}");
+}

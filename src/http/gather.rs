@@ -294,7 +294,9 @@ fn ended_view(e: &Ended) -> FlowView {
 
 /// The flow `cookie`: active, or ended and still in the ring.
 async fn find(c: &Ctx, cookie: u64) -> Result<Option<FlowView>, Response> {
-    match ask(c, |tx| Query::Flow(cookie, tx)).await? {
+    // All the samples the tracker holds: the charts are the flow's whole window, and the
+    // record below is the one it would have (its statistics over every sample).
+    match ask(c, |tx| Query::Flow { cookie, keep: usize::MAX, tx }).await? {
         Some((f, _)) => Ok(Some(active_view(c, f))),
         None => Ok(c.recent.find(cookie).map(|e| ended_view(&e))),
     }

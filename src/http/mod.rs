@@ -44,7 +44,7 @@ pub mod prom;
 pub mod status;
 pub mod web;
 
-use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query};
+use crate::tracker::views::{DEFAULT_PAGE, MAX_PAGE, Query, RECENT_SAMPLES};
 use flows::view;
 pub use status::status_page;
 
@@ -229,7 +229,8 @@ pub(crate) fn url_escape(s: &str) -> String {
 }
 
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
-    match ask(&c, |tx| Query::Flow(cookie, tx)).await {
+    let keep = RECENT_SAMPLES;
+    match ask(&c, |tx| Query::Flow { cookie, keep, tx }).await {
         Ok(Some((f, ns))) => {
             let offset = c.analysis.realtime_offset_ns;
             Json(view(&f, true, c.netns_name(ns).as_deref(), offset)).into_response()
@@ -561,15 +562,15 @@ mod tests {
     fn a_full_queue_is_busy_and_only_a_closed_one_is_stopped() {
         let (tx, rx) = mpsc::channel::<Query>(1);
         let (otx, _orx) = oneshot::channel();
-        tx.try_send(Query::Flow(1, otx)).unwrap();
+        tx.try_send(Query::Flow { cookie: 1, keep: 1, tx: otx }).unwrap();
         let (otx, _orx) = oneshot::channel();
-        let e = tx.try_send(Query::Flow(2, otx)).unwrap_err();
+        let e = tx.try_send(Query::Flow { cookie: 2, keep: 1, tx: otx }).unwrap_err();
         let r = refused(&e);
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers().get(header::RETRY_AFTER).unwrap(), "1");
         drop(rx);
         let (otx, _orx) = oneshot::channel();
-        let e = tx.try_send(Query::Flow(3, otx)).unwrap_err();
+        let e = tx.try_send(Query::Flow { cookie: 3, keep: 1, tx: otx }).unwrap_err();
         assert_eq!(refused(&e).status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

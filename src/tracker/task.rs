@@ -103,8 +103,8 @@ fn answer(tracker: &Tracker, q: Query) {
             let netns = flows.iter().map(|f| tracker.netns_of(f.key.cookie)).collect();
             let _ = tx.send(views::Page { flows, netns, total });
         }
-        Query::Flow(cookie, tx) => {
-            let f = tracker.view_one(cookie, views::RECENT_SAMPLES);
+        Query::Flow { cookie, keep, tx } => {
+            let f = tracker.view_one(cookie, keep);
             let _ = tx.send(f.map(|f| (f, tracker.netns_of(cookie))));
         }
         Query::Overview { order, offset, limit, keep, netns, tx } => {

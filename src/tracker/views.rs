@@ -100,9 +100,16 @@ pub enum Query {
         /// Where the answer goes.
         tx: oneshot::Sender<Page>,
     },
-    /// One flow (by cookie) with its [`RECENT_SAMPLES`] newest samples, and its network
-    /// namespace (index); `None` when it is not active.
-    Flow(u64, oneshot::Sender<Option<(Flow, u32)>>),
+    /// One active flow and its network namespace (index); `None` when it is not active.
+    Flow {
+        /// Its socket cookie.
+        cookie: u64,
+        /// How many of its newest samples to copy: [`RECENT_SAMPLES`] for `/flows/{cookie}`,
+        /// all the tracker holds (`usize::MAX`, at most a window) for its page.
+        keep: usize,
+        /// Where the answer goes.
+        tx: oneshot::Sender<Option<(Flow, u32)>>,
+    },
     /// The host view.
     Overview {
         /// Page order.

@@ -155,3 +155,63 @@ fn flows_come_a_page_at_a_time_in_cookie_order() {
     m.signal(libc::SIGTERM);
     m.wait(Duration::from_secs(10));
 }
+
+/// An active flow's page draws every sample the tracker holds (not only the newest few
+/// hundred `/flows/{cookie}` returns), and its record is computed over all of them.
+#[test]
+fn an_active_flow_page_draws_all_its_samples() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "10ms", "--cpu-budget", "0", "-run-http-server", "127.0.0.1:0"]);
+    c.args(["--filter", &format!("dport {}", a.port())]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let mut p = Pair::connect(&l, a).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let samples = |page: &str| -> Option<usize> {
+        let t = page.split("Charts of its ").nth(1)?;
+        t.split(' ').next()?.parse().ok()
+    };
+    let cookie = loop {
+        p.exchange(4000).unwrap();
+        std::thread::sleep(Duration::from_millis(4));
+        let r = http_get(&addr, "/flows");
+        let flows: Vec<Value> = serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        if let Some(c) = flows.first().and_then(|f| f["Cookie"].as_u64()) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no flow seen");
+    };
+    let page = loop {
+        for _ in 0..50 {
+            p.exchange(4000).unwrap();
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        let page = http_get(&addr, &format!("/flow/{cookie}"));
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        if samples(&page).is_some_and(|n| n > 400) {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "fewer than 400 samples in 20 s: {page}");
+    };
+    let n = samples(&page).unwrap();
+    assert!(!page.contains("newest"), "all samples, not the newest few");
+    // The RTT line: one point per sample with an RTT (under four per pixel, so no thinning).
+    let rtt = page.split("id=\"chart-rtt\"").nth(1).unwrap();
+    let rtt = &rtt[..rtt.find("</svg>").unwrap()];
+    let points: usize = rtt
+        .split("data-series=\"rtt\"")
+        .skip(1)
+        .map(|s| s.split("points=\"").nth(1).unwrap().split('"').next().unwrap())
+        .map(|p| p.split(' ').filter(|x| !x.is_empty()).count())
+        .sum();
+    assert!(points + 2 >= n && points <= n, "{points} RTT points for {n} samples");
+    // The record it would have: its sample count is the page's.
+    let json = page.split("<pre id=\"record\">").nth(1).unwrap().split("</pre>").next().unwrap();
+    let json = json.replace("&quot;", "\"").replace("&amp;", "&").replace("&lt;", "<");
+    let rec: Value =
+        serde_json::from_str(&json.replace("&gt;", ">").replace("&#39;", "'")).unwrap();
+    assert_eq!(rec["Samples"].as_u64(), Some(n as u64), "{rec}");
+    drop(m);
+}
