@@ -227,12 +227,12 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
         (
             "delivery / pacing rate".into(),
             format!(
-                "{} / {} Mbit/s",
-                latest.delivery_mbps.map_or("–".into(), num),
-                latest.pacing_mbps.map_or("–".into(), num)
+                "{} / {}",
+                web::rate_text(latest.delivery_mbps),
+                web::rate_text(latest.pacing_mbps)
             ),
         ),
-        ("send throughput so far".into(), format!("{} Mbit/s", num(r.send_throughput_mbps))),
+        ("send throughput so far".into(), web::rate_text(Some(r.send_throughput_mbps))),
         ("bytes acked / received".into(), format!("{} / {}", r.bytes_acked, r.bytes_received)),
         ("retransmitted segments".into(), r.total_retransmits.to_string()),
     ];
@@ -271,7 +271,7 @@ fn ended_view(e: &Ended) -> FlowView {
         ("ended".into(), text("EndTime")),
         ("how".into(), format!("{} ({})", text("EndReason"), text("Close"))),
         ("duration".into(), format!("{:.2} s", e.duration_ns as f64 / 1e9)),
-        ("send throughput".into(), format!("{} Mbit/s", num(e.throughput_mbps))),
+        ("send throughput".into(), web::rate_text(Some(e.throughput_mbps))),
         ("minimum RTT".into(), e.min_rtt_ms.map_or("–".into(), |v| format!("{} ms", num(v)))),
         ("retransmitted segments".into(), text("TotalRetransmits")),
         (

@@ -127,8 +127,8 @@ pub fn layout(title: &str, body: &str) -> String {
     )
 }
 
-/// A rate in Mbit/s as text with its unit.
-fn rate_text(v: Option<f64>) -> String {
+/// A rate in Mbit/s as text with its unit (kbit/s to Gbit/s).
+pub fn rate_text(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| bytes_rate_text(v * 1e6 / 8.0))
 }
 
