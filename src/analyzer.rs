@@ -375,6 +375,9 @@ fn record(
         final_state: state_name(last.state),
         cookie: f.key.cookie,
         cgroup_id: (f.cgroup_id != 0).then_some(f.cgroup_id),
+        // Named by the writer: finding a name may walk the cgroup tree, which only the
+        // writer's own thread may block on.
+        service: None,
         diagnosis,
     }
 }

@@ -396,6 +396,10 @@ pub struct FlowStats {
     /// cgroup2 id (directory inode); absent when the kernel sent none.
     #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
+    /// The service that cgroup names (`nginx.service`, `docker:0123456789ab`), set by the
+    /// writer; absent without a cgroup id or when the cgroup was gone by then.
+    #[serde(rename = "Service", skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
     #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,

@@ -291,13 +291,19 @@ pub fn report_html(
     );
     b.push_str(&cdf("cdf-rtt", "Median RTT per flow", "median RTT", Unit::Ms, rtt).svg());
     b.push_str("</div>");
-    // Verdicts per service: by cgroup, namespace and port as the records name them.
+    // Verdicts per service: by service (or cgroup id, in records written before they named
+    // services), namespace and port as the records name them.
     let mut per: BTreeMap<String, [usize; 5]> = BTreeMap::new();
     for r in records {
-        let svc = match (r["Netns"]["Name"].as_str(), r["CgroupID"].as_u64()) {
-            (Some(ns), Some(c)) => format!("{ns} / cgroup {c}"),
+        let cgroup = match (r["Service"].as_str(), r["CgroupID"].as_u64()) {
+            (Some(s), _) => Some(s.to_string()),
+            (None, Some(c)) => Some(format!("cgroup {c}")),
+            (None, None) => None,
+        };
+        let svc = match (r["Netns"]["Name"].as_str(), cgroup) {
+            (Some(ns), Some(c)) => format!("{ns} / {c}"),
             (Some(ns), None) => ns.to_string(),
-            (None, Some(c)) => format!("cgroup {c}"),
+            (None, Some(c)) => c,
             (None, None) => "unknown".into(),
         };
         // The lower port is taken as the service's: the server's own, as the client's
@@ -414,4 +420,43 @@ pub fn report_main(args: Vec<String>) -> ExitCode {
         Some(&cli.output),
         &report_html(&records, &samples, cli.slowest, &names.join(", ")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_grouped_by_the_records_service_name() {
+        let rec = |service: Option<&str>, cgroup: u64, sport: u16, dport: u16| {
+            let mut r = serde_json::json!({
+                "ID": {"SrcIP": "10.0.0.1", "SrcPort": sport, "DstIP": "10.0.0.2", "DstPort": dport},
+                "Cookie": u64::from(sport) * 100_000 + u64::from(dport),
+                "CgroupID": cgroup,
+                "SendThroughputMbps": 10.0,
+                "Diagnosis": {"Verdict": "network"},
+            });
+            if let Some(s) = service {
+                r["Service"] = s.into();
+            }
+            r
+        };
+        let records = [
+            rec(Some("nginx.service"), 7, 443, 50_001),
+            rec(Some("nginx.service"), 7, 443, 50_002),
+            // A record from before records named services: its cgroup id stands in.
+            rec(None, 77, 80, 50_003),
+        ];
+        let html = report_html(&records, &BTreeMap::new(), 10, "test");
+        let row = |name: &str| {
+            let t =
+                html.split(&format!("<td>{name}</td>")).nth(1).unwrap_or_else(|| panic!("{name}"));
+            t[..t.find("</tr>").unwrap()].to_string()
+        };
+        // Verdict counts: receiver window, send buffer, network, application, unknown.
+        let counts = |n: usize| format!("<td>0</td><td>0</td><td>{n}</td><td>0</td><td>0</td>");
+        assert_eq!(row("nginx.service, serving :443"), counts(2));
+        assert_eq!(row("cgroup 77, serving :80"), counts(1));
+        assert!(!html.contains("cgroup 7,"), "the name replaces the id");
+    }
 }

@@ -145,13 +145,21 @@ impl Services {
         if id == 0 {
             return "unknown".into();
         }
+        self.lookup(id).unwrap_or_else(|| format!("cgroup-{id}"))
+    }
+
+    /// The service of cgroup `id`, if the tree has that cgroup (0 never).
+    pub fn lookup(&mut self, id: u64) -> Option<String> {
+        if id == 0 {
+            return None;
+        }
         if let Some(n) = self.names.get(&id) {
-            return n.clone();
+            return Some(n.clone());
         }
         if self.walked.is_none_or(|t| t.elapsed() >= REWALK_EVERY) {
             self.walk();
         }
-        self.names.get(&id).cloned().unwrap_or_else(|| format!("cgroup-{id}"))
+        self.names.get(&id).cloned()
     }
 
     /// The service of sockets known only by `uid` ([`uid_service`]). Reads /proc once per

@@ -30,6 +30,7 @@ use serde::Serialize;
 
 pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANNEL_CAPACITY};
 use crate::metrics::{Metrics, Stage};
+use crate::services::Services;
 use file::{FileConfig, OutFile};
 use stream::{Refused, StreamOut};
 
@@ -108,6 +109,10 @@ pub struct Writer {
     /// the recovery.
     failing_since: Option<(Instant, u64)>,
     lost_logged: Instant,
+    /// Names records' services. Here, not in the analyzer: an unknown cgroup id walks the
+    /// cgroup tree (at most every few seconds), and this thread is the one stage that may
+    /// block on the file system.
+    services: Services,
 }
 
 impl Writer {
@@ -163,6 +168,7 @@ impl Writer {
             last_flush: now,
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
+            services: Services::new(),
         })
     }
 
@@ -170,9 +176,14 @@ impl Writer {
     ///
     /// # Errors
     /// Stdout's reader is gone.
-    pub fn write_batch(&mut self, b: Batch) -> Result<(), WriterError> {
+    pub fn write_batch(&mut self, mut b: Batch) -> Result<(), WriterError> {
         let start = Instant::now();
         let n = b.records.len();
+        for r in &mut b.records {
+            if r.service.is_none() {
+                r.service = r.cgroup_id.and_then(|id| self.services.lookup(id));
+            }
+        }
         for r in &b.records {
             let mut buf = Vec::with_capacity(2048);
             if self.cfg.pretty {
@@ -199,6 +210,13 @@ impl Writer {
         self.metrics.time(Stage::Writer, start.elapsed());
         tracing::debug!(target: "cgmon_rs::writer", records = n, time_us = start.elapsed().as_micros() as u64, "writer batch");
         Ok(())
+    }
+
+    /// Names services under `s` instead of this process's cgroup2 mount (tests).
+    #[must_use]
+    pub fn with_services(mut self, s: Services) -> Self {
+        self.services = s;
+        self
     }
 
     fn bug(&self, e: io::Error) -> WriterError {

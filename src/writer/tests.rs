@@ -431,3 +431,36 @@ fn record(i: u64) -> crate::analyzer::FlowStats {
     ]);
     crate::analyzer::analyze(&mut e, &crate::analyzer::AnalyzerConfig::default())
 }
+
+#[test]
+fn records_name_their_cgroups_service() {
+    use std::os::unix::fs::MetadataExt;
+    // A cgroup tree of one unit and one container.
+    let tree = tempfile::tempdir().unwrap();
+    let unit = tree.path().join("system.slice/nginx.service");
+    let ctr = tree.path().join("system.slice/docker-0123456789abcdef.scope");
+    std::fs::create_dir_all(&unit).unwrap();
+    std::fs::create_dir_all(&ctr).unwrap();
+    let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
+    let out = Shared::default();
+    let m = Arc::new(Metrics::default());
+    let services = Services::with_root(Some(tree.path().to_path_buf()));
+    let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m)
+        .unwrap()
+        .with_services(services);
+    let mut b = batch(0..4);
+    b.records[0].cgroup_id = Some(ino(&unit));
+    b.records[1].cgroup_id = Some(ino(&ctr));
+    b.records[2].cgroup_id = Some(u64::MAX - 1); // not in the tree (gone)
+    b.records[3].cgroup_id = None; // the kernel sent none
+    w.write_batch(b).unwrap();
+    w.close(Duration::from_secs(5)).unwrap();
+    let text = out.0.lock().unwrap().clone();
+    let recs: Vec<serde_json::Value> =
+        serde_json::Deserializer::from_slice(&text).into_iter().map(Result::unwrap).collect();
+    assert_eq!(recs.len(), 4);
+    assert_eq!(recs[0]["Service"], "nginx.service");
+    assert_eq!(recs[1]["Service"], "docker:0123456789ab");
+    assert!(recs[2].get("Service").is_none(), "an unknown cgroup names no service");
+    assert!(recs[3].get("Service").is_none() && recs[3].get("CgroupID").is_none());
+}

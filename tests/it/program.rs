@@ -184,9 +184,16 @@ fn records_match_the_json_schema() {
     let props = schema["properties"].as_object().unwrap();
     let missing: Vec<&String> = props
         .keys()
-        .filter(|k| *k != "CgroupID" && *k != "Netns" && !recs.iter().any(|r| r.get(*k).is_some()))
+        .filter(|k| !["CgroupID", "Service", "Netns"].contains(&k.as_str()))
+        .filter(|k| !recs.iter().any(|r| r.get(*k).is_some()))
         .collect();
     assert!(missing.is_empty(), "never produced: {missing:?}");
+    // Our sockets are in this process's cgroup: the records name its service.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own.lines().find_map(|l| l.strip_prefix("0::")).map(cgmon_rs::services::service_name);
+    for r in recs.iter().filter(|r| r.get("CgroupID").is_some()) {
+        assert_eq!(r["Service"].as_str(), own.as_deref(), "{r:#}");
+    }
     let (lines, _) = read_records(&samples);
     assert!(lines.len() >= 4);
     for s in &lines {
