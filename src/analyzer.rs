@@ -458,7 +458,8 @@ pub async fn run(
             let r = analyze(&mut e, &cfg.analysis);
             if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
                 let offset = cfg.analysis.realtime_offset_ns;
-                let points = e.flow.chart_points(offset, crate::recent::MAX_POINTS);
+                // Every sample: the ring keeps some from the whole flow (`recent::spread`).
+                let points = e.flow.chart_points(offset, usize::MAX);
                 recent.push(crate::recent::Ended::new(&r, points));
             }
             if cfg.samples_out {

@@ -342,8 +342,8 @@ pub struct Cli {
     )]
     pub top_services: usize,
 
-    /// Recently ended flows the web view keeps (their records and newest samples, about
-    /// 43 KB each); 0 = none
+    /// Recently ended flows the web view keeps (their records and up to 300 samples each,
+    /// from their whole life; about 43 KB each); 0 = none
     #[arg(
         long = "recent-flows",
         env = "CGMON_RECENT_FLOWS",

@@ -1,5 +1,6 @@
 //! The recently ended flows the web view shows (`--recent-flows N`): a bounded ring of the
-//! last N records, each with its newest samples as chart points. The analyzer pushes a
+//! last N records, each with at most [`MAX_POINTS`] of its samples as chart points, spread
+//! over its whole life ([`spread`]). The analyzer pushes a
 //! record as it writes it; the HTTP server reads the ring. Memory is bounded by N and
 //! [`MAX_POINTS`]: about 43 KB an entry (`a_recent_entry_is_about_43_kb`).
 
@@ -12,8 +13,57 @@ use crate::record::FlowStats;
 /// Default `--recent-flows`.
 pub const DEFAULT_RECENT: usize = 100;
 
-/// Most samples kept per ended flow (its newest), as many as a live flow's page shows.
+/// Most samples kept per ended flow.
 pub const MAX_POINTS: usize = 300;
+
+/// At most `max` of `points` (in time order), spread over their whole span: fewer than
+/// `max` are all kept; otherwise the span is cut into `max / 4` equal stretches, and each
+/// keeps its first and last sample and those with the lowest and highest RTT. An hour-long
+/// flow's page then shows the hour, with every stretch's RTT extremes, rather than its last
+/// five minutes; a stretch with no sample (a pause) stays empty, so the chart breaks there.
+pub fn spread(points: Vec<Point>, max: usize) -> Vec<Point> {
+    if points.len() <= max || max < 4 {
+        return points;
+    }
+    let stretches = max / 4;
+    let (t0, t1) = (points[0].unix_s, points[points.len() - 1].unix_s);
+    let width = (t1 - t0) / stretches as f64;
+    let stretch = |p: &Point| {
+        if width > 0.0 { (((p.unix_s - t0) / width) as usize).min(stretches - 1) } else { 0 }
+    };
+    let mut keep = Vec::with_capacity(max);
+    let mut i = 0;
+    while i < points.len() {
+        let s = stretch(&points[i]);
+        let mut j = i + 1;
+        while j < points.len() && stretch(&points[j]) == s {
+            j += 1;
+        }
+        let rtt = |k: &usize| points[*k].rtt_ms.unwrap_or(f64::NAN);
+        let with_rtt = || (i..j).filter(|k| points[*k].rtt_ms.is_some());
+        let lo = with_rtt().min_by(|a, b| rtt(a).total_cmp(&rtt(b)));
+        let hi = with_rtt().max_by(|a, b| rtt(a).total_cmp(&rtt(b)));
+        let mut k: Vec<usize> = [Some(i), lo, hi, Some(j - 1)].into_iter().flatten().collect();
+        k.sort_unstable();
+        k.dedup();
+        keep.extend(k);
+        i = j;
+    }
+    keep.into_iter().map(|k| points[k]).collect()
+}
+
+/// The pause that breaks a chart's line once [`spread`] has picked at most `max` of
+/// `points`: the one all their spacing gives, and at least two stretches. The picked
+/// points' own spacing alternates between most of a stretch and a tick, so its median
+/// ([`crate::chart::max_gap`]) says nothing of the sampling interval. `None` when all are
+/// kept.
+pub fn spread_gap(points: &[Point], max: usize) -> Option<f64> {
+    (points.len() > max && max >= 4).then(|| {
+        let times: Vec<f64> = points.iter().map(|p| p.unix_s).collect();
+        let span = times[times.len() - 1] - times[0];
+        crate::chart::max_gap(&times).max(2.0 * span / (max / 4) as f64)
+    })
+}
 
 /// One ended flow.
 #[derive(Debug, Clone)]
@@ -37,18 +87,20 @@ pub struct Ended {
     /// The record as written (turned into JSON only when a page shows it: the analyzer
     /// pushes every record, at thousands a second under churn).
     pub record: Box<FlowStats>,
-    /// Its newest samples ([`MAX_POINTS`]) as chart points.
+    /// At most [`MAX_POINTS`] of its samples as chart points ([`spread`]).
     pub points: Vec<Point>,
+    /// With points spread, the pause that breaks a chart's line, s ([`spread_gap`]).
+    pub gap_s: Option<f64>,
     /// Samples the record holds in all.
     pub samples: usize,
 }
 
 impl Ended {
-    /// An entry for record `r` with the chart points of its samples (the newest
-    /// [`MAX_POINTS`] are kept; the analyzer converts no more than those).
-    pub fn new(r: &FlowStats, mut points: Vec<Point>) -> Self {
-        let extra = points.len().saturating_sub(MAX_POINTS);
-        points.drain(..extra);
+    /// An entry for record `r` with the chart points of its samples ([`spread`] to
+    /// [`MAX_POINTS`]).
+    pub fn new(r: &FlowStats, points: Vec<Point>) -> Self {
+        let gap_s = spread_gap(&points, MAX_POINTS);
+        let points = spread(points, MAX_POINTS);
         let id = &r.id;
         Self {
             cookie: r.cookie,
@@ -61,6 +113,7 @@ impl Ended {
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
             record: Box::new(r.clone()),
             points,
+            gap_s,
             samples: r.samples,
         }
     }
@@ -110,3 +163,58 @@ impl Recent {
 }
 
 // Tested with real records in `analyzer/tests.rs` (a record needs the analyzer).
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chart::runs;
+
+    fn at(t: f64, rtt: f64) -> Point {
+        Point { unix_s: t, rtt_ms: Some(rtt), cwnd_bytes: Some(1000.0), ..Default::default() }
+    }
+
+    /// The gap an entry of `points` breaks lines at.
+    fn gap_of(points: &[Point]) -> f64 {
+        spread_gap(points, MAX_POINTS).expect("points were spread")
+    }
+
+    #[test]
+    fn few_points_are_all_kept() {
+        let p: Vec<Point> = (0..MAX_POINTS).map(|i| at(i as f64, 1.0)).collect();
+        assert_eq!(spread(p.clone(), MAX_POINTS), p);
+    }
+
+    #[test]
+    fn an_hour_is_kept_whole_with_each_stretchs_rtt_extremes() {
+        let mut p: Vec<Point> =
+            (0..3600).map(|i| at(f64::from(i), 10.0 + (f64::from(i) / 90.0).sin())).collect();
+        p[1234].rtt_ms = Some(500.0);
+        p[2345].rtt_ms = Some(0.5);
+        p[3000].rtt_ms = None;
+        let s = spread(p.clone(), MAX_POINTS);
+        assert!(s.len() <= MAX_POINTS && s.len() >= MAX_POINTS / 2, "{}", s.len());
+        assert_eq!(s.first(), p.first());
+        assert_eq!(s.last(), p.last());
+        assert!(s.contains(&p[1234]) && s.contains(&p[2345]), "the spike and the dip");
+        assert!(s.windows(2).all(|w| w[0].unix_s < w[1].unix_s), "in time order");
+        // Every stretch (48 s here) has points: with the entry's gap the line does not
+        // break, with a varying RTT or a flat one (each stretch then keeps its first and
+        // last only).
+        let flat: Vec<Point> = (0..3600).map(|i| at(f64::from(i), 10.0)).collect();
+        let gap = gap_of(&flat);
+        for pts in [s, spread(flat, MAX_POINTS)] {
+            let line = runs(pts.iter().map(|x| (x.unix_s, x.rtt_ms)), gap);
+            assert_eq!(line.len(), 1, "one unbroken line");
+        }
+    }
+
+    #[test]
+    fn a_pause_stays_a_break() {
+        let p: Vec<Point> = (0..1000).chain(2000..3000).map(|i| at(f64::from(i), 10.0)).collect();
+        let gap = gap_of(&p);
+        let s = spread(p, MAX_POINTS);
+        assert!(!s.iter().any(|x| x.unix_s > 999.0 && x.unix_s < 2000.0));
+        let line = runs(s.iter().map(|x| (x.unix_s, x.rtt_ms)), gap);
+        assert_eq!(line.len(), 2, "the pause breaks the line");
+    }
+}

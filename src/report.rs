@@ -179,7 +179,7 @@ pub fn plot_svg(path: &Path, cookie: u64) -> Result<String, String> {
     points.sort_by(|a, b| a.unix_s.total_cmp(&b.unix_s));
     let title =
         format!("{} (cookie {cookie}): {} samples", title.unwrap_or_default(), points.len());
-    Ok(standalone(&title, &charts("", &points, None)))
+    Ok(standalone(&title, &charts("", &points, None, None)))
 }
 
 /// Runs `cgmon-rs plot ARGS`.
@@ -372,7 +372,7 @@ pub fn report_html(
         if let Some(points) = samples.get(&cookie) {
             let min = r["MinRTTKernelms"].as_f64().or(r["MinRTTObservedms"].as_f64());
             b.push_str("<details><summary>charts</summary><div class=\"charts\">");
-            for c in charts(&format!("f{cookie}-{seq}-"), points, min) {
+            for c in charts(&format!("f{cookie}-{seq}-"), points, min, None) {
                 b.push_str(&c.svg());
             }
             b.push_str("</div></details>");

@@ -267,23 +267,28 @@ fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
 }
 
 #[test]
-fn the_recent_ring_keeps_the_newest_n_records_with_their_newest_points() {
+fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life() {
     use crate::recent::{Ended, MAX_POINTS, Recent};
     let r = Recent::new(3);
     for cookie in 1..=5u64 {
         let b = SockBuilder::new(cookie, 5000, 80).rtt_us(1000);
         let mut e = flow(&[(1_000_000_000, b.clone()), (2_000_000_000, b)]);
         let rec = analyze(&mut e, &AnalyzerConfig::default());
-        let points = vec![
-            crate::chart::flow::Point::default();
-            MAX_POINTS + usize::try_from(cookie).unwrap()
-        ];
+        let points = (0..MAX_POINTS * 4 + usize::try_from(cookie).unwrap())
+            .map(|i| crate::chart::flow::Point {
+                unix_s: i as f64,
+                rtt_ms: Some(1.0),
+                ..Default::default()
+            })
+            .collect();
         r.push(Ended::new(&rec, points));
     }
     assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
     assert!(r.find(2).is_none());
     let four = r.find(4).unwrap();
-    assert_eq!(four.points.len(), MAX_POINTS, "only the newest points are kept");
+    assert!(four.points.len() <= MAX_POINTS, "{} points kept", four.points.len());
+    let (first, last) = (four.points[0].unix_s, four.points[four.points.len() - 1].unix_s);
+    assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");
     assert_eq!(four.record.cookie, 4);
     let off = Recent::new(0);
     off.push(Ended::new(&four.record, Vec::new()));

@@ -104,12 +104,20 @@ fn chart(
 }
 
 /// The flow's charts, ids prefixed by `prefix`: RTT with `min_rtt_ms` marked, cwnd with
-/// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares.
-pub fn charts(prefix: &str, points: &[Point], min_rtt_ms: Option<f64>) -> Vec<Chart> {
+/// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares. Lines
+/// break at pauses longer than `gap` seconds; `None` finds it from the points' spacing
+/// ([`max_gap`]), which only points as sampled have (not those [`crate::recent::spread`]
+/// picked).
+pub fn charts(
+    prefix: &str,
+    points: &[Point],
+    min_rtt_ms: Option<f64>,
+    gap: Option<f64>,
+) -> Vec<Chart> {
     let start = points.first().map_or(0.0, |p| p.unix_s);
     let times: Vec<f64> = points.iter().map(|p| p.unix_s - start).collect();
     let span = times.last().copied().unwrap_or(0.0);
-    let gap = max_gap(&times);
+    let gap = gap.unwrap_or_else(|| max_gap(&times));
     let when = match (points.first(), points.last()) {
         (Some(a), Some(b)) => format!(
             "{} samples from {} to {}",

@@ -41,7 +41,7 @@ fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
     let pts: Vec<Point> = (0..10)
         .map(|i| point(f64::from(i) * 0.1, (i != 4).then_some(10.0 + f64::from(i))))
         .collect();
-    let c = charts("f-", &pts, Some(9.5));
+    let c = charts("f-", &pts, Some(9.5), None);
     assert_eq!(
         c.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
         CHART_IDS.map(|k| format!("f-{k}"))
@@ -71,7 +71,7 @@ fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
 #[test]
 fn units_scale_with_the_range() {
     let pts: Vec<Point> = (0..3).map(|i| point(f64::from(i), Some(1.0))).collect();
-    let c = charts("", &pts, None);
+    let c = charts("", &pts, None, None);
     // cwnd reaches 43,440 bytes: the axis is in KB.
     assert_eq!(c[1].y.title, "window (KB)");
     assert_eq!(c[1].y_div, 1e3);
@@ -89,7 +89,7 @@ fn units_scale_with_the_range() {
 #[test]
 fn time_shares_grow_from_the_first_sample() {
     let pts: Vec<Point> = (0..5).map(|i| point(f64::from(i), Some(1.0))).collect();
-    let c = charts("", &pts, None);
+    let c = charts("", &pts, None, None);
     let shares = &c[4];
     // busy grows 1000 ms per second: 100 %; rwnd 500 ms per second: 50 %; the first
     // sample has no elapsed time and no share.
@@ -103,14 +103,14 @@ fn time_shares_grow_from_the_first_sample() {
 
 #[test]
 fn empty_and_single_sample_charts_render() {
-    let c = charts("", &[], None);
+    let c = charts("", &[], None, None);
     assert_eq!(c.len(), 5);
     for chart in &c {
         let svg = chart.svg();
         assert!(svg.contains("no samples"), "{svg}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
     }
-    let one = charts("", &[point(0.0, Some(5.0))], None);
+    let one = charts("", &[point(0.0, Some(5.0))], None, None);
     let svg = one[0].svg();
     // One sample is a dot, not an invisible one-point line.
     assert!(svg.contains(r#"data-dot="rtt""#), "{svg}");
@@ -209,7 +209,7 @@ fn a_run_longer_than_four_points_a_pixel_is_thinned_to_its_extremes() {
 #[test]
 fn an_hour_of_samples_is_drawn_at_pixel_resolution() {
     let points: Vec<Point> = (0..3600).map(|i| point(f64::from(i), Some(20.0))).collect();
-    let c = &charts("f-", &points, None)[0];
+    let c = &charts("f-", &points, None, None)[0];
     assert_eq!(c.series[0].points(), 3600, "the model keeps every sample");
     assert!(c.desc.contains("3600 values"), "{}", c.desc);
     let drawn: usize = polyline_points(&c.svg(), "rtt").iter().map(Vec::len).sum();

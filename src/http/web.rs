@@ -362,10 +362,12 @@ pub struct FlowView {
     pub tuple: String,
     /// Whether it is still open.
     pub active: bool,
-    /// Its newest samples, oldest first.
+    /// Its samples (an ended flow's: some, [`crate::recent::spread`]), oldest first.
     pub points: Vec<Point>,
     /// Samples in its window in all.
     pub samples: usize,
+    /// The pause that breaks a chart's line, s (`None`: from the points' spacing).
+    pub gap_s: Option<f64>,
     /// Minimum RTT, ms.
     pub min_rtt_ms: Option<f64>,
     /// Facts as (name, value) pairs, first the diagnosis.
@@ -399,7 +401,10 @@ pub fn facts_html(v: &FlowView) -> String {
 
 /// The charts of a flow page, by chart id.
 pub fn chart_svgs(v: &FlowView) -> Vec<(String, String)> {
-    charts("chart-", &v.points, v.min_rtt_ms).into_iter().map(|c| (c.id.clone(), c.svg())).collect()
+    charts("chart-", &v.points, v.min_rtt_ms, v.gap_s)
+        .into_iter()
+        .map(|c| (c.id.clone(), c.svg()))
+        .collect()
 }
 
 /// `/flow/{cookie}`.
@@ -415,15 +420,20 @@ pub fn flow_page(v: &FlowView) -> String {
         v.cookie
     );
     let shown = v.points.len();
+    let which = if shown < v.samples {
+        // An ended flow's, from the ring (`recent::spread`).
+        format!(
+            "Charts of {shown} of its {} samples, spread over its life: in each of {} equal \
+             stretches, the first, the last, and those with the lowest and highest RTT",
+            v.samples,
+            crate::recent::MAX_POINTS / 4
+        )
+    } else {
+        format!("Charts of its {shown} sample{}", if shown == 1 { "" } else { "s" })
+    };
     let _ = write!(
         b,
-        "<p>Charts of its {} sample{}{}.</p><div id=\"facts\">{}</div><div class=\"charts\">",
-        if shown < v.samples {
-            format!("newest {shown} of {}", v.samples)
-        } else {
-            shown.to_string()
-        },
-        if shown == 1 { "" } else { "s" },
+        "<p>{which}{}.</p><div id=\"facts\">{}</div><div class=\"charts\">",
         if v.active { ", refreshed while it lives" } else { "" },
         facts_html(v)
     );

@@ -74,6 +74,7 @@ fn flow_page_draws_every_chart_and_the_live_json_swaps_them() {
         active: true,
         points: (0..12).map(|k| pt(f64::from(k) * 0.1, 5.0)).collect(),
         samples: 40,
+        gap_s: None,
         min_rtt_ms: Some(4.0),
         facts: vec![("state".into(), "ESTAB".into())],
         verdict: Some(("network".into(), "network limited".into())),
@@ -83,7 +84,7 @@ fn flow_page_draws_every_chart_and_the_live_json_swaps_them() {
     for id in crate::chart::flow::CHART_IDS {
         assert!(p.contains(&format!("id=\"chart-{id}\"")), "{id}");
     }
-    assert!(p.contains("newest 12 of 40"));
+    assert!(p.contains("Charts of 12 of its 40 samples, spread over its life"));
     assert!(p.contains("data-live=\"/flow/7/live\""));
     assert!(p.contains("Limited by network so far"));
     assert!(p.contains("{&quot;Cookie&quot;: 7}"), "the record, escaped");
