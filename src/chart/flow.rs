@@ -106,8 +106,8 @@ fn chart(
 /// The flow's charts, ids prefixed by `prefix`: RTT with `min_rtt_ms` marked, cwnd with
 /// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares. Lines
 /// break at pauses longer than `gap` seconds; `None` finds it from the points' spacing
-/// ([`max_gap`]), which only points as sampled have (not those [`crate::recent::spread`]
-/// picked).
+/// ([`max_gap`]): points as sampled have a spacing that tells, not those the ring of
+/// ended flows picked from a longer flow.
 pub fn charts(
     prefix: &str,
     points: &[Point],
