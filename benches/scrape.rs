@@ -3,9 +3,11 @@
 //! `-run-interval 1s`, and phases of 20 s run back to back:
 //! - idle: no HTTP requests;
 //! - `/metrics` scraped every 100 ms (150× a typical 15 s scrape interval);
-//! - `/flows` (all 20,000 flows as JSON, built by the tracker task between dumps) every 1 s;
+//! - `/flows` (its first page: 1,000 flows as JSON, copied by the tracker task between
+//!   dumps) every 1 s;
 //! - the web view's `/` (issue 23: the top 100 flows by rate with sparklines, and per-service
-//!   summaries over all 20,000) every 1 s, then every 100 ms (10× what a person reloading does);
+//!   summaries over all 20,000) every 1 s, its largest page (`/?limit=1000`) every 1 s, then
+//!   `/` every 100 ms (20× the page's own refresh);
 //! - one flow's page `/flow/{cookie}` (a busy flow's) every 100 ms.
 //!
 //! Then the same monitor at `-run-interval 100ms --cpu-budget 0`, a full dump every tick,

@@ -459,7 +459,7 @@ pub async fn run(
             if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
                 let offset = cfg.analysis.realtime_offset_ns;
                 // Every sample: the ring keeps some from the whole flow (`recent::spread`).
-                let points = e.flow.chart_points(offset, usize::MAX);
+                let points = e.flow.chart_points(offset);
                 recent.push(crate::recent::Ended::new(&r, points));
             }
             if cfg.samples_out {

@@ -262,6 +262,8 @@ pub async fn run(
     let mut acfg = s.analyzer.clone();
     acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Service names of cgroups: one cache for the records, `/metrics` and the web view.
+    let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
         Some(h) => {
@@ -274,6 +276,7 @@ pub async fn run(
                 interval: s.task.interval,
                 netns: names,
                 accounts: accounts.clone(),
+                services: services.clone(),
                 recent,
                 analysis: acfg.analysis,
             };
@@ -288,6 +291,7 @@ pub async fn run(
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
+    let writer = writer.with_services(services);
     let writer_thread = match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
         Ok(t) => t,
         Err(e) => {
@@ -482,7 +486,7 @@ fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate:
     let mut exporter = crate::http::prom::Exporter::new(
         served.metrics.clone(),
         served.accounts.clone(),
-        crate::services::Services::new(),
+        served.services.clone(),
         h.top_services,
     );
     if let Some(n) = &served.netns {

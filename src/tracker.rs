@@ -1550,16 +1550,16 @@ fn gap_us(a: u64, b: u64) -> u32 {
 }
 
 impl Flow {
-    /// Its `newest` samples (all, when it has fewer), and each one's chrono counters (busy,
-    /// rwnd-limited, sndbuf-limited; ms since the connection began), or `None` for them
-    /// when the kernel sends none (before Linux 4.10).
-    pub fn chrono(&self, newest: usize) -> (&[Retained], Option<Vec<[u32; 3]>>) {
-        let tail = &self.samples[self.samples.len().saturating_sub(newest)..];
+    /// Its samples, and each one's chrono counters (busy, rwnd-limited, sndbuf-limited; ms
+    /// since the connection began), or `None` for them when the kernel sends none (before
+    /// Linux 4.10).
+    pub fn chrono(&self) -> (&[Retained], Option<Vec<[u32; 3]>>) {
+        let s = &self.samples;
         let l = &self.last;
         let chrono = (l.busy_ms != u32::MAX).then(|| {
-            crate::record::unwrap_chrono(tail, [l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms])
+            crate::record::unwrap_chrono(s, [l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms])
         });
-        (tail, chrono)
+        (s, chrono)
     }
 
     /// The span sampled, first sample to last seen (retained or not), ns: the record's

@@ -111,8 +111,8 @@ pub struct Writer {
     lost_logged: Instant,
     /// Names records' services. Here, not in the analyzer: an unknown cgroup id walks the
     /// cgroup tree (at most every few seconds), and this thread is the one stage that may
-    /// block on the file system.
-    services: Services,
+    /// block on the file system. Shared with the HTTP server's names when it runs.
+    services: Arc<std::sync::Mutex<Services>>,
 }
 
 impl Writer {
@@ -168,7 +168,7 @@ impl Writer {
             last_flush: now,
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
-            services: Services::new(),
+            services: Arc::default(),
         })
     }
 
@@ -180,8 +180,11 @@ impl Writer {
         let start = Instant::now();
         let n = b.records.len();
         for r in &mut b.records {
-            if r.service.is_none() {
-                r.service = r.cgroup_id.and_then(|id| self.services.lookup(id));
+            if r.service.is_none()
+                && let Some(id) = r.cgroup_id
+            {
+                let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+                r.service = s.lookup(id);
             }
         }
         for r in &b.records {
@@ -212,9 +215,10 @@ impl Writer {
         Ok(())
     }
 
-    /// Names services under `s` instead of this process's cgroup2 mount (tests).
+    /// Names services with `s` (a cache shared with the HTTP server's, or one under a test's
+    /// own cgroup tree).
     #[must_use]
-    pub fn with_services(mut self, s: Services) -> Self {
+    pub fn with_services(mut self, s: Arc<std::sync::Mutex<Services>>) -> Self {
         self.services = s;
         self
     }

@@ -12,7 +12,7 @@ use crate::tracker::EndedFlow;
 pub fn write_lines(e: &mut EndedFlow, id: &FlowId, realtime_offset_ns: i128, out: &mut Vec<u8>) {
     e.gather();
     let f = &e.flow;
-    let (samples, chrono) = f.chrono(usize::MAX);
+    let (samples, chrono) = f.chrono();
     for (i, s) in samples.iter().enumerate() {
         let c = chrono.as_ref().map(|c| c[i]);
         let line = Line::new(f.key.cookie, f.seq, id, s, c, realtime_offset_ns);

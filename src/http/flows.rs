@@ -15,7 +15,7 @@ pub fn view(
     realtime_offset_ns: i128,
 ) -> serde_json::Value {
     let id = FlowId::new(&f.key, f.first_ts_ns);
-    let (_, chrono) = f.chrono(usize::MAX);
+    let (_, chrono) = f.chrono();
     let chrono_at = |i: usize| chrono.as_ref().map(|c| c[i]);
     let line =
         |i: usize, s| Line::new(f.key.cookie, f.seq, &id, s, chrono_at(i), realtime_offset_ns);

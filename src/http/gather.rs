@@ -83,7 +83,7 @@ fn row(f: &Flow, service: String, netns: Option<String>, offset_ns: i128) -> Row
         min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
         retrans: l.total_retrans,
         age_s: f.span_ns() as f64 / 1e9,
-        points: f.chart_points(offset_ns, usize::MAX),
+        points: f.chart_points(offset_ns),
     }
 }
 
@@ -194,7 +194,7 @@ pub(super) async fn host(
 /// now.
 fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let offset = c.analysis.realtime_offset_ns;
-    let points = f.chart_points(offset, usize::MAX);
+    let points = f.chart_points(offset);
     let samples = f.stage.window().max(f.samples.len());
     let cookie = f.key.cookie;
     let end = f.last_ts_ns;

@@ -110,6 +110,9 @@ pub struct Served {
     pub netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
     /// The per-service accounts the tracker publishes after every dump.
     pub accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
+    /// Service names of cgroups, for `/metrics` and the web view alike, and shared with the
+    /// writer's records (one cache, one walk of the cgroup tree).
+    pub services: Arc<std::sync::Mutex<crate::services::Services>>,
     /// The recently ended flows the analyzer keeps.
     pub recent: Arc<crate::recent::Recent>,
     /// How records are computed (for a live flow's provisional record, and the clock
@@ -358,7 +361,7 @@ fn router(s: Served) -> Router {
         queries: s.queries,
         netns: s.netns,
         accounts: s.accounts,
-        services: Arc::new(std::sync::Mutex::new(crate::services::Services::new())),
+        services: s.services,
         recent: s.recent,
         analysis: Arc::new(s.analysis),
     };

@@ -50,7 +50,7 @@ pub(crate) fn owner_name(services: &mut Services, cgroup_id: u64, uid: u32) -> S
 /// Decides label values, once per cgroup and port.
 #[derive(Debug)]
 struct Labeler {
-    services: Services,
+    services: Arc<Mutex<Services>>,
     by_owner: FxHashMap<(u64, u32), String>,
     given: FxHashSet<String>,
     top: usize,
@@ -64,7 +64,10 @@ impl Labeler {
         if let Some(s) = self.by_owner.get(&(cgroup_id, uid)) {
             return s.clone();
         }
-        let name = owner_name(&mut self.services, cgroup_id, uid);
+        let name = {
+            let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+            owner_name(&mut s, cgroup_id, uid)
+        };
         let label = if self.given.contains(&name) || self.given.len() < self.top {
             self.given.insert(name.clone());
             name
@@ -126,7 +129,7 @@ impl Exporter {
     pub fn new(
         metrics: Arc<Metrics>,
         accounts: Arc<Mutex<Vec<Account>>>,
-        services: Services,
+        services: Arc<Mutex<Services>>,
         top_services: usize,
     ) -> Self {
         let labels = Labeler {
@@ -614,8 +617,12 @@ mod tests {
     fn services_beyond_top_k_share_other_and_labels_stay_put() {
         let accounts =
             Arc::new(Mutex::new(vec![account(1, 0, 100), account(2, 0, 200), account(3, 0, 300)]));
-        let ex =
-            Arc::new(Exporter::new(Arc::default(), accounts.clone(), Services::with_root(None), 2));
+        let ex = Arc::new(Exporter::new(
+            Arc::default(),
+            accounts.clone(),
+            Arc::new(Mutex::new(Services::with_root(None))),
+            2,
+        ));
         let text = render(&ex.clone().registry()).unwrap();
         assert!(
             text.contains("cgmon_flow_acked_bytes_total{service=\"cgroup-1\",port=\"0\"} 100"),

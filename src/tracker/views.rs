@@ -9,9 +9,9 @@ use super::Flow;
 use crate::chart::flow::Point;
 use crate::record::{ABSENT_U64, mbps};
 
-/// Most samples `/flows/{cookie}` returns (the newest): as many as the web view keeps of
-/// an ended flow, so its page looks the same before and after it ends.
-pub const RECENT_SAMPLES: usize = crate::recent::MAX_POINTS;
+/// Most samples `/flows/{cookie}` returns (the newest), so that a long flow's answer
+/// stays small; the flow's page draws them all.
+pub const RECENT_SAMPLES: usize = 300;
 
 /// Flows `/flows` lists per page unless told (`?limit=`).
 pub const DEFAULT_PAGE: usize = 1000;
@@ -128,10 +128,10 @@ pub enum Query {
 }
 
 impl Flow {
-    /// Its `newest` samples as chart points (only those are converted);
-    /// `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC.
-    pub fn chart_points(&self, realtime_offset_ns: i128, newest: usize) -> Vec<Point> {
-        let (samples, chrono) = self.chrono(newest);
+    /// Its samples as chart points; `realtime_offset_ns`: CLOCK_REALTIME − CLOCK_MONOTONIC.
+    /// (A view copy holds the samples its query asked for.)
+    pub fn chart_points(&self, realtime_offset_ns: i128) -> Vec<Point> {
+        let (samples, chrono) = self.chrono();
         let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
         samples
             .iter()

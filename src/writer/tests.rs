@@ -444,7 +444,7 @@ fn records_name_their_cgroups_service() {
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
     let out = Shared::default();
     let m = Arc::new(Metrics::default());
-    let services = Services::with_root(Some(tree.path().to_path_buf()));
+    let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m)
         .unwrap()
         .with_services(services);
