@@ -253,6 +253,16 @@ const SERIES: &[(&str, &str, Value)] = &[
         Value::Gauge(|m| m.hot_flows.get()),
     ),
     (
+        "cgmon_netns_sampled",
+        "Network namespaces sampled (--netns)",
+        Value::Gauge(|m| m.netns_sampled.get()),
+    ),
+    (
+        "cgmon_netns_unreachable",
+        "Network namespaces found but not sampled: not readable or not enterable (capabilities)",
+        Value::Gauge(|m| m.netns_unreachable.get()),
+    ),
+    (
         "cgmon_full_dumps_cheaper",
         "Full dumps taken because the hot set was too large for exact requests to be cheaper",
         Value::Counter(|m| m.full_dumps_cheaper.get()),
@@ -650,5 +660,43 @@ mod tests {
         assert!(plain.contains("# HELP cgmon_dumps_total sock_diag dumps taken\n# TYPE cgmon_dumps_total counter\ncgmon_dumps_total 0\n"), "{plain}");
         assert!(plain.contains("# TYPE cgmon_flow_rtt_seconds histogram\n"));
         assert!(!plain.contains("# EOF"));
+    }
+
+    /// Every series the README names is served: a name documented but never exported (as
+    /// `cgmon_netns_sampled` once was) fails here.
+    #[test]
+    fn every_metric_the_readme_names_is_exported() {
+        let accounts = Arc::new(Mutex::new(vec![account(1, 80, 100)]));
+        let ex = Arc::new(
+            Exporter::new(
+                Arc::default(),
+                accounts,
+                Arc::new(Mutex::new(Services::with_root(None))),
+                2,
+            )
+            .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
+        );
+        let text = to_prometheus_text(&render(&ex.registry()).unwrap());
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+        let mut missing = Vec::new();
+        for (i, _) in readme.match_indices("cgmon_") {
+            let name: String = readme[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // `cgmon_*` (a prefix) and `cgmon_rs::…` (a log target) name no series.
+            if name.ends_with('_') || readme[i + name.len()..].starts_with("::") {
+                continue;
+            }
+            let served = text.lines().any(|l| {
+                l.strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.starts_with([' ', '{']) || rest.is_empty())
+                    || l.starts_with(&format!("# TYPE {name} "))
+            });
+            if !served && !missing.contains(&name) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "in the README, not in /metrics: {missing:?}\n{text}");
     }
 }
