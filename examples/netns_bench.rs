@@ -6,8 +6,15 @@
 //! 1. CPU per tick: 10 namespaces × 2,000 idle sockets (`--netns` naming the ten) against
 //!    one namespace × 20,000 (`--netns own`), both loads held at once, the two monitors run
 //!    in turn, every tick a full dump (`--cpu-budget 0`, `-run-interval 100ms`); whole-process
-//!    CPU from /proc over the steady state, divided by the ticks.
-//! 2. A rescan of 1,000 processes' namespaces (`netns::scan`, as the scanner runs it once
+//!    CPU from /proc over the steady state, divided by the ticks. Beside them, an empty
+//!    eleventh namespace alone: what one namespace's walk of the shared TCP table costs
+//!    before any socket is reported (the kernel's floor per namespace).
+//! 2. The same two with the default budget, where a full dump leaves out namespaces in which
+//!    nothing moved: CPU per tick, the full-dump interval achieved and the walks left out.
+//!    `OLD=path/to/an/older/cgmon-rs` runs that binary beside this one, in turn.
+//! 3. What reading a namespace's TCP counters costs (`Activity::read`), best and median of
+//!    1,000.
+//! 4. A rescan of 1,000 processes' namespaces (`netns::scan`, as the scanner runs it once
 //!    the namespaces are known), best and median of 20.
 
 use std::collections::HashMap;
@@ -28,9 +35,17 @@ fn proc_cpu_s(pid: u32) -> f64 {
 
 /// CPU ms per tick of the monitor run with `args` for `secs`.
 fn per_tick(args: &[String], secs: u64) -> f64 {
-    let mut child = Command::new("target/release/cgmon-rs")
+    run_monitor("target/release/cgmon-rs", args, "0", secs).0
+}
+
+/// Runs `bin` with `args` and `budget` for `secs` (100 ms ticks): CPU ms per tick, and
+/// `/metrics` read just before the end.
+fn run_monitor(bin: &str, args: &[String], budget: &str, secs: u64) -> (f64, String) {
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut child = Command::new(bin)
         .args(args)
-        .args(["-run-interval", "100ms", "--cpu-budget", "0", "-run-duration", &format!("{secs}s")])
+        .args(["-run-interval", "100ms", "--cpu-budget", budget])
+        .args(["-run-duration", &format!("{secs}s"), "-run-http-server", &http.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -39,8 +54,25 @@ fn per_tick(args: &[String], secs: u64) -> f64 {
     let (c0, t0) = (proc_cpu_s(child.id()), Instant::now());
     std::thread::sleep(Duration::from_secs(secs - 3));
     let (c1, dt) = (proc_cpu_s(child.id()), t0.elapsed().as_secs_f64());
+    let metrics = get_metrics(http);
     child.wait().unwrap();
-    (c1 - c0) * 1000.0 / (dt / 0.1)
+    ((c1 - c0) * 1000.0 / (dt / 0.1), metrics)
+}
+
+fn get_metrics(at: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(at) else { return String::new() };
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
+/// An unlabelled series' value in a /metrics text, or NaN.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// A process that enters the namespace at `path` and holds `n` idle connections there
@@ -99,9 +131,13 @@ fn main() {
         holders.push(holder(&format!("/run/netns/{n}"), 1000));
     }
     holders.push(holder("own", 10_000));
+    let empty = format!("cgrs-bench-{tag}-empty");
+    Command::new("ip").args(["netns", "add", &empty]).status().unwrap();
     let ten = vec!["--netns".to_string(), names.join(",")];
     let one = vec!["--netns".to_string(), "own".to_string()];
-    println!("round | 10 × 2,000: CPU ms per tick | 1 × 20,000: CPU ms per tick | ratio");
+    let alone = vec!["--netns".to_string(), empty.clone()];
+    println!("every tick a full dump (--cpu-budget 0):");
+    println!("round | 10 × 2,000: CPU ms per tick | 1 × 20,000 | ratio | an empty namespace");
     for r in 1..=rounds {
         let (x, y) = if r % 2 == 1 {
             let x = per_tick(&ten, secs);
@@ -110,8 +146,41 @@ fn main() {
             let y = per_tick(&one, secs);
             (per_tick(&ten, secs), y)
         };
-        println!("{r} | {x:.2} | {y:.2} | {:.3}", x / y);
+        let e = per_tick(&alone, secs);
+        println!("{r} | {x:.2} | {y:.2} | {:.3} | {e:.2}", x / y);
     }
+    println!("default budget (2 %): CPU ms per tick, full-dump interval achieved, walks left out");
+    println!("round | binary | 10 × 2,000 | 1 × 20,000 | ratio");
+    let old = std::env::var("OLD").ok();
+    let bins: Vec<&str> =
+        ["target/release/cgmon-rs"].into_iter().chain(old.as_deref()).collect();
+    for r in 1..=rounds {
+        for bin in &bins {
+            let (x, mx) = run_monitor(bin, &ten, "2", secs);
+            let (y, my) = run_monitor(bin, &one, "2", secs);
+            let iv = |m: &str| metric(m, "cgmon_full_dump_interval_seconds");
+            let sk = |m: &str| metric(m, "cgmon_netns_walks_skipped_total");
+            println!(
+                "{r} | {bin} | {x:.2} ms, {:.2} s, {} | {y:.2} ms, {:.2} s, {} | {:.3}",
+                iv(&mx),
+                sk(&mx),
+                iv(&my),
+                sk(&my),
+                x / y
+            );
+        }
+    }
+    let mut a = cgmon_rs::sampler::activity::Activity::open_here().unwrap();
+    let mut reads: Vec<f64> = (0..1000)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(a.read().unwrap());
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    reads.sort_by(f64::total_cmp);
+    println!("reading a namespace's TCP counters: best {:.1} µs, median {:.1} µs", reads[0], reads[500]);
+    Command::new("ip").args(["netns", "del", &empty]).status().unwrap();
     for mut h in holders {
         drop(h.stdin.take());
         h.wait().unwrap();

@@ -23,6 +23,7 @@ use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
 use crate::sampler::Sampler;
+use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{NetlinkSource, Source};
 use crate::tracker::Tracker;
@@ -120,12 +121,15 @@ pub struct Sources {
     pub destroy: Option<DestroyListener<Source>>,
     /// More network namespaces, and those that come and go (`--netns`).
     pub netns: Option<namespaces::Namespaces>,
+    /// The first namespace's TCP segment counters, when read (see `sampler::activity`).
+    pub activity: Option<Activity>,
 }
 
 impl Sources {
-    /// The monitor's own namespace only.
+    /// The monitor's own namespace only, walked by every full dump (no counters: a replayed
+    /// source's namespace has none).
     pub fn own(dump: Source, destroy: Option<DestroyListener<Source>>) -> Self {
-        Self { dump, destroy, netns: None }
+        Self { dump, destroy, netns: None, activity: None }
     }
 }
 
@@ -175,7 +179,7 @@ async fn run_main(cfg: Config) -> u8 {
         }
     };
     let sources = if s.netns == crate::netns::Which::Own {
-        Sources::own(dump, destroy)
+        Sources { activity: namespaces::activity_here("host"), ..Sources::own(dump, destroy) }
     } else {
         match namespaces_from_start(&s, &metrics) {
             Ok(src) => src,
@@ -197,7 +201,12 @@ fn namespaces_from_start(s: &Settings, metrics: &Arc<Metrics>) -> Result<Sources
     tokio::spawn(scanner.run(s.netns_rescan, tx));
     let namespaces::Start { first, others, names } = start;
     let netns = namespaces::Namespaces { first: first.label, others, updates, names };
-    Ok(Sources { dump: first.dump, destroy: first.destroy, netns: Some(netns) })
+    Ok(Sources {
+        dump: first.dump,
+        destroy: first.destroy,
+        netns: Some(netns),
+        activity: first.activity,
+    })
 }
 
 /// The signals the program answers, as events. SIGUSR2 too: cgmon answers it (with a GC and
@@ -251,7 +260,10 @@ pub async fn run(
         Some(n) => (Some(n.first), n.others, Some(n.updates), Some(n.names)),
         None => (None, Vec::new(), None, None),
     };
-    spaces.insert(0, task::Space { ns: 0, label: first_label, sampler, destroy: sources.destroy });
+    spaces.insert(
+        0,
+        task::Space::new(0, first_label, sampler, sources.destroy).with_activity(sources.activity),
+    );
     // Without destroy events nothing would end a waiting flow but the grace period.
     let mut tcfg = s.tracker;
     if spaces.iter().all(|sp| sp.destroy.is_none()) {

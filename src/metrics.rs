@@ -270,6 +270,12 @@ pub struct Metrics {
     /// Network namespaces found but not sampled: their file could not be read or entered
     /// (missing capabilities), as of the last scan.
     pub netns_unreachable: Gauge,
+    /// Namespaces a full dump left unwalked: no segment sent or received in them since
+    /// their last walk.
+    pub netns_walks_skipped: Counter,
+    /// Namespaces sampled that share the host's TCP hash table (each of their walks reads
+    /// every TCP socket of the host), as of the last scan.
+    pub netns_shared_tcp_hash: Gauge,
     /// Full dumps taken because the hot set was too large for exact polls to be cheaper.
     pub full_dumps_cheaper: Counter,
     /// Time between the last two full dumps, ns: the full-dump interval achieved.
@@ -361,6 +367,8 @@ impl Metrics {
             netns_sampled: Gauge::default(),
             netns_flows: Mutex::new(Vec::new()),
             netns_unreachable: Gauge::default(),
+            netns_walks_skipped: Counter::default(),
+            netns_shared_tcp_hash: Gauge::default(),
             full_dumps_cheaper: Counter::default(),
             full_dump_interval_ns: Gauge::default(),
             full_dump_interval_planned_ns: Gauge::default(),

@@ -467,8 +467,12 @@ pub struct Tracker {
     /// the same order every dump, so flows are kept in walk order: a socket is usually the
     /// one at the cursor, found without hashing, and the hot array is read sequentially.
     cursor: usize,
-    /// Cookies refused for `max_flows`, with the generation they were last seen in.
-    refused: FxHashMap<u64, u32>,
+    /// Cookies refused for `max_flows`, with the generation they were last seen in and
+    /// their namespace.
+    refused: FxHashMap<u64, (u32, u32)>,
+    /// Namespaces the current dump did not walk (nothing moved in them since their last
+    /// walk): their flows, listeners and refusals stand as they were.
+    carried: Vec<u32>,
     /// Cookies of flows ended by their destroy event, with that generation. A dump that was
     /// walking while the socket closed can still hold it; such samples must not reopen it.
     destroyed: FxHashMap<u64, u32>,
@@ -801,6 +805,7 @@ impl Tracker {
             stages: StagePool::default(),
             cursor: 0,
             refused: FxHashMap::default(),
+            carried: Vec::new(),
             destroyed: FxHashMap::default(),
             waiting: FxHashMap::default(),
             wait_order: std::collections::VecDeque::new(),
@@ -972,8 +977,18 @@ impl Tracker {
         self.lookahead = changed > 0 && changed * LOOKAHEAD_SHARE >= seen;
         self.at_begin = (retained, deduped);
         self.seen_now = 0;
+        self.carried.clear();
         self.generation = self.generation.wrapping_add(1);
         self.cursor = 0;
+    }
+
+    /// The current dump leaves namespace `ns` unwalked: nothing was sent or received in it
+    /// since its last walk, so its flows stand as they were (none ends on this dump), and
+    /// so do its listeners and refusals.
+    pub fn carry_netns(&mut self, ns: u32) {
+        if !self.carried.contains(&ns) {
+            self.carried.push(ns);
+        }
     }
 
     /// The slot of `cookie`'s flow, moving it to the cursor when it is found elsewhere ahead,
@@ -1037,7 +1052,7 @@ impl Tracker {
             self.sampled(slot, s, &t, fp, out);
             return;
         }
-        if let Some(g) = self.refused.get_mut(&cookie) {
+        if let Some((g, _)) = self.refused.get_mut(&cookie) {
             *g = generation;
             return;
         }
@@ -1050,7 +1065,7 @@ impl Tracker {
             self.hand_on(w.flow, w.rest, EndReason::Gone, w.missed_ns, None, out);
         }
         if self.full() {
-            self.refused.insert(cookie, generation);
+            self.refused.insert(cookie, (generation, self.netns));
             self.stats.flows_refused += 1;
             return;
         }
@@ -1267,7 +1282,7 @@ impl Tracker {
             self.expire_waits(dump_ts_ns, out);
             return;
         }
-        self.accounts.end_dump();
+        self.accounts.end_dump(&self.carried);
         self.accounts.mark_rates(dump_ts_ns);
         let all_seen = self.seen_now == self.hot.len();
         debug_assert_eq!(all_seen, self.hot.iter().all(|h| h.seen_gen == generation));
@@ -1275,7 +1290,15 @@ impl Tracker {
         let gone: Vec<u64> = if all_seen {
             Vec::new()
         } else {
-            self.hot.iter().filter(|h| h.seen_gen != generation).map(|h| h.cookie).collect()
+            let (carried, netns) = (&self.carried, &self.flow_netns);
+            let walked =
+                |c: &u64| carried.is_empty() || !carried.contains(netns.get(c).unwrap_or(&0));
+            self.hot
+                .iter()
+                .filter(|h| h.seen_gen != generation)
+                .map(|h| h.cookie)
+                .filter(walked)
+                .collect()
         };
         for cookie in gone {
             self.missed(cookie, dump_ts_ns, out);
@@ -1285,7 +1308,8 @@ impl Tracker {
         }
         self.expire_waits(dump_ts_ns, out);
         self.bound_samples(out);
-        self.refused.retain(|_, g| *g == generation);
+        let carried = &self.carried;
+        self.refused.retain(|_, (g, ns)| *g == generation || carried.contains(ns));
         // A dump that started after a destroy cannot hold that socket any more.
         self.destroyed.retain(|_, g| generation.wrapping_sub(*g) < 2);
     }

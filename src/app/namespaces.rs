@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use crate::metrics::Metrics;
 use crate::netns::{self, Netns, NsId, Roots, Which};
 use crate::record::NetnsLabel;
+use crate::sampler::activity::{self, Activity};
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{NetlinkSource, SocketOptions, Source};
 use crate::sampler::{Sampler, SamplerConfig};
@@ -47,23 +48,50 @@ pub struct Namespaces {
     pub names: Arc<Mutex<Vec<String>>>,
 }
 
-/// Opens a namespace's dump socket and destroy listener (from a thread that enters it,
-/// unless it is the monitor's own). Blocking: a thread is made and joined.
+/// The calling thread's namespace's TCP segment counters, or `None` with a warning naming
+/// the namespace (it is then walked by every full dump).
+pub fn activity_here(name: &str) -> Option<Activity> {
+    Activity::open_here()
+        .inspect_err(|e| {
+            tracing::warn!(netns = name, error = %e,
+                "cannot read the namespace's TCP counters; every full dump walks it");
+        })
+        .ok()
+}
+
+/// What opening a namespace gives.
+struct Sockets {
+    dump: Source,
+    destroy: Option<DestroyListener<Source>>,
+    activity: Option<Activity>,
+    /// Whether it shares the host's TCP hash table, when the kernel says.
+    shared_hash: Option<bool>,
+}
+
+/// Opens a namespace's dump socket, destroy listener and counters (from threads that enter
+/// it, unless it is the monitor's own). Blocking: threads are made and joined.
 fn open(
     n: &Netns,
     opts: SocketOptions,
     filter: Option<crate::filter::Expr>,
-) -> io::Result<(Source, Option<DestroyListener<Source>>)> {
+) -> io::Result<Sockets> {
     let fd = if n.own { None } else { Some(Arc::new(n.open()?)) };
     let dump = NetlinkSource::open_in(fd.clone(), opts, &[])?;
+    let name = n.label();
+    let (activity, shared_hash) = match &fd {
+        None => (activity_here(&name), activity::tcp_hash_shared_here()),
+        Some(fd) => {
+            netns::in_netns(fd, || Ok((activity_here(&name), activity::tcp_hash_shared_here())))?
+        }
+    };
     let destroy = match DestroyListener::open_in(fd, filter) {
         Ok(d) => Some(d.map_source(Source::Netlink)),
         Err(e) => {
-            tracing::warn!(netns = %n.label(), error = %e, "no destroy events in this namespace");
+            tracing::warn!(netns = %name, error = %e, "no destroy events in this namespace");
             None
         }
     };
-    Ok((Source::Netlink(dump), destroy))
+    Ok(Sockets { dump: Source::Netlink(dump), destroy, activity, shared_hash })
 }
 
 /// Finds the namespaces, keeps their indexes, and opens the new ones.
@@ -77,6 +105,10 @@ pub struct Scanner {
     next: u32,
     /// Paths already reported as unreachable.
     reported: HashSet<PathBuf>,
+    /// Namespaces sampled that share the host's TCP hash table.
+    shared_hash: HashSet<NsId>,
+    /// Whether the advice about shared tables was logged.
+    advised: bool,
     names: Arc<Mutex<Vec<String>>>,
     metrics: Arc<Metrics>,
 }
@@ -91,6 +123,8 @@ pub struct Opened {
     pub destroy: Option<DestroyListener<Source>>,
     /// What its records say.
     pub label: Arc<NetnsLabel>,
+    /// Its TCP segment counters, when they can be read.
+    pub activity: Option<Activity>,
 }
 
 /// What the first scan gives the program.
@@ -120,6 +154,8 @@ impl Scanner {
             known: HashMap::new(),
             next: 0,
             reported: HashSet::new(),
+            shared_hash: HashSet::new(),
+            advised: false,
             names: Arc::default(),
             metrics,
         }
@@ -149,7 +185,7 @@ impl Scanner {
     fn space(&self, o: Opened) -> Result<Space<Source, Source>, String> {
         let sampler =
             Sampler::new(o.dump, self.sampler.clone()).map_err(|e| format!("filter: {e}"))?;
-        Ok(Space { ns: o.ns, label: Some(o.label), sampler, destroy: o.destroy })
+        Ok(Space::new(o.ns, Some(o.label), sampler, o.destroy).with_activity(o.activity))
     }
 
     /// Scans, and opens the namespaces not seen before: each with its index, sources and
@@ -171,7 +207,7 @@ impl Scanner {
                 continue;
             }
             match open(&n, self.opts, self.sampler.filter.clone()) {
-                Ok((dump, destroy)) => {
+                Ok(Sockets { dump, destroy, activity, shared_hash }) => {
                     let ns = self.next;
                     self.next += 1;
                     let l = Arc::new(label(&n));
@@ -183,8 +219,11 @@ impl Scanner {
                         names[ns as usize] = l.name.clone();
                     }
                     tracing::info!(netns = %l.name, inode = n.id.inode, "sampling network namespace");
+                    if shared_hash == Some(true) {
+                        self.shared_hash.insert(n.id);
+                    }
                     self.known.insert(n.id, (ns, n));
-                    opened.push(Opened { ns, dump, destroy, label: l });
+                    opened.push(Opened { ns, dump, destroy, label: l, activity });
                 }
                 Err(e) => {
                     unreachable += 1;
@@ -197,12 +236,28 @@ impl Scanner {
         }
         self.metrics.netns_unreachable.set(unreachable);
         self.prune(&present);
+        self.advise();
         opened
     }
 
     /// Forgets the namespaces the scan no longer finds (the caller ends their flows).
     fn prune(&mut self, present: &HashSet<NsId>) {
         self.known.retain(|id, _| present.contains(id));
+        self.shared_hash.retain(|id| present.contains(id));
+    }
+
+    /// Counts the namespaces sampled that share the host's TCP hash table, and says once
+    /// what that costs and what avoids it.
+    fn advise(&mut self) {
+        let shared = self.shared_hash.len();
+        self.metrics.netns_shared_tcp_hash.set(shared as u64);
+        if shared > 0 && !self.advised {
+            self.advised = true;
+            tracing::info!(
+                namespaces = shared,
+                "these namespaces share the host's TCP hash table: each full dump walks every TCP socket of the host once per namespace that moved; `sysctl net.ipv4.tcp_child_ehash_entries=4096` (Linux 6.1+) gives namespaces made after it a table of their own"
+            );
+        }
     }
 
     /// Rescans every `every` until the program stops (the updates' receiver goes), sending

@@ -263,6 +263,16 @@ const SERIES: &[(&str, &str, Value)] = &[
         Value::Gauge(|m| m.netns_unreachable.get()),
     ),
     (
+        "cgmon_netns_walks_skipped",
+        "Namespaces a full dump did not walk: no TCP segment sent or received in them since their last walk",
+        Value::Counter(|m| m.netns_walks_skipped.get()),
+    ),
+    (
+        "cgmon_netns_shared_tcp_hash",
+        "Namespaces sampled that share the host's TCP hash table (each walk of one reads every TCP socket of the host)",
+        Value::Gauge(|m| m.netns_shared_tcp_hash.get()),
+    ),
+    (
         "cgmon_full_dumps_cheaper",
         "Full dumps taken because the hot set was too large for exact requests to be cheaper",
         Value::Counter(|m| m.full_dumps_cheaper.get()),

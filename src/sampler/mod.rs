@@ -14,6 +14,7 @@
 //! sockets from one walk of the hash tables, and falls back to one request per family when
 //! the kernel refuses it (see `benches/dump.rs` for the measured difference).
 
+pub mod activity;
 pub mod destroy;
 pub mod dump_source;
 pub mod exact;

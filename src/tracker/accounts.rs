@@ -298,8 +298,16 @@ impl Accounts {
         self.marked_ns = now_ns.max(1);
     }
 
-    /// The dump completed: its listeners become the listening set.
-    pub fn end_dump(&mut self) {
+    /// The dump completed: its listeners become the listening set, with those of the
+    /// namespaces it did not walk (`carried`) kept as they were.
+    pub fn end_dump(&mut self, carried: &[u32]) {
+        if !carried.is_empty() {
+            for (&k, &c) in &self.listening {
+                if carried.contains(&((k >> 16) as u32)) {
+                    self.next_listening.entry(k).or_insert(c);
+                }
+            }
+        }
         std::mem::swap(&mut self.listening, &mut self.next_listening);
         self.next_listening.clear();
     }
@@ -313,7 +321,7 @@ mod tests {
     fn deltas_never_go_backwards_and_ports_follow_listeners() {
         let mut a = Accounts::default();
         a.saw_listener(0, 80, 7);
-        a.end_dump();
+        a.end_dump(&[]);
         assert_eq!(a.listener_cgroup(0, 80), 7);
         assert_eq!(a.listener_cgroup(0, 81), 0);
         // Ports listen per namespace.

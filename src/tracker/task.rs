@@ -212,7 +212,7 @@ pub async fn run<S: DumpSource, D: DumpSource>(
     wiring: Wiring,
     on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
-    let own = Space { ns: 0, label: None, sampler, destroy };
+    let own = Space::new(0, None, sampler, destroy);
     run_spaces(tracker, vec![own], None, cfg, wiring, on_dump).await
 }
 
@@ -372,7 +372,9 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
     Ok(st)
 }
 
-/// A full dump: every socket goes through the tracker; its CPU cost paces the next.
+/// A full dump: every socket of the namespaces it walks (all of them, unless the budget
+/// lets it leave out those where nothing moved) goes through the tracker; its CPU cost
+/// paces the next.
 /// `Ok(Some(dump))` for [`dump_done`] to finish.
 async fn full_dump<S: DumpSource, D: DumpSource>(
     tracker: &mut Tracker,
@@ -385,7 +387,12 @@ async fn full_dump<S: DumpSource, D: DumpSource>(
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
     let opened = tracker.stats().flows_opened;
     tracker.begin_dump();
-    let (r, cpu) = cpu_timed(spaces::dump_all(spaces, tracker, out, metrics)).await;
+    let walk = match why {
+        Why::Always => Walk::Every,
+        Why::First => Walk::All(now_ns),
+        Why::Due | Why::Cheaper => Walk::Moved(now_ns),
+    };
+    let (r, cpu) = cpu_timed(spaces::dump_all(spaces, tracker, out, metrics, walk)).await;
     metrics.dumps.inc();
     metrics.sampling_cpu_ns.add(cpu);
     if why == Why::Cheaper {
@@ -547,7 +554,7 @@ fn hand_off(
 }
 
 mod spaces;
-pub use spaces::{Space, SpaceUpdate};
+pub use spaces::{Space, SpaceUpdate, Walk};
 
 #[cfg(test)]
 mod tests;

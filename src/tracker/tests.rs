@@ -908,3 +908,62 @@ fn the_overview_pages_flows_in_order_and_briefs_them_all() {
     assert_eq!((one.span_ms, one.chrono_ms), (1000, Some([0, 0, 0])));
     assert_eq!(t.overview(Order::Rate, 0, 10, 5, Some(1)).all.len(), 0, "no flow in namespace 1");
 }
+
+#[test]
+fn a_namespace_left_unwalked_keeps_its_flows_listeners_and_refusals() {
+    // Namespace 1 holds a listener on 80, a flow, and a flow refused for max_flows;
+    // namespace 0 one flow.
+    let cfg = TrackerConfig { max_flows: 2, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    let (host, listener) = (SockBuilder::new(1, 1, 80), SockBuilder::new(9, 80, 0).state(10));
+    let (flow, refused) = (SockBuilder::new(2, 80, 5000), SockBuilder::new(3, 80, 5001));
+    let b0 = batch(&[(S, host.build())]);
+    let b1 = batch(&[(S, listener.build()), (S, flow.build()), (S, refused.build())]);
+    let mut out = Vec::new();
+    let walk = |t: &mut Tracker, ts: u64, walk_ns1: bool, out: &mut Vec<EndedFlow>| {
+        t.begin_dump();
+        t.set_netns(0);
+        for s in batch(&[(ts, host.build())]).iter() {
+            t.observe(&s, out);
+        }
+        if walk_ns1 {
+            t.set_netns(1);
+            for s in b1.iter() {
+                t.observe(&s, out);
+            }
+        } else {
+            t.carry_netns(1);
+        }
+        t.end_dump(true, ts, out);
+    };
+    t.begin_dump();
+    for s in b0.iter() {
+        t.observe(&s, &mut out);
+    }
+    t.set_netns(1);
+    for s in b1.iter() {
+        t.observe(&s, &mut out);
+    }
+    t.end_dump(true, S, &mut out);
+    assert_eq!((t.active(), t.stats().flows_refused), (2, 1));
+    assert!(t.accounts.is_listening(1, 80));
+    // Two dumps that leave namespace 1 unwalked: nothing of it ends or is forgotten.
+    walk(&mut t, 2 * S, false, &mut out);
+    walk(&mut t, 3 * S, false, &mut out);
+    assert!(out.is_empty(), "no flow ends: {:?}", out.len());
+    assert_eq!(t.active(), 2);
+    assert!(t.accounts.is_listening(1, 80), "its listener still names the port's service");
+    assert_eq!(t.netns_of(2), 1);
+    // Walked again: the refused socket is still refused (not a new flow), nothing ends.
+    walk(&mut t, 4 * S, true, &mut out);
+    assert_eq!((t.active(), t.stats().flows_refused), (2, 1));
+    assert!(out.is_empty());
+    // A dump that walks namespace 1 and misses the flow ends it, as before.
+    t.begin_dump();
+    t.set_netns(0);
+    for s in batch(&[(5 * S, host.build())]).iter() {
+        t.observe(&s, &mut out);
+    }
+    t.end_dump(true, 5 * S, &mut out);
+    assert_eq!(gathered(out).iter().map(|e| e.flow.key.cookie).collect::<Vec<_>>(), vec![2]);
+}

@@ -300,3 +300,77 @@ fn without_capabilities_it_samples_what_it_may_says_what_it_may_not_and_exits_0(
     assert!(out.status.success(), "{err}");
     assert!(err.contains("cannot enter a network namespace") && err.contains(&ns.0[0]), "{err}");
 }
+
+/// The value of an unlabelled series in a /metrics text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn a_namespace_where_nothing_moves_is_not_walked_and_its_flows_stand() {
+    if !root() {
+        return;
+    }
+    // Whether the namespaces made now share the host's TCP hash table (Linux 6.1+).
+    let child_ehash = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_child_ehash_entries")
+        .map(|s| s.trim().to_string());
+    let ns = Named::new("q", 2);
+    let p = port();
+    let (lq, mut quiet) = pair_in(&ns.fd(0), p, port());
+    let (_lb, mut busy) = pair_in(&ns.fd(1), p, port());
+    quiet.exchange(3_000).unwrap();
+    let http = port();
+    let list = ns.0.join(",");
+    let mut c = Command::new(BIN);
+    c.args(["--netns", &list, "-run-interval", "50ms", "-writer-partial"])
+        .args(["--filter", &format!("sport {p} or dport {p}")])
+        .args(["-run-http-server", &format!("127.0.0.1:{http}")]);
+    let m = Monitor::spawn(c);
+    // The busy namespace moves all along; the quiet one not at all for 2 s.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(2000) {
+        busy.exchange(500).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = get(http, "/metrics");
+    let skipped = metric(&text, "cgmon_netns_walks_skipped_total");
+    let dumps = metric(&text, "cgmon_dumps_total");
+    // Every tick is a full dump here (a few sockets cost far less than the budget); the
+    // quiet namespace is walked by the first two and then left: all but a few skipped.
+    assert!(dumps >= 25.0 && skipped >= dumps - 6.0, "{skipped} of {dumps} dumps skipped it");
+    if let Ok(v) = child_ehash {
+        let want = if v == "0" { 2.0 } else { 0.0 };
+        assert_eq!(metric(&text, "cgmon_netns_shared_tcp_hash"), want, "child_ehash {v}");
+    }
+    // Its flows stand, listed under its name.
+    let listed = |n: &str| -> usize {
+        let v: Vec<Value> = serde_json::from_str(&get(http, &format!("/flows?netns={n}"))).unwrap();
+        v.iter().filter(|f| f["ID"]["SrcPort"] == p || f["ID"]["DstPort"] == p).count()
+    };
+    assert_eq!(listed(&ns.0[0]), 2);
+    // A connection made there now is found at once: its handshake moves the counters.
+    let made = Instant::now();
+    let client = in_netns(&ns.fd(0), || TcpStream::connect(("127.0.0.1", p))).unwrap();
+    let (server, _) = lq.accept().unwrap();
+    let got = loop {
+        if listed(&ns.0[0]) == 4 || made.elapsed() > Duration::from_secs(2) {
+            break made.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(got < Duration::from_millis(500), "found after {got:?}");
+    let recs = records(m, p);
+    // The quiet namespace's flows, once each, cut off by the stop (not ended as gone).
+    let q: Vec<&Value> = recs.iter().filter(|r| name(r) == ns.0[0]).collect();
+    assert_eq!(q.len(), 4, "the quiet pair and the new one: {recs:#?}");
+    assert!(q.iter().all(|r| r["EndReason"] != "gone"), "{q:#?}");
+    let b: Vec<&Value> = recs.iter().filter(|r| name(r) == ns.0[1]).collect();
+    assert_eq!(b.len(), 2);
+    for r in &b {
+        let seen = r["Samples"].as_u64().unwrap() + r["SamplesDeduped"].as_u64().unwrap();
+        assert!(seen >= 2000 / 50 - 6, "the busy namespace sampled every tick: {r:#}");
+    }
+    drop((quiet, client, server));
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{EndedFlow, Metrics, SampleError, Tracker, apply_destroyed};
 use crate::record::NetnsLabel;
+use crate::sampler::activity::{Activity, Segments};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::exact::Answer;
 use crate::sampler::source::DumpSource;
@@ -22,6 +23,44 @@ pub struct Space<S, D> {
     pub sampler: Sampler<S>,
     /// Its destroy events, when they could be subscribed to.
     pub destroy: Option<DestroyListener<D>>,
+    /// Its TCP segment counters, when they can be read: with them, a full dump need not
+    /// walk it while nothing moves in it (see [`Walk::Moved`]).
+    activity: Option<Activity>,
+    /// When its last complete walk began (the task's clock, ns) and its counters then.
+    walked: Option<(u64, Segments)>,
+}
+
+impl<S, D> Space<S, D> {
+    /// Namespace `ns`, walked by every full dump until it is given an [`Activity`].
+    pub fn new(
+        ns: u32,
+        label: Option<Arc<NetnsLabel>>,
+        sampler: Sampler<S>,
+        destroy: Option<DestroyListener<D>>,
+    ) -> Self {
+        Self { ns, label, sampler, destroy, activity: None, walked: None }
+    }
+
+    /// With its segment counters read from `activity`.
+    pub fn with_activity(mut self, activity: Option<Activity>) -> Self {
+        self.activity = activity;
+        self
+    }
+}
+
+/// Which namespaces a full dump walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk {
+    /// Every one, counters unread: no budget, so every tick is a full dump of everything,
+    /// as cgmon's are.
+    Every,
+    /// Every one, noting each one's counters at the task's time `now_ns`.
+    All(u64),
+    /// Only those in which a segment was sent or received since their last complete walk,
+    /// or whose last walk began [`MAX_FULL_INTERVAL`](crate::tracker::pace::MAX_FULL_INTERVAL)
+    /// or more before `now_ns`. One not walked holds no new socket, and none of its sockets
+    /// sent or received anything since; its flows stand (`Tracker::carry_netns`).
+    Moved(u64),
 }
 
 /// A namespace that came or went while the task runs.
@@ -32,20 +71,40 @@ pub enum SpaceUpdate<S, D> {
     Remove(u32),
 }
 
-/// One dump of every namespace, counted as one: complete only when each part was. A
-/// namespace whose dump failed makes the tick incomplete (no flow ends on it); only when
-/// every namespace failed is the tick a failure.
+/// One dump of every namespace `walk` takes, counted as one: complete only when each part
+/// was. A namespace whose dump failed makes the tick incomplete (no flow ends on it); only
+/// when every namespace walked failed is the tick a failure.
 pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
     spaces: &mut [Space<S, D>],
     tracker: &mut Tracker,
     out: &mut Vec<EndedFlow>,
     metrics: &Metrics,
+    walk: Walk,
 ) -> Result<Dump, SampleError> {
     let mut all = Dump::default();
     let (mut failed, mut first): (u64, Option<SampleError>) = (0, None);
+    let mut walked = 0u64;
     for sp in spaces.iter_mut() {
+        let (now_ns, may_skip) = match walk {
+            Walk::Every => (None, false),
+            Walk::All(t) => (Some(t), false),
+            Walk::Moved(t) => (Some(t), true),
+        };
+        // Read before the walk: a segment during it shows as a change at the next.
+        let segs = now_ns.and_then(|_| segments(sp));
+        if may_skip && still(sp.walked, segs, now_ns) {
+            tracker.carry_netns(sp.ns);
+            metrics.netns_walks_skipped.inc();
+            continue;
+        }
+        walked += 1;
         tracker.set_netns(sp.ns);
-        match sp.sampler.dump_with(|s| tracker.observe(&s, out)).await {
+        let r = sp.sampler.dump_with(|s| tracker.observe(&s, out)).await;
+        sp.walked = match (&r, segs, now_ns) {
+            (Ok(d), Some(segs), Some(t)) if d.is_complete() => Some((t, segs)),
+            _ => None,
+        };
+        match r {
             Ok(d) => merge(&mut all, &d),
             Err(e) => {
                 tracing::warn!(netns = sp.ns, error = %e, "a namespace's dump failed; no flow ends on this tick");
@@ -55,13 +114,43 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
             }
         }
     }
+    if walked == 0 {
+        // Nothing walked, nothing can end: the time is for the grace periods' expiry.
+        let now = crate::clock::monotonic_ns();
+        all.span_ns = (now, now);
+    }
     match first {
-        // Every namespace failed: the tick failed (counted, and backed off, by the caller).
-        Some(e) if failed == spaces.len() as u64 => Err(e),
+        // Every namespace walked failed: the tick failed (counted, and backed off, by the
+        // caller).
+        Some(e) if failed == walked => Err(e),
         _ => {
             metrics.dump_errors.add(failed);
             Ok(all)
         }
+    }
+}
+
+/// A namespace's counters now, if it has them; a reader that fails is dropped (the
+/// namespace is then walked by every full dump), with a warning.
+fn segments<S, D>(sp: &mut Space<S, D>) -> Option<Segments> {
+    match sp.activity.as_mut()?.read() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(netns = sp.ns, error = %e,
+                "cannot read a namespace's TCP counters; it is walked at every full dump");
+            sp.activity = None;
+            None
+        }
+    }
+}
+
+/// Whether a namespace last walked as `walked` may be left unwalked at `now_ns`, its
+/// counters being `now`.
+fn still(walked: Option<(u64, Segments)>, now: Option<Segments>, now_ns: Option<u64>) -> bool {
+    let max = crate::tracker::pace::MAX_FULL_INTERVAL.as_nanos() as u64;
+    match (walked, now, now_ns) {
+        (Some((at, then)), Some(now), Some(t)) => then == now && t.saturating_sub(at) < max,
+        _ => false,
     }
 }
 

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::sampler::SamplerConfig;
+use crate::sampler::activity::Activity;
 use crate::sampler::sim::{SimHost, SimState};
 use crate::tracker::TrackerConfig;
 use crate::wire::build::SockBuilder;
@@ -173,4 +174,136 @@ async fn a_hot_flow_that_closes_ends_at_the_next_exact_poll() {
     let b = r.ended.try_recv().expect("the flow ended");
     assert!(b.iter().any(|e| e.flow.key.cookie == 1));
     r.finish().await;
+}
+
+/// Two simulated namespaces under a budget: `quiet` (cookies 5000…, counters still unless
+/// a test moves them) and `busy` (cookie 1 moves every 10 ms, and so do its counters).
+struct TwoSpaces {
+    quiet: Arc<Mutex<SimState>>,
+    quiet_segs: Arc<std::sync::atomic::AtomicU64>,
+    run: Run,
+}
+
+fn two_spaces(quiet_socks: u64) -> TwoSpaces {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (qsim, bsim) = (SimHost::new(), SimHost::new());
+    let (quiet, busy) = (qsim.state(), bsim.state());
+    for c in 0..quiet_socks {
+        quiet.lock().unwrap().set(SockBuilder::new(5000 + c, 30000 + c as u16, 80).build());
+    }
+    busy.lock().unwrap().set(SockBuilder::new(1, 10001, 80).bytes_acked(1).build());
+    let (quiet_segs, busy_segs) = (Arc::new(AtomicU64::new(1)), Arc::new(AtomicU64::new(1)));
+    let (mover, moved) = (busy.clone(), busy_segs.clone());
+    tokio::spawn(async move {
+        for step in 2u64.. {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            mover.lock().unwrap().set(SockBuilder::new(1, 10001, 80).bytes_acked(step).build());
+            moved.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let config = SamplerConfig::default();
+    let label = |name: &str| {
+        Some(Arc::new(crate::record::NetnsLabel {
+            inode: 0,
+            name: name.into(),
+            runtime: None,
+            container: None,
+            pod: None,
+        }))
+    };
+    let spaces: Vec<Space<SimHost, SimHost>> = vec![
+        Space::new(0, label("busy"), Sampler::new(bsim, config.clone()).unwrap(), None)
+            .with_activity(Some(Activity::Counter(busy_segs))),
+        Space::new(1, label("quiet"), Sampler::new(qsim, config).unwrap(), None)
+            .with_activity(Some(Activity::Counter(quiet_segs.clone()))),
+    ];
+    let tracker = Tracker::new(TrackerConfig {
+        tiers: true,
+        hot_linger_ns: 200_000_000,
+        ..TrackerConfig::default()
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let (tx, ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    // 100 % of a core: every tick is a full dump, so each one chooses what to walk.
+    let cfg = TaskConfig { cpu_budget: 1.0, ..TaskConfig::every(Duration::from_millis(100)) };
+    let stage = tokio::spawn(run_spaces(
+        tracker,
+        spaces,
+        None,
+        cfg,
+        Wiring::new(stop_rx, tx, metrics.clone()),
+        |_| {},
+    ));
+    TwoSpaces {
+        quiet: quiet.clone(),
+        quiet_segs,
+        run: Run { host: busy, metrics, stop, stage, ended },
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_where_nothing_moves_is_walked_only_at_the_slowest_pace() {
+    use std::sync::atomic::Ordering;
+    let t = two_spaces(3);
+    // 25 s of 100 ms ticks: the quiet namespace is walked by the first two dumps, then at
+    // most every MAX_FULL_INTERVAL (10 s): at 10 and 20 s.
+    tokio::time::sleep(Duration::from_millis(25_000)).await;
+    let quiet_walks = t.quiet.lock().unwrap().dumps;
+    let busy_walks = t.run.host.lock().unwrap().dumps;
+    assert!((4..=5).contains(&quiet_walks), "quiet namespace walked {quiet_walks} times");
+    assert!(busy_walks >= 240, "busy namespace walked {busy_walks} times");
+    let m = t.run.metrics.clone();
+    assert_eq!(m.netns_walks_skipped.get() + u64::from(quiet_walks), u64::from(busy_walks));
+    // Its flows stand while it is not walked: none ended.
+    assert_eq!(m.flows_active.get(), 4, "3 quiet flows and the busy one");
+    // A new socket there comes with a segment: the next full dump walks it and finds it.
+    t.quiet.lock().unwrap().set(SockBuilder::new(6000, 40000, 80).build());
+    t.quiet_segs.fetch_add(2, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(m.flows_active.get(), 5);
+    assert_eq!(t.quiet.lock().unwrap().dumps, quiet_walks + 1, "walked once, then quiet again");
+    // A socket gone without a segment (a silent timeout) ends at the slowest pace's walk.
+    t.quiet.lock().unwrap().close(5000);
+    tokio::time::sleep(Duration::from_millis(10_100)).await;
+    assert_eq!(m.flows_active.get(), 4);
+    let records = t.run.finish().await;
+    let r5000 = records.iter().filter(|r| r.0 == 5000).count();
+    assert_eq!(r5000, 1, "the closed quiet flow has its record");
+    assert_eq!(records.len(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_budget_every_namespace_is_walked_every_tick() {
+    // A quiet namespace beside another, no budget: counters are not even read.
+    let (qsim, bsim) = (SimHost::new(), SimHost::new());
+    let quiet = qsim.state();
+    quiet.lock().unwrap().set(SockBuilder::new(5000, 30000, 80).build());
+    let segs = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let spaces = vec![
+        Space::new(
+            0,
+            None,
+            Sampler::new(bsim, SamplerConfig::default()).unwrap(),
+            None::<DestroyListener<SimHost>>,
+        ),
+        Space::new(1, None, Sampler::new(qsim, SamplerConfig::default()).unwrap(), None)
+            .with_activity(Some(Activity::Counter(segs))),
+    ];
+    let (_stop, stop_rx) = watch::channel(false);
+    let (tx, _ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    let cfg = TaskConfig::every(Duration::from_millis(100));
+    let stage = tokio::spawn(run_spaces(
+        Tracker::new(TrackerConfig::default()),
+        spaces,
+        None,
+        cfg,
+        Wiring::new(stop_rx, tx, metrics.clone()),
+        |_| {},
+    ));
+    tokio::time::sleep(Duration::from_millis(2_050)).await;
+    assert_eq!(quiet.lock().unwrap().dumps, 21);
+    assert_eq!(metrics.netns_walks_skipped.get(), 0);
+    stage.abort();
 }
