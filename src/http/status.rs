@@ -51,7 +51,7 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
         );
     }
     p.push_str("</table>\n<h3>Counters</h3>\n<table class=\"num\">\n");
-    let rows: [(&str, String); 18] = [
+    let rows: [(&str, String); 19] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
         ("incomplete dumps", m.dumps_incomplete.get().to_string()),
@@ -87,8 +87,17 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
             m.flows_discovered_late.get().to_string(),
         ),
         (
-            "network namespaces: sampled / found but not reachable",
-            format!("{} / {}", m.netns_sampled.get(), m.netns_unreachable.get()),
+            "network namespaces: sampled / found but not reachable / sharing the host's TCP table",
+            format!(
+                "{} / {} / {}",
+                m.netns_sampled.get(),
+                m.netns_unreachable.get(),
+                m.netns_shared_tcp_hash.get()
+            ),
+        ),
+        (
+            "namespace walks left out (nothing moved in them)",
+            m.netns_walks_skipped.get().to_string(),
         ),
         (
             "destroy events (overruns)",

@@ -9,6 +9,10 @@
 //! until an exact poll has been measured, its cost per socket is guessed as
 //! [`EXACT_PRIOR_RATIO`] times a dump's, the ratio measured on this kernel (docs/kernel.md).
 //!
+//! A full dump with a budget walks only the network namespaces in which something moved
+//! since their last walk, and each at least every [`MAX_FULL_INTERVAL`]
+//! (`task/spaces.rs`, `Walk::Moved`); its cost, and so the pace, follows what it walked.
+//!
 //! Pure: given costs and times, it decides; the tracker task measures and acts.
 
 use std::time::Duration;
@@ -22,6 +26,7 @@ pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
 
 /// The longest time between two full dumps, whatever the budget: new flows are found at
 /// the latest this long after they start (or by their destroy event, if they end first).
+/// Also the longest a namespace where nothing moves goes unwalked.
 pub const MAX_FULL_INTERVAL: Duration = Duration::from_secs(10);
 
 /// An exact request's CPU cost over a dump's per socket, until measured: 2.0–2.5 µs
