@@ -152,8 +152,7 @@ fn main() {
     println!("default budget (2 %): CPU ms per tick, full-dump interval achieved, walks left out");
     println!("round | binary | 10 × 2,000 | 1 × 20,000 | ratio");
     let old = std::env::var("OLD").ok();
-    let bins: Vec<&str> =
-        ["target/release/cgmon-rs"].into_iter().chain(old.as_deref()).collect();
+    let bins: Vec<&str> = ["target/release/cgmon-rs"].into_iter().chain(old.as_deref()).collect();
     for r in 1..=rounds {
         for bin in &bins {
             let (x, mx) = run_monitor(bin, &ten, "2", secs);
@@ -179,7 +178,10 @@ fn main() {
         })
         .collect();
     reads.sort_by(f64::total_cmp);
-    println!("reading a namespace's TCP counters: best {:.1} µs, median {:.1} µs", reads[0], reads[500]);
+    println!(
+        "reading a namespace's TCP counters: best {:.1} µs, median {:.1} µs",
+        reads[0], reads[500]
+    );
     Command::new("ip").args(["netns", "del", &empty]).status().unwrap();
     for mut h in holders {
         drop(h.stdin.take());

@@ -92,7 +92,7 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
         };
         // Read before the walk: a segment during it shows as a change at the next.
         let segs = now_ns.and_then(|_| segments(sp));
-        if may_skip && still(sp.walked, segs, now_ns) {
+        if may_skip && still(sp.ns, sp.walked, segs, now_ns) {
             tracker.carry_netns(sp.ns);
             metrics.netns_walks_skipped.inc();
             continue;
@@ -144,14 +144,32 @@ fn segments<S, D>(sp: &mut Space<S, D>) -> Option<Segments> {
     }
 }
 
-/// Whether a namespace last walked as `walked` may be left unwalked at `now_ns`, its
+/// Whether namespace `ns`, last walked as `walked`, may be left unwalked at `now_ns`, its
 /// counters being `now`.
-fn still(walked: Option<(u64, Segments)>, now: Option<Segments>, now_ns: Option<u64>) -> bool {
-    let max = crate::tracker::pace::MAX_FULL_INTERVAL.as_nanos() as u64;
+fn still(
+    ns: u32,
+    walked: Option<(u64, Segments)>,
+    now: Option<Segments>,
+    now_ns: Option<u64>,
+) -> bool {
     match (walked, now, now_ns) {
-        (Some((at, then)), Some(now), Some(t)) => then == now && t.saturating_sub(at) < max,
+        (Some((at, then)), Some(now), Some(t)) => {
+            then == now && t.saturating_sub(at) < longest_unwalked_ns(ns)
+        }
         _ => false,
     }
+}
+
+/// How long namespace `ns` may go unwalked while nothing moves in it: between half and all
+/// of [`MAX_FULL_INTERVAL`](crate::tracker::pace::MAX_FULL_INTERVAL), spread by index (the
+/// golden ratio's fractions, so any run of indexes spreads evenly). Namespaces first walked
+/// together would otherwise all fall due at the same dump, which on a host of a hundred
+/// namespaces is a walk of the whole table a hundred times in one tick.
+pub(super) fn longest_unwalked_ns(ns: u32) -> u64 {
+    let max = crate::tracker::pace::MAX_FULL_INTERVAL.as_nanos() as u64;
+    // (ns + 1) × 0.618…, modulo 1, in 32-bit fixed point.
+    let frac = u64::from((ns.wrapping_add(1)).wrapping_mul(0x9E37_79B9));
+    max / 2 + ((max / 2) as u128 * u128::from(frac) >> 32) as u64
 }
 
 fn merge(all: &mut Dump, d: &Dump) {

@@ -243,15 +243,22 @@ fn two_spaces(quiet_socks: u64) -> TwoSpaces {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_namespace_where_nothing_moves_is_walked_only_at_the_slowest_pace() {
+async fn a_namespace_where_nothing_moves_is_walked_only_every_5_to_10_s() {
     use std::sync::atomic::Ordering;
     let t = two_spaces(3);
-    // 25 s of 100 ms ticks: the quiet namespace is walked by the first two dumps, then at
-    // most every MAX_FULL_INTERVAL (10 s): at 10 and 20 s.
+    // 25 s of 100 ms ticks: the quiet namespace is walked by the first two dumps, then
+    // once each time its longest unwalked span (5–10 s) runs out.
     tokio::time::sleep(Duration::from_millis(25_000)).await;
     let quiet_walks = t.quiet.lock().unwrap().dumps;
     let busy_walks = t.run.host.lock().unwrap().dumps;
-    assert!((4..=5).contains(&quiet_walks), "quiet namespace walked {quiet_walks} times");
+    let span = spaces::longest_unwalked_ns(1);
+    assert!((5_000_000_000..10_000_000_000).contains(&span), "{span}");
+    let most = 2 + (25_000_000_000 / span) as u32;
+    let least = 1 + (25_000_000_000 / (span + 100_000_000)) as u32;
+    assert!(
+        (least..=most).contains(&quiet_walks),
+        "quiet namespace walked {quiet_walks} times ({least}..={most})"
+    );
     assert!(busy_walks >= 240, "busy namespace walked {busy_walks} times");
     let m = t.run.metrics.clone();
     assert_eq!(m.netns_walks_skipped.get() + u64::from(quiet_walks), u64::from(busy_walks));
@@ -263,7 +270,7 @@ async fn a_namespace_where_nothing_moves_is_walked_only_at_the_slowest_pace() {
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(m.flows_active.get(), 5);
     assert_eq!(t.quiet.lock().unwrap().dumps, quiet_walks + 1, "walked once, then quiet again");
-    // A socket gone without a segment (a silent timeout) ends at the slowest pace's walk.
+    // A socket gone without a segment (a silent timeout) ends at the next walk, 10 s at most.
     t.quiet.lock().unwrap().close(5000);
     tokio::time::sleep(Duration::from_millis(10_100)).await;
     assert_eq!(m.flows_active.get(), 4);
@@ -305,5 +312,49 @@ async fn without_a_budget_every_namespace_is_walked_every_tick() {
     tokio::time::sleep(Duration::from_millis(2_050)).await;
     assert_eq!(quiet.lock().unwrap().dumps, 21);
     assert_eq!(metrics.netns_walks_skipped.get(), 0);
+    stage.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn quiet_namespaces_first_walked_together_fall_due_apart() {
+    // Ten quiet namespaces of one socket each, every tick a full dump: after the first two
+    // dumps walk them all, no dump walks more than two of them.
+    let mut sims = Vec::new();
+    let mut spaces: Vec<Space<SimHost, SimHost>> = Vec::new();
+    for ns in 0..10u32 {
+        let sim = SimHost::new();
+        sim.state().lock().unwrap().set(SockBuilder::new(100 + u64::from(ns), 30000, 80).build());
+        sims.push(sim.state());
+        let segs = Activity::Counter(Arc::new(std::sync::atomic::AtomicU64::new(1)));
+        let sampler = Sampler::new(sim, SamplerConfig::default()).unwrap();
+        spaces.push(Space::new(ns, None, sampler, None).with_activity(Some(segs)));
+    }
+    let (_stop, stop_rx) = watch::channel(false);
+    let (tx, _ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    let cfg = TaskConfig { cpu_budget: 1.0, ..TaskConfig::every(Duration::from_millis(100)) };
+    let tracker = Tracker::new(TrackerConfig { tiers: true, ..TrackerConfig::default() });
+    let stage = tokio::spawn(run_spaces(
+        tracker,
+        spaces,
+        None,
+        cfg,
+        Wiring::new(stop_rx, tx, metrics.clone()),
+        |_| {},
+    ));
+    let walks = || sims.iter().map(|s| s.lock().unwrap().dumps).sum::<u32>();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(walks(), 20, "the first two dumps walk every namespace");
+    let (mut last, mut most, mut total) = (walks(), 0, 0);
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = walks();
+        most = most.max(now - last);
+        total += now - last;
+        last = now;
+    }
+    // In 30 s each namespace falls due three to six times, but never with many others.
+    assert!((30..=60).contains(&total), "{total} walks");
+    assert!(most <= 2, "{most} namespaces walked by one dump");
     stage.abort();
 }
