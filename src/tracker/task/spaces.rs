@@ -169,7 +169,7 @@ pub(super) fn longest_unwalked_ns(ns: u32) -> u64 {
     let max = crate::tracker::pace::MAX_FULL_INTERVAL.as_nanos() as u64;
     // (ns + 1) × 0.618…, modulo 1, in 32-bit fixed point.
     let frac = u64::from((ns.wrapping_add(1)).wrapping_mul(0x9E37_79B9));
-    max / 2 + ((max / 2) as u128 * u128::from(frac) >> 32) as u64
+    max / 2 + (((max / 2) as u128 * u128::from(frac)) >> 32) as u64
 }
 
 fn merge(all: &mut Dump, d: &Dump) {
