@@ -397,7 +397,8 @@ pub struct FlowStats {
     #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
     /// The service that cgroup names (`nginx.service`, `docker:0123456789ab`), set by the
-    /// writer; absent without a cgroup id or when the cgroup was gone by then.
+    /// writer ([`FlowStats::name_service`]); absent without a cgroup id or when the cgroup
+    /// was gone by then.
     #[serde(rename = "Service", skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
@@ -410,6 +411,18 @@ pub struct FlowStats {
     /// The network namespace, when `--netns` samples more than the monitor's own.
     #[serde(rename = "Netns", skip_serializing_if = "Option::is_none")]
     pub netns: Option<NetnsLabel>,
+}
+
+impl FlowStats {
+    /// Names the record's service from its cgroup id with `services`, unless named already:
+    /// what the writer does before writing it, and the web view before showing it.
+    pub fn name_service(&mut self, services: &mut crate::services::Services) {
+        if self.service.is_none()
+            && let Some(id) = self.cgroup_id
+        {
+            self.service = services.lookup(id);
+        }
+    }
 }
 
 /// An address as text: IPv4 from the first four bytes, else IPv6.

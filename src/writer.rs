@@ -179,12 +179,10 @@ impl Writer {
     pub fn write_batch(&mut self, mut b: Batch) -> Result<(), WriterError> {
         let start = Instant::now();
         let n = b.records.len();
-        for r in &mut b.records {
-            if r.service.is_none()
-                && let Some(id) = r.cgroup_id
-            {
-                let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
-                r.service = s.lookup(id);
+        if !b.records.is_empty() {
+            let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+            for r in &mut b.records {
+                r.name_service(&mut s);
             }
         }
         for r in &b.records {

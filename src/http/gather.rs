@@ -199,10 +199,12 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let cookie = f.key.cookie;
     let end = f.last_ts_ns;
     let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
-    let r = crate::analyzer::analyze(&mut e, &c.analysis);
+    let mut r = crate::analyzer::analyze(&mut e, &c.analysis);
+    r.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
     let f = &e.flow;
     let latest = points.last().copied().unwrap_or_default();
     let mut facts: Vec<(String, String)> = vec![
+        ("service".into(), r.service.clone().unwrap_or_else(|| "–".into())),
         ("state".into(), crate::states::name(f.last.state).into()),
         ("congestion control".into(), f.cc.as_str().into()),
         ("sampled for".into(), format!("{:.1} s", f.span_ns() as f64 / 1e9)),
@@ -260,15 +262,18 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     }
 }
 
-/// The view of ended flow `e`, from the ring.
-fn ended_view(e: &Ended) -> FlowView {
-    let rec: serde_json::Value = serde_json::to_value(&*e.record).unwrap_or_default();
+/// The view of ended flow `e`, from the ring, its service named as the written record's is.
+fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
+    let mut record = (*e.record).clone();
+    record.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
+    let rec: serde_json::Value = serde_json::to_value(&record).unwrap_or_default();
     let text = |k: &str| match &rec[k] {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "–".into(),
         v => v.to_string(),
     };
     let facts = vec![
+        ("service".into(), text("Service")),
         ("ended".into(), text("EndTime")),
         ("how".into(), format!("{} ({})", text("EndReason"), text("Close"))),
         ("duration".into(), format!("{:.2} s", e.duration_ns as f64 / 1e9)),
@@ -290,7 +295,7 @@ fn ended_view(e: &Ended) -> FlowView {
         min_rtt_ms: e.min_rtt_ms,
         facts,
         verdict: e.verdict.as_ref().map(|(v, f)| (v.to_string(), f.clone())),
-        json: serde_json::to_string_pretty(&*e.record).unwrap_or_default(),
+        json: serde_json::to_string_pretty(&record).unwrap_or_default(),
     }
 }
 
@@ -300,7 +305,7 @@ async fn find(c: &Ctx, cookie: u64) -> Result<Option<FlowView>, Response> {
     // record below is the one it would have (its statistics over every sample).
     match ask(c, |tx| Query::Flow { cookie, keep: usize::MAX, tx }).await? {
         Some((f, _)) => Ok(Some(active_view(c, f))),
-        None => Ok(c.recent.find(cookie).map(|e| ended_view(&e))),
+        None => Ok(c.recent.find(cookie).map(|e| ended_view(c, &e))),
     }
 }
 

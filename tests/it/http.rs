@@ -215,3 +215,53 @@ fn an_active_flow_page_draws_all_its_samples() {
     assert_eq!(rec["Samples"].as_u64(), Some(n as u64), "{rec}");
     drop(m);
 }
+
+/// An ended flow's page shows its record as it was written, its service named included
+/// (the ring is filled before the writer names services).
+#[test]
+fn an_ended_flow_page_shows_its_record_as_written() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0"]);
+    c.args(["--filter", &format!("dport {}", a.port())]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let mut p = Pair::connect(&l, a).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let cookie = loop {
+        p.exchange(4000).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let r = http_get(&addr, "/flows");
+        let flows: Vec<Value> = serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        if let Some(c) = flows.first().and_then(|f| f["Cookie"].as_u64()) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no flow seen");
+    };
+    drop(p);
+    let page = loop {
+        let page = http_get(&addr, &format!("/flow/{cookie}"));
+        if page.contains("· ended</small>") {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the flow did not end: {page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let json = page.split("<pre id=\"record\">").nth(1).unwrap().split("</pre>").next().unwrap();
+    let json = json.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">");
+    let shown: Value = serde_json::from_str(&json.replace("&#39;", "'").replace("&amp;", "&"))
+        .unwrap_or_else(|e| panic!("{e}: {json}"));
+    m.signal(libc::SIGTERM);
+    let (st, log, lines) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    let written: Value = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["Cookie"] == cookie)
+        .expect("its record was written");
+    assert_eq!(shown, written);
+    if written.get("CgroupID").is_some_and(|id| id != 0) {
+        assert!(page.contains("<th>service</th>"), "{page}");
+    }
+}
