@@ -129,3 +129,14 @@ impl Monitor {
         }
     }
 }
+
+/// A monitor a test lets go of (dropped, or its test failed) is killed: left running, it
+/// would sample on for the rest of the suite, costing the other tests CPU.
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
