@@ -277,7 +277,7 @@ pub struct Cli {
     pub interval: Duration,
     /// Network namespaces to sample: own (the monitor's), all (every namespace on the host:
     /// named ones and those of processes; needs CAP_SYS_ADMIN, and CAP_SYS_PTRACE for other
-    /// users' processes), or a comma list of `ip netns` names and paths
+    /// users' processes), or a comma list of `ip netns` names, paths and own
     #[arg(long = "netns", env = "CGMON_NETNS", value_name = "WHICH", value_parser = netns_which,
           default_value = "own", help_heading = "Run")]
     pub netns: crate::netns::Which,

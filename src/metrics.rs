@@ -187,7 +187,8 @@ pub struct Metrics {
     pub dumps_incomplete: Counter,
     /// Ticks where the previous dump overran the interval.
     pub ticks_overrun: Counter,
-    /// Sockets in the last dump.
+    /// Sockets in the last full dump, those of namespaces it left unwalked as at their last
+    /// walk.
     pub sockets_last_dump: Gauge,
     /// Flows being tracked.
     pub flows_active: Gauge,

@@ -226,7 +226,11 @@ const SERIES: &[(&str, &str, Value)] = &[
         "Ticks missed because a dump outlasted the interval",
         Value::Counter(|m| m.ticks_overrun.get()),
     ),
-    ("cgmon_dump_sockets", "Sockets in the last dump", Value::Gauge(|m| m.sockets_last_dump.get())),
+    (
+        "cgmon_dump_sockets",
+        "Sockets in the last full dump (a namespace it did not walk: as at its last walk)",
+        Value::Gauge(|m| m.sockets_last_dump.get()),
+    ),
     (
         "cgmon_exact_polls",
         "Ticks that asked only for the hot flows, by exact requests",

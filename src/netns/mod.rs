@@ -31,7 +31,8 @@ pub enum Which {
     Own,
     /// Every namespace on the host.
     All,
-    /// These, by `ip netns` name or by path (`/proc/PID/ns/net`, a bind mount).
+    /// These, by `ip netns` name or by path (`/proc/PID/ns/net`, a bind mount); `own` among
+    /// them is the monitor's own (a namespace named "own" is `/run/netns/own`).
     Listed(Vec<String>),
 }
 
@@ -206,12 +207,16 @@ pub fn scan(which: &Which, roots: &Roots, known: &HashMap<NsId, Netns>) -> Scan 
     }
     // A list names exactly what to sample; otherwise the own namespace comes first.
     if !matches!(which, Which::Listed(_)) {
-        add(&mut out, &mut seen, own, own, own_path, None);
+        add(&mut out, &mut seen, own, own, own_path.clone(), None);
     }
     match which {
         Which::Own => {}
         Which::Listed(items) => {
             for item in items {
+                if item == "own" {
+                    add(&mut out, &mut seen, own, own, own_path.clone(), None);
+                    continue;
+                }
                 let path = if item.contains('/') {
                     PathBuf::from(item)
                 } else {
@@ -337,6 +342,12 @@ mod tests {
         assert!(s.processes > 0);
         let own = scan(&Which::Own, &Roots::default(), &HashMap::new());
         assert_eq!(own.found.len(), 1);
+        // `own` in a list is the monitor's own, once however often it is named.
+        let listed = Which::parse("own, /proc/self/ns/net").unwrap();
+        let l = scan(&listed, &Roots::default(), &HashMap::new());
+        assert!(l.unreadable.is_empty(), "{:?}", l.unreadable);
+        assert_eq!(l.found.len(), 1);
+        assert!(l.found[0].own && l.found[0].label() == "host", "{:?}", l.found[0]);
         // A list is exactly what it names: the own namespace only when listed (by path,
         // here), and what does not exist is unreadable, not found.
         let listed = Which::Listed(vec!["/nonexistent/ns".into(), "/proc/self/ns/net".into()]);

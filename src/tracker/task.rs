@@ -459,7 +459,6 @@ fn dump_done(
             "incomplete dump; no flow ends on it"
         );
     }
-    metrics.sockets_last_dump.set(d.sockets as u64);
     metrics.decode_ns.add(d.process_ns);
     tracing::debug!(target: "cgmon_rs::sampler", time_us = start.elapsed().as_micros() as u64,
         sockets = d.sockets, datagrams = d.datagrams, bytes = d.bytes,

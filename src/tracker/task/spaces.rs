@@ -28,6 +28,8 @@ pub struct Space<S, D> {
     activity: Option<Activity>,
     /// When its last complete walk began (the task's clock, ns) and its counters then.
     walked: Option<(u64, Segments)>,
+    /// Sockets in its last walk.
+    sockets: u32,
 }
 
 impl<S, D> Space<S, D> {
@@ -38,7 +40,7 @@ impl<S, D> Space<S, D> {
         sampler: Sampler<S>,
         destroy: Option<DestroyListener<D>>,
     ) -> Self {
-        Self { ns, label, sampler, destroy, activity: None, walked: None }
+        Self { ns, label, sampler, destroy, activity: None, walked: None, sockets: 0 }
     }
 
     /// With its segment counters read from `activity`.
@@ -105,7 +107,10 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
             _ => None,
         };
         match r {
-            Ok(d) => merge(&mut all, &d),
+            Ok(d) => {
+                sp.sockets = d.sockets;
+                merge(&mut all, &d);
+            }
             Err(e) => {
                 tracing::warn!(netns = sp.ns, error = %e, "a namespace's dump failed; no flow ends on this tick");
                 all.interrupted = true;
@@ -125,6 +130,9 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
         Some(e) if failed == walked => Err(e),
         _ => {
             metrics.dump_errors.add(failed);
+            // The host's sockets: those of namespaces left unwalked as at their last walk.
+            let covered: u64 = spaces.iter().map(|sp| u64::from(sp.sockets)).sum();
+            metrics.sockets_last_dump.set(covered);
             Ok(all)
         }
     }

@@ -262,8 +262,9 @@ async fn a_namespace_where_nothing_moves_is_walked_only_every_5_to_10_s() {
     assert!(busy_walks >= 240, "busy namespace walked {busy_walks} times");
     let m = t.run.metrics.clone();
     assert_eq!(m.netns_walks_skipped.get() + u64::from(quiet_walks), u64::from(busy_walks));
-    // Its flows stand while it is not walked: none ended.
+    // Its flows stand while it is not walked: none ended, and its sockets still count.
     assert_eq!(m.flows_active.get(), 4, "3 quiet flows and the busy one");
+    assert_eq!(m.sockets_last_dump.get(), 4);
     // A new socket there comes with a segment: the next full dump walks it and finds it.
     t.quiet.lock().unwrap().set(SockBuilder::new(6000, 40000, 80).build());
     t.quiet_segs.fetch_add(2, Ordering::Relaxed);
