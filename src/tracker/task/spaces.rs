@@ -59,9 +59,10 @@ pub enum Walk {
     /// Every one, noting each one's counters at the task's time `now_ns`.
     All(u64),
     /// Only those in which a segment was sent or received since their last complete walk,
-    /// or whose last walk began [`MAX_FULL_INTERVAL`](crate::tracker::pace::MAX_FULL_INTERVAL)
-    /// or more before `now_ns`. One not walked holds no new socket, and none of its sockets
-    /// sent or received anything since; its flows stand (`Tracker::carry_netns`).
+    /// or whose last walk began long enough before `now_ns` (5 to 10 s by namespace, at
+    /// most [`MAX_FULL_INTERVAL`](crate::tracker::pace::MAX_FULL_INTERVAL)). One not walked
+    /// holds no new socket, and none of its sockets sent or received anything since; its
+    /// flows stand (`Tracker::carry_netns`).
     Moved(u64),
 }
 
