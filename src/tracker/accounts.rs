@@ -221,14 +221,23 @@ impl Accounts {
         i
     }
 
-    /// Whether `port` listened in `netns` as of the last complete dump.
+    /// Whether `port` listened in `netns` as of the last complete dump, or in the current
+    /// one so far. A dump sends its listeners before its other sockets
+    /// (docs/kernel.md), so the sockets a listener accepted find it even in the very
+    /// first dump, where there is no complete dump before.
     pub fn is_listening(&self, netns: u32, port: u16) -> bool {
-        self.listening.contains_key(&listen_key(netns, port))
+        let k = listen_key(netns, port);
+        self.next_listening.contains_key(&k) || self.listening.contains_key(&k)
     }
 
-    /// The cgroup of a listener on `port` as of the last complete dump, or 0.
+    /// The cgroup of a listener on `port`, as [`is_listening`](Self::is_listening) finds
+    /// it (the current dump's first), or 0.
     pub fn listener_cgroup(&self, netns: u32, port: u16) -> u64 {
-        self.listening.get(&listen_key(netns, port)).copied().unwrap_or(0)
+        let k = listen_key(netns, port);
+        match self.next_listening.get(&k) {
+            Some(&c) if c != 0 => c,
+            _ => self.listening.get(&k).copied().unwrap_or(0),
+        }
     }
 
     /// Counts a retained sample: the growth of its flow's cumulative counters since the

@@ -795,6 +795,22 @@ fn how_a_connection_closed_is_told_from_its_final_counters() {
 }
 
 #[test]
+fn a_connection_accepted_before_the_monitor_started_is_known_as_accepted() {
+    // The first dump: the listener comes before the socket it accepted (the kernel's
+    // order), and no dump completed before it.
+    let mut t = waiting_tracker(5);
+    let listener = SockBuilder::new(9, 80, 0).state(10).cgroup(77);
+    let server = SockBuilder::new(4, 80, 40003).bytes_sent(500).bytes_acked(1).cgroup(0);
+    dump(&mut t, S, &[&listener, &server], true);
+    let f = t.flows().next().unwrap();
+    assert!(f.passive_open, "the accepted side");
+    assert_eq!(f.cgroup_id, 77, "in its listener's cgroup");
+    // Its orderly close: the FIN alone acknowledged beyond the data.
+    let e = destroy(&mut t, 2 * S, &server.clone().bytes_acked(501));
+    assert_eq!(e[0].close, Some(Close::Clean));
+}
+
+#[test]
 fn a_flow_seen_only_at_its_end_takes_its_listeners_cgroup_or_else_its_uid() {
     let mut t = waiting_tracker(5);
     let listener = SockBuilder::new(9, 80, 0).state(10).cgroup(4242);

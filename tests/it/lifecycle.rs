@@ -135,6 +135,35 @@ fn a_clean_close_is_told_apart_on_both_sides() {
 }
 
 #[test]
+fn a_connection_accepted_before_the_monitor_started_closes_clean_on_both_sides() {
+    // The connection exists before the monitor's first dump: that dump, with no complete
+    // dump before it, must still know the server's port as listening.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let mut c = TcpStream::connect(a).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    let filter = format!("sport {0} or dport {0}", a.port());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    cmd.arg("-writer-partial");
+    let m = Monitor::spawn(cmd);
+    c.write_all(&[7u8; 50_000]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    drop(s);
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    let client_port = c.local_addr().unwrap().port();
+    drop(c);
+    let (v, _) = stop(m, 2);
+    let r = the_record(&v, client_port);
+    assert_eq!(r["Close"], "clean", "{r:#}");
+    let r = the_record(&v, a.port());
+    assert_eq!((&r["Close"], &r["BytesSent"]), (&"clean".into(), &0.into()), "{r:#}");
+}
+
+#[test]
 fn a_socket_held_past_the_grace_period_ends_as_gone_and_its_late_destroy_is_only_counted() {
     let (l, a, m) = setup(&["-tracker-destroy-grace", "1s"]);
     let c = reset_by_server(&l, a, 2000);
