@@ -766,7 +766,7 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
     // Compiled here, once: a filter too large for the kernel is a usage error, and the
     // sampler takes the bytecode as it is.
     let bytecode = match &filter {
-        Some(f) => Some(filter::compile(f).map_err(|e| {
+        Some(f) => Some(filter::compile(&f.clone().or_listeners()).map_err(|e| {
             UsageError(format!("filter: {e}{}", env.suffix(&["filter", "sport", "dport"])))
         })?),
         None => None,

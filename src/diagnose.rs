@@ -258,7 +258,8 @@ mod tests {
         assert!(s.analyzer.write_partial);
         assert_eq!(s.tracker.window_samples, WHOLE_FLOW);
         let f = s.sampler.filter.as_ref().unwrap();
-        assert_eq!(s.sampler.bytecode, Some(crate::filter::compile(f).unwrap()));
+        let with_listeners = f.clone().or_listeners();
+        assert_eq!(s.sampler.bytecode, Some(crate::filter::compile(&with_listeners).unwrap()));
         let e = settings(&cli(&["dport", "="])).unwrap_err();
         assert!(e.0.contains("filter \"dport =\""), "{}", e.0);
     }

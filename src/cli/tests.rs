@@ -244,7 +244,11 @@ fn the_filter_is_compiled_once_here_for_the_sampler() {
         panic!("a run")
     };
     let f = cfg.settings.sampler.filter.as_ref().unwrap();
-    assert_eq!(cfg.settings.sampler.bytecode, Some(crate::filter::compile(f).unwrap()));
+    let with_listeners = f.clone().or_listeners();
+    assert_eq!(
+        cfg.settings.sampler.bytecode,
+        Some(crate::filter::compile(&with_listeners).unwrap())
+    );
     let Ok(Parsed::Run(none)) = parse(Vec::<String>::new()) else { panic!("a run") };
     assert_eq!((none.settings.sampler.filter, none.settings.sampler.bytecode), (None, None));
 }

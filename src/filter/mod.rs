@@ -77,6 +77,15 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// This filter, or any listener (remote port 0: no other socket a dump returns has
+    /// none). The monitor's dumps ask with it: which ports listen tells the accepted side
+    /// of a connection from the connecting one (how it closed, its service's port), and a
+    /// filter such as `src 10.0.0.5` would otherwise hide a listener bound to 0.0.0.0 from
+    /// the connections it accepted. Listeners start no flow.
+    pub fn or_listeners(self) -> Expr {
+        Expr::Or(Box::new(self), Box::new(Expr::Port { side: Side::Remote, lo: 0, hi: 0 }))
+    }
+
     /// `a and b`.
     pub fn and(a: Expr, b: Expr) -> Expr {
         Expr::And(Box::new(a), Box::new(b))

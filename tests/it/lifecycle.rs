@@ -164,6 +164,32 @@ fn a_connection_accepted_before_the_monitor_started_closes_clean_on_both_sides()
 }
 
 #[test]
+fn a_filter_that_leaves_out_the_listener_still_tells_the_accepted_side() {
+    // The listener is bound to 0.0.0.0; the filter names 127.0.0.1 as the local address,
+    // which the listener does not have but both ends of the connection do.
+    let l = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let filter = format!("src 127.0.0.1 and (sport {port} or dport {port})");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    let m = Monitor::spawn(cmd);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.write_all(&[7u8; 50_000]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    drop(s);
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    drop(c);
+    let (v, _) = stop(m, 2);
+    let r = the_record(&v, port);
+    assert_eq!((&r["Close"], &r["BytesSent"]), (&"clean".into(), &0.into()), "{r:#}");
+}
+
+#[test]
 fn a_socket_held_past_the_grace_period_ends_as_gone_and_its_late_destroy_is_only_counted() {
     let (l, a, m) = setup(&["-tracker-destroy-grace", "1s"]);
     let c = reset_by_server(&l, a, 2000);
