@@ -78,11 +78,11 @@ fn open(
     let fd = if n.own { None } else { Some(Arc::new(n.open()?)) };
     let dump = NetlinkSource::open_in(fd.clone(), opts, &[])?;
     let name = n.label();
+    // What only a thread inside the namespace can read.
+    let inside = || (activity_here(&name), activity::tcp_hash_shared_here());
     let (activity, shared_hash) = match &fd {
-        None => (activity_here(&name), activity::tcp_hash_shared_here()),
-        Some(fd) => {
-            netns::in_netns(fd, || Ok((activity_here(&name), activity::tcp_hash_shared_here())))?
-        }
+        None => inside(),
+        Some(fd) => netns::in_netns(fd, || Ok(inside()))?,
     };
     let destroy = match DestroyListener::open_in(fd, filter) {
         Ok(d) => Some(d.map_source(Source::Netlink)),

@@ -190,6 +190,11 @@ fn listen_key(netns: u32, port: u16) -> u64 {
     u64::from(netns) << 16 | u64::from(port)
 }
 
+/// The namespace of a [`listen_key`].
+fn listen_key_netns(k: u64) -> u32 {
+    (k >> 16) as u32
+}
+
 impl Default for Accounts {
     fn default() -> Self {
         Self {
@@ -312,7 +317,7 @@ impl Accounts {
     pub fn end_dump(&mut self, carried: &[u32]) {
         if !carried.is_empty() {
             for (&k, &c) in &self.listening {
-                if carried.contains(&((k >> 16) as u32)) {
+                if carried.contains(&listen_key_netns(k)) {
                     self.next_listening.entry(k).or_insert(c);
                 }
             }

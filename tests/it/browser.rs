@@ -11,7 +11,7 @@ use std::time::Duration;
 use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
-use crate::program::{http_addr, http_get, listener, monitor, port_filter};
+use crate::program::{body, http_addr, http_get, listener, monitor, port_filter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -91,10 +91,6 @@ fn screenshot(browser: &str, url: &str, name: &str, size: &str) -> PathBuf {
     );
     eprintln!("screenshot: {}", path.display());
     path
-}
-
-fn body(r: &str) -> &str {
-    r.split("\r\n\r\n").nth(1).unwrap_or("")
 }
 
 /// The points of the polylines of `series` inside the element with id `id`.

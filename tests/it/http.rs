@@ -11,7 +11,7 @@ use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
 use crate::monitor::Monitor;
-use crate::program::{http_addr, http_get, metric};
+use crate::program::{body, http_addr, http_get, metric};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -156,6 +156,30 @@ fn flows_come_a_page_at_a_time_in_cookie_order() {
     m.wait(Duration::from_secs(10));
 }
 
+/// The cookie of the first flow `/flows` lists, exchanging on `p` every `pause` until one
+/// is listed.
+fn first_flow(addr: &str, p: &mut Pair, pause: Duration, deadline: Instant) -> u64 {
+    loop {
+        p.exchange(4000).unwrap();
+        std::thread::sleep(pause);
+        let flows: Vec<Value> = serde_json::from_str(body(&http_get(addr, "/flows"))).unwrap();
+        if let Some(c) = flows.first().and_then(|f| f["Cookie"].as_u64()) {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "no flow seen");
+    }
+}
+
+/// The record a flow page shows (`<pre id="record">`, HTML-escaped JSON).
+fn record_shown(page: &str) -> Value {
+    let text = page.split("<pre id=\"record\">").nth(1).unwrap().split("</pre>").next().unwrap();
+    // `&amp;` last, so that an escaped entity's text is not unescaped twice.
+    let json = [("&quot;", "\""), ("&lt;", "<"), ("&gt;", ">"), ("&#39;", "'"), ("&amp;", "&")]
+        .iter()
+        .fold(text.to_string(), |t, (from, to)| t.replace(from, to));
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
 /// An active flow's page draws every sample the tracker holds (not only the newest few
 /// hundred `/flows/{cookie}` returns), and its record is computed over all of them.
 #[test]
@@ -173,16 +197,7 @@ fn an_active_flow_page_draws_all_its_samples() {
         let t = page.split("Charts of its ").nth(1)?;
         t.split(' ').next()?.parse().ok()
     };
-    let cookie = loop {
-        p.exchange(4000).unwrap();
-        std::thread::sleep(Duration::from_millis(4));
-        let r = http_get(&addr, "/flows");
-        let flows: Vec<Value> = serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        if let Some(c) = flows.first().and_then(|f| f["Cookie"].as_u64()) {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "no flow seen");
-    };
+    let cookie = first_flow(&addr, &mut p, Duration::from_millis(4), deadline);
     let page = loop {
         for _ in 0..50 {
             p.exchange(4000).unwrap();
@@ -208,10 +223,7 @@ fn an_active_flow_page_draws_all_its_samples() {
         .sum();
     assert!(points + 2 >= n && points <= n, "{points} RTT points for {n} samples");
     // The record it would have: its sample count is the page's.
-    let json = page.split("<pre id=\"record\">").nth(1).unwrap().split("</pre>").next().unwrap();
-    let json = json.replace("&quot;", "\"").replace("&amp;", "&").replace("&lt;", "<");
-    let rec: Value =
-        serde_json::from_str(&json.replace("&gt;", ">").replace("&#39;", "'")).unwrap();
+    let rec = record_shown(&page);
     assert_eq!(rec["Samples"].as_u64(), Some(n as u64), "{rec}");
     drop(m);
 }
@@ -229,16 +241,7 @@ fn an_ended_flow_page_shows_its_record_as_written() {
     let addr = http_addr(&m);
     let mut p = Pair::connect(&l, a).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    let cookie = loop {
-        p.exchange(4000).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        let r = http_get(&addr, "/flows");
-        let flows: Vec<Value> = serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        if let Some(c) = flows.first().and_then(|f| f["Cookie"].as_u64()) {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "no flow seen");
-    };
+    let cookie = first_flow(&addr, &mut p, Duration::from_millis(20), deadline);
     drop(p);
     let page = loop {
         let page = http_get(&addr, &format!("/flow/{cookie}"));
@@ -248,10 +251,7 @@ fn an_ended_flow_page_shows_its_record_as_written() {
         assert!(Instant::now() < deadline, "the flow did not end: {page}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let json = page.split("<pre id=\"record\">").nth(1).unwrap().split("</pre>").next().unwrap();
-    let json = json.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">");
-    let shown: Value = serde_json::from_str(&json.replace("&#39;", "'").replace("&amp;", "&"))
-        .unwrap_or_else(|e| panic!("{e}: {json}"));
+    let shown = record_shown(&page);
     m.signal(libc::SIGTERM);
     let (st, log, lines) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");

@@ -18,11 +18,40 @@ const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 fn setup(extra: &[&str]) -> (TcpListener, SocketAddr, Monitor) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
-    let filter = format!("sport {0} or dport {0}", a.port());
+    let m = monitor(&format!("sport {0} or dport {0}", a.port()), extra);
+    (l, a, m)
+}
+
+/// A monitor of the sockets `filter` names, every 100 ms, with its HTTP server.
+fn monitor(filter: &str, extra: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
-    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", filter]);
     c.args(extra);
-    (l, a, Monitor::spawn(c))
+    Monitor::spawn(c)
+}
+
+/// An orderly close both ways: the client sends `sent` bytes and shuts down its side, the
+/// server reads them all, answers `back` bytes after `hold`, and closes; the client reads
+/// to the end and closes. The client's local port.
+fn close_cleanly(
+    mut c: TcpStream,
+    mut s: TcpStream,
+    sent: usize,
+    back: usize,
+    hold: Duration,
+) -> u16 {
+    c.write_all(&vec![7u8; sent]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), sent);
+    std::thread::sleep(hold);
+    s.write_all(&vec![8u8; back]).unwrap();
+    drop(s);
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).unwrap();
+    assert_eq!(answer.len(), back);
+    c.local_addr().unwrap().port()
 }
 
 /// Stops the monitor and returns every record it wrote, with the `/metrics` text from
@@ -115,18 +144,9 @@ fn an_abortive_close_gives_one_record_each_side() {
 #[test]
 fn a_clean_close_is_told_apart_on_both_sides() {
     let (l, a, m) = setup(&[]);
-    let mut c = TcpStream::connect(a).unwrap();
-    let (mut s, _) = l.accept().unwrap();
-    c.write_all(&[7u8; 100_000]).unwrap();
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
-    s.write_all(&[8u8; 3000]).unwrap();
-    drop(s);
-    let mut back = Vec::new();
-    c.read_to_end(&mut back).unwrap();
-    let client_port = c.local_addr().unwrap().port();
-    drop(c);
+    let c = TcpStream::connect(a).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let client_port = close_cleanly(c, s, 100_000, 3000, Duration::ZERO);
     let (v, _) = stop(m, 2);
     let r = the_record(&v, client_port);
     assert_eq!((&r["Close"], &r["BytesAcked"]), (&"clean".into(), &100_002.into()), "{r:#}");
@@ -140,22 +160,10 @@ fn a_connection_accepted_before_the_monitor_started_closes_clean_on_both_sides()
     // dump before it, must still know the server's port as listening.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
-    let mut c = TcpStream::connect(a).unwrap();
-    let (mut s, _) = l.accept().unwrap();
-    let filter = format!("sport {0} or dport {0}", a.port());
-    let mut cmd = Command::new(BIN);
-    cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
-    cmd.arg("-writer-partial");
-    let m = Monitor::spawn(cmd);
-    c.write_all(&[7u8; 50_000]).unwrap();
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
-    drop(s);
-    let mut back = Vec::new();
-    c.read_to_end(&mut back).unwrap();
-    let client_port = c.local_addr().unwrap().port();
-    drop(c);
+    let c = TcpStream::connect(a).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let m = monitor(&format!("sport {0} or dport {0}", a.port()), &["-writer-partial"]);
+    let client_port = close_cleanly(c, s, 50_000, 0, Duration::ZERO);
     let (v, _) = stop(m, 2);
     let r = the_record(&v, client_port);
     assert_eq!(r["Close"], "clean", "{r:#}");
@@ -169,21 +177,11 @@ fn a_filter_that_leaves_out_the_listener_still_tells_the_accepted_side() {
     // which the listener does not have but both ends of the connection do.
     let l = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let filter = format!("src 127.0.0.1 and (sport {port} or dport {port})");
-    let mut cmd = Command::new(BIN);
-    cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
-    let m = Monitor::spawn(cmd);
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let (mut s, _) = l.accept().unwrap();
-    c.write_all(&[7u8; 50_000]).unwrap();
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
-    std::thread::sleep(Duration::from_millis(250));
-    drop(s);
-    let mut back = Vec::new();
-    c.read_to_end(&mut back).unwrap();
-    drop(c);
+    let m = monitor(&format!("src 127.0.0.1 and (sport {port} or dport {port})"), &[]);
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    // Held a little while open, so that dumps sample the flow before it ends.
+    close_cleanly(c, s, 50_000, 0, Duration::from_millis(250));
     let (v, _) = stop(m, 2);
     let r = the_record(&v, port);
     assert_eq!((&r["Close"], &r["BytesSent"]), (&"clean".into(), &0.into()), "{r:#}");

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::monitor::Monitor;
-use crate::program::{http_addr, http_get};
+use crate::program::{body, http_addr, http_get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -31,10 +31,6 @@ fn monitor(extra: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]).args(extra);
     Monitor::spawn(c)
-}
-
-fn body(r: &str) -> &str {
-    r.split("\r\n\r\n").nth(1).unwrap_or("")
 }
 
 #[test]

@@ -731,6 +731,11 @@ pub fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
+/// The body of an [`http_get`] response ("" when it has none).
+pub fn body(r: &str) -> &str {
+    r.split("\r\n\r\n").nth(1).unwrap_or("")
+}
+
 /// A monitor of the flows to and from `a`, sampling every `interval`, with its HTTP server
 /// on a loopback port; and that server's address.
 fn http_monitor(interval: &str, a: SocketAddr) -> (Monitor, String) {
@@ -791,8 +796,7 @@ fn http_status_page_flows_and_health() {
     let h = http_get(&addr, "/healthz");
     assert!(h.starts_with("HTTP/1.1 200"), "{h}");
     // /flows: both ends of the held connection, with their latest sample.
-    let body = |r: &str| r.split("\r\n\r\n").nth(1).unwrap().to_string();
-    let flows: Value = serde_json::from_str(&body(&http_get(&addr, "/flows"))).unwrap();
+    let flows: Value = serde_json::from_str(body(&http_get(&addr, "/flows"))).unwrap();
     let flows = flows.as_array().unwrap();
     assert_eq!(flows.len(), 2, "{flows:?}");
     let client = flows.iter().find(|f| f["ID"]["DstPort"] == a.port()).unwrap();
@@ -800,7 +804,7 @@ fn http_status_page_flows_and_health() {
     assert!(client["Latest"]["RTTms"].as_f64().unwrap() > 0.0, "{client}");
     let cookie = client["Cookie"].as_u64().unwrap();
     let one: Value =
-        serde_json::from_str(&body(&http_get(&addr, &format!("/flows/{cookie}")))).unwrap();
+        serde_json::from_str(body(&http_get(&addr, &format!("/flows/{cookie}")))).unwrap();
     assert_eq!(one["Cookie"], cookie);
     assert!(!one["RecentSamples"].as_array().unwrap().is_empty());
     assert!(http_get(&addr, "/flows/1").starts_with("HTTP/1.1 404"));

@@ -87,12 +87,12 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
     let mut all = Dump::default();
     let (mut failed, mut first): (u64, Option<SampleError>) = (0, None);
     let mut walked = 0u64;
+    let (now_ns, may_skip) = match walk {
+        Walk::Every => (None, false),
+        Walk::All(t) => (Some(t), false),
+        Walk::Moved(t) => (Some(t), true),
+    };
     for sp in spaces.iter_mut() {
-        let (now_ns, may_skip) = match walk {
-            Walk::Every => (None, false),
-            Walk::All(t) => (Some(t), false),
-            Walk::Moved(t) => (Some(t), true),
-        };
         // Read before the walk: a segment during it shows as a change at the next.
         let segs = now_ns.and_then(|_| segments(sp));
         if may_skip && still(sp.ns, sp.walked, segs, now_ns) {

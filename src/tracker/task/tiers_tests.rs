@@ -21,6 +21,29 @@ struct Run {
     ended: mpsc::Receiver<Vec<EndedFlow>>,
 }
 
+type TaskHandle = tokio::task::JoinHandle<Result<TrackerStats, StageError>>;
+
+/// The sampling task over `spaces`, a tick every `interval` with `budget` (the tiers on
+/// when above 0): its stop, the task, its records and its counters.
+fn spawn_over(
+    spaces: Vec<Space<SimHost, SimHost>>,
+    interval: Duration,
+    budget: f64,
+) -> (watch::Sender<bool>, TaskHandle, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
+    let tracker = Tracker::new(TrackerConfig {
+        tiers: budget > 0.0,
+        hot_linger_ns: 200_000_000,
+        ..TrackerConfig::default()
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let (tx, ended) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::default());
+    let cfg = TaskConfig { cpu_budget: budget, ..TaskConfig::every(interval) };
+    let wiring = Wiring::new(stop_rx, tx, metrics.clone());
+    let stage = tokio::spawn(run_spaces(tracker, spaces, None, cfg, wiring, |_| {}));
+    (stop, stage, ended, metrics)
+}
+
 /// A host of `idle` still sockets (cookies 1000…) and `busy` ones (cookies 1…) whose bytes
 /// move every 10 ms, sampled every `interval` with `budget`.
 fn host(
@@ -53,23 +76,8 @@ fn host(
         }
     });
     let sampler = Sampler::new(sim, SamplerConfig::default()).unwrap();
-    let tracker = Tracker::new(TrackerConfig {
-        tiers: budget > 0.0,
-        hot_linger_ns: 200_000_000,
-        ..TrackerConfig::default()
-    });
-    let (stop, stop_rx) = watch::channel(false);
-    let (tx, ended) = mpsc::channel(1024);
-    let metrics = Arc::new(Metrics::default());
-    let cfg = TaskConfig { cpu_budget: budget, ..TaskConfig::every(interval) };
-    let stage = tokio::spawn(run(
-        tracker,
-        sampler,
-        None::<DestroyListener<SimHost>>,
-        cfg,
-        Wiring::new(stop_rx, tx, metrics.clone()),
-        |_| {},
-    ));
+    let (stop, stage, ended, metrics) =
+        spawn_over(vec![Space::new(0, None, sampler, None)], interval, budget);
     Run { host, metrics, stop, stage, ended }
 }
 
@@ -217,24 +225,8 @@ fn two_spaces(quiet_socks: u64) -> TwoSpaces {
         Space::new(1, label("quiet"), Sampler::new(qsim, config).unwrap(), None)
             .with_activity(Some(Activity::Counter(quiet_segs.clone()))),
     ];
-    let tracker = Tracker::new(TrackerConfig {
-        tiers: true,
-        hot_linger_ns: 200_000_000,
-        ..TrackerConfig::default()
-    });
-    let (stop, stop_rx) = watch::channel(false);
-    let (tx, ended) = mpsc::channel(1024);
-    let metrics = Arc::new(Metrics::default());
     // 100 % of a core: every tick is a full dump, so each one chooses what to walk.
-    let cfg = TaskConfig { cpu_budget: 1.0, ..TaskConfig::every(Duration::from_millis(100)) };
-    let stage = tokio::spawn(run_spaces(
-        tracker,
-        spaces,
-        None,
-        cfg,
-        Wiring::new(stop_rx, tx, metrics.clone()),
-        |_| {},
-    ));
+    let (stop, stage, ended, metrics) = spawn_over(spaces, Duration::from_millis(100), 1.0);
     TwoSpaces {
         quiet: quiet.clone(),
         quiet_segs,
@@ -283,33 +275,17 @@ async fn a_namespace_where_nothing_moves_is_walked_only_every_5_to_10_s() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_budget_every_namespace_is_walked_every_tick() {
-    // A quiet namespace beside another, no budget: counters are not even read.
+    // A quiet namespace beside another, no budget: nothing is left out.
     let (qsim, bsim) = (SimHost::new(), SimHost::new());
     let quiet = qsim.state();
     quiet.lock().unwrap().set(SockBuilder::new(5000, 30000, 80).build());
     let segs = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let spaces = vec![
-        Space::new(
-            0,
-            None,
-            Sampler::new(bsim, SamplerConfig::default()).unwrap(),
-            None::<DestroyListener<SimHost>>,
-        ),
+        Space::new(0, None, Sampler::new(bsim, SamplerConfig::default()).unwrap(), None),
         Space::new(1, None, Sampler::new(qsim, SamplerConfig::default()).unwrap(), None)
             .with_activity(Some(Activity::Counter(segs))),
     ];
-    let (_stop, stop_rx) = watch::channel(false);
-    let (tx, _ended) = mpsc::channel(1024);
-    let metrics = Arc::new(Metrics::default());
-    let cfg = TaskConfig::every(Duration::from_millis(100));
-    let stage = tokio::spawn(run_spaces(
-        Tracker::new(TrackerConfig::default()),
-        spaces,
-        None,
-        cfg,
-        Wiring::new(stop_rx, tx, metrics.clone()),
-        |_| {},
-    ));
+    let (_stop, stage, _ended, metrics) = spawn_over(spaces, Duration::from_millis(100), 0.0);
     tokio::time::sleep(Duration::from_millis(2_050)).await;
     assert_eq!(quiet.lock().unwrap().dumps, 21);
     assert_eq!(metrics.netns_walks_skipped.get(), 0);
@@ -330,19 +306,7 @@ async fn quiet_namespaces_first_walked_together_fall_due_apart() {
         let sampler = Sampler::new(sim, SamplerConfig::default()).unwrap();
         spaces.push(Space::new(ns, None, sampler, None).with_activity(Some(segs)));
     }
-    let (_stop, stop_rx) = watch::channel(false);
-    let (tx, _ended) = mpsc::channel(1024);
-    let metrics = Arc::new(Metrics::default());
-    let cfg = TaskConfig { cpu_budget: 1.0, ..TaskConfig::every(Duration::from_millis(100)) };
-    let tracker = Tracker::new(TrackerConfig { tiers: true, ..TrackerConfig::default() });
-    let stage = tokio::spawn(run_spaces(
-        tracker,
-        spaces,
-        None,
-        cfg,
-        Wiring::new(stop_rx, tx, metrics.clone()),
-        |_| {},
-    ));
+    let (_stop, stage, _ended, _metrics) = spawn_over(spaces, Duration::from_millis(100), 1.0);
     let walks = || sims.iter().map(|s| s.lock().unwrap().dumps).sum::<u32>();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(walks(), 20, "the first two dumps walk every namespace");
