@@ -88,11 +88,33 @@ pub enum WriterError {
     /// Records could not be written before the end.
     #[error("{0} records could not be written and are lost")]
     Lost(u64),
+    /// The writer failed (a bug); every record it had not written was counted as lost.
+    #[error("the writer failed ({why}); {lost} records are lost")]
+    Failed {
+        /// The panic's message.
+        why: String,
+        /// Records lost through it.
+        lost: u64,
+    },
 }
 
 enum Out {
     Stream(StreamOut),
     File(Box<OutFile>),
+}
+
+impl Writer {
+    /// Tests: makes every write and sync of the records' file (and the samples file) fail
+    /// with ENOSPC while `full` is set.
+    #[cfg(test)]
+    pub(crate) fn inject_full(&mut self, full: &Arc<std::sync::atomic::AtomicBool>) {
+        if let Out::File(f) = &mut self.out {
+            f.full = Some(full.clone());
+        }
+        if let Some(s) = &mut self.samples {
+            s.full = Some(full.clone());
+        }
+    }
 }
 
 /// The writer's state; [`spawn`] runs it on a thread.
@@ -113,6 +135,9 @@ pub struct Writer {
     /// cgroup tree (at most every few seconds), and this thread is the one stage that may
     /// block on the file system. Shared with the HTTP server's names when it runs.
     services: Arc<std::sync::Mutex<Services>>,
+    /// Tests: the next batch panics (a stand-in for a bug) while set.
+    #[cfg(test)]
+    pub(crate) panic_next: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -169,6 +194,8 @@ impl Writer {
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
             services: Arc::default(),
+            #[cfg(test)]
+            panic_next: Arc::default(),
         })
     }
 
@@ -179,6 +206,8 @@ impl Writer {
     pub fn write_batch(&mut self, mut b: Batch) -> Result<(), WriterError> {
         let start = Instant::now();
         let n = b.records.len();
+        #[cfg(test)]
+        assert!(!self.panic_next.swap(false, std::sync::atomic::Ordering::Relaxed), "injected");
         if !b.records.is_empty() {
             let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
             for r in &mut b.records {
@@ -549,10 +578,16 @@ impl ReopenRequest {
 }
 
 /// Runs the writer on its own thread until the channel closes, then closes the output
-/// (retrying a failing one for `patience`). A [`Msg::Reopen`] or a `reopen` request
+/// (retrying a failing output for `patience`). A [`Msg::Reopen`] or a `reopen` request
 /// reopens the output.
+///
+/// Should the writer ever panic (a bug), the thread does not take the monitor down with
+/// it: it logs the failure once, counts every record it had taken and not written as lost,
+/// and stays to receive (and count as lost) every later batch until the channel closes, so
+/// that sampling goes on, the analyzer is never blocked by a dead consumer, and the exit
+/// status (1, from [`WriterError::Failed`]) says what happened.
 pub fn spawn(
-    mut w: Writer,
+    w: Writer,
     rx: Receiver<Msg>,
     reopen: ReopenRequest,
     patience: Duration,
@@ -565,25 +600,76 @@ pub fn spawn(
                 self.0.writer_stopped.set(1);
             }
         }
-        let _stopped = Stopped(w.metrics.clone());
-        loop {
-            let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
-            match rx.recv_timeout(wait) {
-                Ok(Msg::Batch(b)) => {
-                    w.metrics.writer_queue_bytes.sub(b.queued_bytes);
-                    w.write_batch(b)?;
-                }
-                Ok(Msg::Reopen) => reopen.request(),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            if reopen.take() {
-                w.reopen();
-            }
-            w.tick(Instant::now())?;
+        let metrics = w.metrics.clone();
+        let _stopped = Stopped(metrics.clone());
+        let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = taken.clone();
+        let run = std::panic::AssertUnwindSafe(|| serve(w, &rx, &reopen, patience, &counted));
+        match std::panic::catch_unwind(run) {
+            Ok(r) => r,
+            Err(panic) => Err(died(&metrics, &taken, &rx, panic.as_ref())),
         }
-        w.close(patience)
     })
+}
+
+fn serve(
+    mut w: Writer,
+    rx: &Receiver<Msg>,
+    reopen: &ReopenRequest,
+    patience: Duration,
+    taken: &std::sync::atomic::AtomicU64,
+) -> Result<(), WriterError> {
+    loop {
+        let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
+        match rx.recv_timeout(wait) {
+            Ok(Msg::Batch(b)) => {
+                w.metrics.writer_queue_bytes.sub(b.queued_bytes);
+                taken.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                w.write_batch(b)?;
+            }
+            Ok(Msg::Reopen) => reopen.request(),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if reopen.take() {
+            w.reopen();
+        }
+        w.tick(Instant::now())?;
+    }
+    w.close(patience)
+}
+
+/// After a panic in the writer: the records it had taken and not written are counted as
+/// lost, and so is every batch still to come, until the analyzer closes the channel.
+fn died(
+    metrics: &Metrics,
+    taken: &std::sync::atomic::AtomicU64,
+    rx: &Receiver<Msg>,
+    panic: &(dyn std::any::Any + Send),
+) -> WriterError {
+    let why = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    let taken = taken.load(std::sync::atomic::Ordering::Relaxed);
+    // Only the writer counts records written and lost, so what it took and counted as
+    // neither is what the panic lost.
+    let lost = taken.saturating_sub(metrics.records_written.get() + metrics.records_lost.get());
+    metrics.records_lost.add(lost);
+    metrics.writer_backlog.set(0);
+    metrics.output_failing.set(1);
+    tracing::error!(target: "cgmon_rs::writer", error = %why, lost,
+        "the writer failed; sampling goes on, and every record from now on is counted as lost");
+    let mut after = 0;
+    while let Ok(msg) = rx.recv() {
+        if let Msg::Batch(b) = msg {
+            metrics.writer_queue_bytes.sub(b.queued_bytes);
+            metrics.records_lost.add(b.records.len() as u64);
+            after += b.records.len() as u64;
+        }
+    }
+    WriterError::Failed { why, lost: lost + after }
 }
 
 #[cfg(test)]

@@ -112,18 +112,37 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// What a rotation still has to do. Each step is retried until it works, and a step is
+/// never done twice: the gzip stream is ended once, and a file is renamed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rotation {
+    /// The stream is ended (its trailer produced) but not all written, or not synced: the
+    /// file is still open. Nothing new may enter it.
+    Close,
+    /// Closed; the rename is still to do.
+    Rename,
+    /// Renamed (or nothing to rename); a fresh file is still to open.
+    Reopen,
+}
+
 /// An output file.
 ///
-/// A rotation is close, rename, reopen. A close that fails changes nothing. A rename or
-/// reopen that fails leaves the rotation *pending*: the file is closed, and every later
-/// write first tries to finish the rotation, so records wait (in the writer's backlog)
-/// until it works, and none is taken into a file that is not open.
+/// A rotation is close, rename, reopen ([`Rotation`]). A step that fails leaves the
+/// rotation *pending* at that step, and every later write first tries to finish it, so
+/// records wait (in the writer's backlog) until it works, and none is taken into a stream
+/// that was ended or a file that is not open. In particular an ended gzip encoder is
+/// dropped as soon as its trailer is produced: flate2 asserts (panics) when a finished
+/// encoder is written or flushed again, which a disk that filled during a rotation used
+/// to trigger.
 pub struct OutFile {
     cfg: FileConfig,
     gz: bool,
     file: Option<File>,
-    /// A rotation whose rename (`Some(true)`: still to do) or reopen is not done yet.
-    pending: Option<bool>,
+    /// A rotation that has not finished; see [`Rotation`].
+    pending: Option<Rotation>,
+    /// A plain [`close`](Self::close) (the end of the run) has ended the stream: like
+    /// [`Rotation::Close`], but no new file follows.
+    ending: bool,
     /// Records confirmed written by a close whose rotation then failed, not yet reported.
     confirmed: u64,
     inode: u64,
@@ -138,6 +157,9 @@ pub struct OutFile {
     unconfirmed: u64,
     /// Data went in since the last flush.
     dirty: bool,
+    /// Tests: while set, every write and sync fails with ENOSPC, as on a full disk.
+    #[cfg(test)]
+    pub(crate) full: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl OutFile {
@@ -155,6 +177,7 @@ impl OutFile {
             gz,
             file: None,
             pending: None,
+            ending: false,
             confirmed: 0,
             inode: 0,
             enc: None,
@@ -163,6 +186,8 @@ impl OutFile {
             records: 0,
             unconfirmed: 0,
             dirty: false,
+            #[cfg(test)]
+            full: None,
         };
         let path = f.path();
         let rotated = match std::fs::symlink_metadata(&path) {
@@ -172,6 +197,11 @@ impl OutFile {
         };
         f.reopen()?;
         Ok((f, rotated))
+    }
+
+    #[cfg(test)]
+    fn is_full(&self) -> bool {
+        self.full.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The live file's path.
@@ -233,15 +263,19 @@ impl OutFile {
     /// Either step failed again; it stays pending.
     pub fn finish_rotation(&mut self) -> io::Result<Option<PathBuf>> {
         let mut to = None;
-        if self.pending == Some(true) {
+        if self.pending == Some(Rotation::Close) {
+            self.confirmed += self.end_stream()?;
+            self.pending = Some(Rotation::Rename);
+        }
+        if self.pending == Some(Rotation::Rename) {
             let ours = std::fs::symlink_metadata(self.path())
                 .is_ok_and(|m| m.is_file() && m.ino() == self.inode && m.len() > 0);
             if ours {
                 to = Some(self.move_aside()?);
             }
-            self.pending = Some(false);
+            self.pending = Some(Rotation::Reopen);
         }
-        if self.pending.is_some() {
+        if self.pending == Some(Rotation::Reopen) {
             self.reopen()?;
             self.pending = None;
         }
@@ -263,8 +297,17 @@ impl OutFile {
             // Nothing waits for a closed file: finish the rotation first.
             self.finish_rotation()?;
         }
+        self.write_out()
+    }
+
+    /// Writes `unwritten` (and what the encoder holds) to the open file.
+    fn write_out(&mut self) -> io::Result<()> {
         if let Some(enc) = &mut self.enc {
             self.unwritten.append(enc.get_mut());
+        }
+        #[cfg(test)]
+        if !self.unwritten.is_empty() && self.is_full() {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         let Some(file) = &mut self.file else {
             return Err(io::Error::other("file is closed"));
@@ -290,6 +333,9 @@ impl OutFile {
     /// Bytes from an earlier attempt still cannot be written; the record was **not** taken
     /// and the caller keeps it.
     pub fn write_record(&mut self, json: &[u8]) -> io::Result<()> {
+        if self.ending {
+            return Err(io::Error::other("file is being closed"));
+        }
         if self.blocked() || self.pending.is_some() || self.file.is_none() {
             self.drain()?;
         }
@@ -327,10 +373,16 @@ impl OutFile {
     /// # Errors
     /// The write failed; the bytes wait for the next attempt.
     pub fn flush(&mut self) -> io::Result<u64> {
+        if self.ending {
+            // An ended stream is flushed by finishing its close.
+            return self.close();
+        }
         if !self.dirty && !self.blocked() {
             return Ok(std::mem::take(&mut self.unconfirmed));
         }
-        if let Some(enc) = &mut self.enc {
+        if self.pending.is_none()
+            && let Some(enc) = &mut self.enc
+        {
             enc.flush()?;
         }
         self.drain()?;
@@ -348,16 +400,39 @@ impl OutFile {
     ///
     /// # Errors
     /// The write or sync failed; the file stays open with the bytes waiting.
+    /// Safe to call again after an error: the stream is ended once, and the call goes on
+    /// writing what is left; no record is taken in between.
     pub fn close(&mut self) -> io::Result<u64> {
-        if let Some(enc) = &mut self.enc {
-            enc.try_finish()?;
+        // A rotation left half done ends here: the stream it ended is completed where the
+        // file stands (the next run moves it aside), and no new file is opened.
+        self.pending = None;
+        self.ending = true;
+        let n = self.end_stream()?;
+        self.ending = false;
+        Ok(n + self.take_confirmed())
+    }
+
+    /// Ends the gzip stream (once), writes everything out, syncs and closes the file.
+    /// Returns how many records this confirmed as written. Resumable: on an error the
+    /// ended stream's bytes wait in `unwritten` with the file still open, and the encoder
+    /// is already gone, so nothing can write into (or flush) a finished stream.
+    fn end_stream(&mut self) -> io::Result<u64> {
+        if let Some(enc) = self.enc.take() {
+            // Into memory: finishing cannot fail for want of disk.
+            let tail = enc.finish()?;
+            self.unwritten.extend_from_slice(&tail);
         }
-        self.drain()?;
-        if let Some(f) = &self.file {
-            f.sync_data()?;
+        if self.file.is_some() {
+            self.write_out()?;
+            #[cfg(test)]
+            if self.is_full() {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            if let Some(f) = &self.file {
+                f.sync_data()?;
+            }
         }
         self.file = None;
-        self.enc = None;
         self.dirty = false;
         Ok(std::mem::take(&mut self.unconfirmed))
     }
@@ -376,8 +451,7 @@ impl OutFile {
             return Ok((None, 0));
         }
         if self.pending.is_none() {
-            self.confirmed += self.close()?;
-            self.pending = Some(true);
+            self.pending = Some(Rotation::Close);
         }
         // The close's records are on disk whatever comes next: they count as written even
         // when the rename or the reopen fails (see `take_confirmed`).

@@ -464,3 +464,132 @@ fn records_name_their_cgroups_service() {
     assert!(recs[2].get("Service").is_none(), "an unknown cgroup names no service");
     assert!(recs[3].get("Service").is_none() && recs[3].get("CgroupID").is_none());
 }
+
+/// Every record of every `f*.json.gz` file in `dir`, and whether each file is a complete
+/// gzip stream (`gzip -t` where the tool is installed).
+fn all_gz(dir: &std::path::Path) -> Vec<u64> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if !name.starts_with("f.") || !name.ends_with(".gz") {
+            continue;
+        }
+        let (c, complete) = read_gz(&p);
+        assert!(complete, "{} is a complete gzip stream", p.display());
+        if let Ok(st) = std::process::Command::new("gzip").arg("-t").arg(&p).status() {
+            assert!(st.success(), "gzip -t {}", p.display());
+        }
+        all.extend(c);
+    }
+    all.sort_unstable();
+    all
+}
+
+#[test]
+fn issue_32_rotations_on_a_full_disk_never_panic_and_lose_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w =
+        Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json.gz"))), m.clone()).unwrap();
+    let full = Arc::new(AtomicBool::new(false));
+    w.inject_full(&full);
+    w.write_batch(batch(0..3)).unwrap();
+    full.store(true, Relaxed);
+    // The disk is full: the SIGHUP's close produces the gzip trailer but cannot write it.
+    w.reopen();
+    assert!(m.write_errors.get() >= 1);
+    // Before the fix, the next record or flush went into the finished encoder and flate2
+    // panicked. Records arrive, flushes and more rotations come, all while full.
+    w.write_batch(batch(3..6)).unwrap();
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    w.reopen();
+    w.write_batch(batch(6..8)).unwrap();
+    w.tick(Instant::now() + FLUSH_INTERVAL * 2).unwrap();
+    assert_eq!(m.records_lost.get(), 0);
+    // Space returns: everything goes out, each record once, in valid gzip files.
+    full.store(false, Relaxed);
+    w.tick(Instant::now() + FLUSH_INTERVAL * 3).unwrap();
+    w.write_batch(batch(8..10)).unwrap();
+    w.close(Duration::from_secs(1)).unwrap();
+    assert_eq!(all_gz(dir.path()), (1..=10).collect::<Vec<_>>());
+    assert_eq!(m.records_written.get(), 10);
+    assert_eq!(m.records_lost.get(), 0);
+}
+
+#[test]
+fn issue_32_a_close_that_fails_on_a_full_disk_is_finished_by_a_later_one() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let c = WriterConfig {
+        samples: Some(file_cfg(dir.path(), "s.json.gz")),
+        ..cfg(Target::File(file_cfg(dir.path(), "f.json.gz")))
+    };
+    let mut w = Writer::open(c, m.clone()).unwrap();
+    let full = Arc::new(AtomicBool::new(false));
+    w.inject_full(&full);
+    let mut b = batch(0..4);
+    b.samples = b"{\"s\":1}\n".to_vec();
+    w.write_batch(b).unwrap();
+    full.store(true, Relaxed);
+    // A rotation and a flush of the samples file while full, then the disk frees during
+    // the shutdown's patience.
+    w.reopen();
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    let f2 = full.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        f2.store(false, Relaxed);
+    });
+    w.close(Duration::from_secs(5)).unwrap();
+    t.join().unwrap();
+    assert_eq!(all_gz(dir.path()).iter().filter(|&&c| c <= 4).count(), 4);
+    assert_eq!(m.records_written.get(), 4);
+    // The samples file's one line is there too, in a complete stream.
+    let mut samples = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().to_string_lossy().starts_with("s.") {
+            let raw = std::fs::read(&p).unwrap();
+            let mut text = String::new();
+            flate2::read::MultiGzDecoder::new(&raw[..]).read_to_string(&mut text).unwrap();
+            samples += text.lines().count();
+        }
+    }
+    assert_eq!(samples, 1);
+}
+
+#[test]
+fn issue_32_a_writer_that_panics_counts_its_records_lost_and_keeps_taking_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m.clone()).unwrap();
+    let boom = w.panic_next.clone();
+    let (tx, rx) = std::sync::mpsc::sync_channel(4);
+    let t = spawn(w, rx, ReopenRequest::default(), Duration::from_secs(1)).unwrap();
+    tx.send(Msg::Batch(batch(0..3))).unwrap();
+    // Wait until the first batch is flushed (written), then break the writer.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.records_written.get() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(m.records_written.get(), 3);
+    boom.store(true, std::sync::atomic::Ordering::Relaxed);
+    tx.send(Msg::Batch(batch(3..5))).unwrap();
+    // The thread lives on: more batches than the channel holds are taken and counted.
+    for i in 0..10 {
+        tx.send(Msg::Batch(batch(10 * i + 10..10 * i + 13))).unwrap();
+    }
+    drop(tx);
+    match t.join().unwrap() {
+        Err(WriterError::Failed { lost, why }) => {
+            assert_eq!(lost, 2 + 30);
+            assert_eq!(why, "injected");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(m.records_lost.get(), 32);
+    assert_eq!(m.writer_stopped.get(), 1);
+}

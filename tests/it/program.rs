@@ -355,38 +355,56 @@ fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
     assert!(log.contains("2 records could not be written and are lost"), "{log}");
 }
 
+/// A 64 KiB tmpfs in a temporary directory, unmounted on drop. `None` (the test skips)
+/// when not root; under CI=true it must run.
+struct SmallDisk {
+    mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> Option<Self> {
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var("CI").is_err(), "CI=true: this test needs root to mount a tmpfs");
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount tmpfs");
+        Some(Self { mnt, _dir: dir })
+    }
+
+    /// Fills the filesystem to the last byte; returns the filler's path.
+    fn fill(&self) -> PathBuf {
+        let filler = self.mnt.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 4096];
+        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+        while std::io::Write::write_all(&mut f, &chunk[..1]).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
 /// Needs root (a tmpfs mount). Under CI=true it must run.
 #[test]
 fn a_disk_that_fills_and_frees_again_loses_nothing() {
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(std::env::var("CI").is_err(), "CI=true: this test needs root to mount a tmpfs");
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
+    let Some(disk) = SmallDisk::mount() else { return };
     let (l, a) = listener();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(ok.success(), "mount tmpfs");
-    struct Umount(PathBuf);
-    impl Drop for Umount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Umount(mnt.clone());
-    // Fill the filesystem to the last byte.
-    let filler = mnt.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 4096];
-    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    drop(f);
-    let m = file_monitor(&mnt, "f.json", a, &[]);
+    let filler = disk.fill();
+    let m = file_monitor(&disk.mnt, "f.json", a, &[]);
     for _ in 0..5 {
         exchange_and_close(&l, a, 1000);
     }
@@ -396,8 +414,65 @@ fn a_disk_that_fills_and_frees_again_loses_nothing() {
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
-    let (recs, _) = read_records(&mnt.join("f.json"));
+    let (recs, _) = read_records(&disk.mnt.join("f.json"));
     assert_eq!(recs.len(), 10, "every record once the disk freed:\n{log}");
+}
+
+/// Issue 32: a SIGHUP (logrotate's) while the disk is full made the writer panic inside
+/// flate2 and sampling stop. Now every record is kept and every file is valid gzip.
+/// Needs root (a tmpfs mount). Under CI=true it must run.
+#[test]
+fn rotating_a_gzip_file_on_a_full_disk_loses_nothing() {
+    let Some(disk) = SmallDisk::mount() else { return };
+    let (l, a) = listener();
+    let m = file_monitor(&disk.mnt, "f.json.gz", a, &[]);
+    for _ in 0..3 {
+        exchange_and_close(&l, a, 1000);
+    }
+    m.wait_log("output file opened", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(1500)); // one flush: these reach the disk
+    let filler = disk.fill();
+    // Enough records a round that their compressed bytes need new pages (tmpfs fills a
+    // page it already has).
+    for round in 0..4 {
+        for _ in 0..40 {
+            exchange_and_close(&l, a, 1000);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        m.signal(libc::SIGHUP);
+        if round == 0 {
+            m.wait_log("write failed", Duration::from_secs(10));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(&filler).unwrap();
+    m.wait_log("output writable again", Duration::from_secs(10));
+    for _ in 0..2 {
+        exchange_and_close(&l, a, 1000);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let mut cookies = Vec::new();
+    for e in std::fs::read_dir(&disk.mnt).unwrap() {
+        let p = e.unwrap().path();
+        if !p.file_name().unwrap().to_string_lossy().starts_with("f.") {
+            continue;
+        }
+        let (recs, complete) = read_records(&p);
+        assert!(complete, "{} is complete gzip:\n{log}", p.display());
+        let t = Command::new("gzip").arg("-t").arg(&p).status().unwrap();
+        assert!(t.success(), "gzip -t {}", p.display());
+        cookies.extend(by_cookie(&recs));
+    }
+    let n = cookies.len();
+    cookies.sort_unstable();
+    cookies.dedup();
+    assert_eq!(cookies.len(), n, "no record twice");
+    assert_eq!(n, 2 * (3 + 4 * 40 + 2), "every record of both ends:\n{log}");
+    assert!(log.contains("0 lost"), "{log}");
 }
 
 #[test]
