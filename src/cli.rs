@@ -323,7 +323,14 @@ pub struct Cli {
     #[arg(long = "http-idle-timeout", env = "CGMON_HTTP_IDLE_TIMEOUT", value_name = "DURATION",
           value_parser = positive_duration, default_value = "60s", help_heading = "Run")]
     pub http_idle_timeout: Duration,
-    /// Most HTTP connections served at once; more are closed as they arrive (and counted)
+    /// A response not fully written this long after its request arrived (a client that
+    /// reads too slowly) ends its connection
+    #[arg(long = "http-write-timeout", env = "CGMON_HTTP_WRITE_TIMEOUT", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "30s", help_heading = "Run")]
+    pub http_write_timeout: Duration,
+    /// Most HTTP connections served at once. At the cap a new connection takes the slot of
+    /// the oldest one that is idle or still sending its request; it is closed at once (and
+    /// counted) only when every slot is busy with a response
     #[arg(long = "http-max-connections", env = "CGMON_HTTP_MAX_CONNECTIONS", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=100_000), default_value = "64", help_heading = "Run")]
     pub http_max_connections: u32,

@@ -226,8 +226,10 @@ pub struct Metrics {
     pub http_connections: Gauge,
     /// HTTP connections closed at once for the connection cap.
     pub http_refused: Counter,
-    /// HTTP connections closed for the header-read or idle timeout.
+    /// HTTP connections closed for the header-read, write or idle timeout.
     pub http_timeouts: Counter,
+    /// Idle or half-sent HTTP connections closed to make room for a newcomer at the cap.
+    pub http_evicted: Counter,
     /// HTTP accepts that failed (e.g. out of file descriptors).
     pub http_accept_errors: Counter,
     /// Flows that left the dumps and were completed by their destroy event in time.
@@ -347,6 +349,7 @@ impl Metrics {
             http_connections: Gauge::default(),
             http_refused: Counter::default(),
             http_timeouts: Counter::default(),
+            http_evicted: Counter::default(),
             http_accept_errors: Counter::default(),
             destroy_awaited: Counter::default(),
             destroy_wait_expired: Counter::default(),

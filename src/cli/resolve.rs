@@ -113,6 +113,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
                 header_timeout: c.http_header_timeout,
                 idle_timeout: c.http_idle_timeout,
                 max_connections: c.http_max_connections as usize,
+                write_timeout: c.http_write_timeout,
             },
             top_services: c.top_services,
             recent_flows: c.recent_flows as usize,

@@ -5,9 +5,15 @@
 //!
 //! The server runs on a thread and a single-threaded runtime of its own ([`spawn`]), so
 //! parsing requests and serialising large responses never take a worker from the sampling
-//! runtime. It holds under abuse: a header-read timeout, an idle timeout and a cap on
-//! concurrent connections ([`Limits`]); a connection over the cap is closed at once and
-//! counted; accept errors are logged (rate-limited) and counted.
+//! runtime. It holds under abuse: a header-read timeout, an idle timeout, a write timeout
+//! and a cap on concurrent connections ([`Limits`]). At the cap a newcomer takes the slot
+//! of the oldest connection that is idle or has not finished sending its request head, so
+//! that clients which connect and stall (or park idle keep-alives) cannot lock scrapers
+//! out; a connection in the middle of a response is never closed for a newcomer, and a
+//! response that the client reads too slowly is ended by the write timeout, so slow
+//! readers cannot hold the slots either. Only when every slot is mid-response is a
+//! newcomer closed at once (counted). Accept errors are logged (rate-limited) and
+//! counted.
 //!
 //! - `GET /`: an HTML page (no JavaScript): pipeline stages with calls and min/mean/max/stddev
 //!   time, flows, churn, records, destroy events, memory.
@@ -27,6 +33,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query as Query_, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -277,8 +284,11 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// A connection that sends and receives nothing for this long is closed.
     pub idle_timeout: Duration,
-    /// Most connections served at once; more are closed as they are accepted.
+    /// Most connections served at once (see the module's doc for who gives way).
     pub max_connections: usize,
+    /// Longest time a response may take, from its request's head to its last byte
+    /// written: a client that reads too slowly loses the connection.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -290,6 +300,10 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60),
             max_connections: 64,
+            // The largest response (`/flows?limit=10000`, a few MB) takes well under a
+            // second on any link a scraper uses; 30 s is generous for a person's browser
+            // and still frees a slot held by a reader that reads a byte a second.
+            write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -379,16 +393,55 @@ fn router(s: Served) -> Router {
         .with_state(ctx)
 }
 
+/// The open connections, oldest first, as the accept loop sees them.
+#[derive(Default)]
+struct Slots {
+    open: std::collections::BTreeMap<u64, Arc<Clock>>,
+    next: u64,
+}
+
+impl Slots {
+    /// Connections that hold a slot: open ones not already told to give theirs up.
+    fn held(&self) -> usize {
+        self.open.values().filter(|c| !c.evicted.load(std::sync::atomic::Ordering::Relaxed)).count()
+    }
+
+    /// Tells the oldest connection that is idle or still sending its head to close, and
+    /// returns whether one was found.
+    fn evict_one(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let victim =
+            self.open.values().find(|c| c.busy.load(Relaxed) == 0 && !c.evicted.load(Relaxed));
+        match victim {
+            Some(c) => {
+                c.evicted.store(true, Relaxed);
+                c.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Accepts until `stop` fires (or its sender goes), within `limits`.
-async fn serve(
+async fn serve(l: tokio::net::TcpListener, s: Served, limits: Limits, stop: oneshot::Receiver<()>) {
+    let metrics = s.metrics.clone();
+    serve_app(l, router(s), metrics, limits, stop).await;
+}
+
+/// [`serve`] for any router (tests give their own).
+async fn serve_app(
     l: tokio::net::TcpListener,
-    s: Served,
+    app: Router,
+    metrics: Arc<Metrics>,
     limits: Limits,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let metrics = s.metrics.clone();
-    let app = router(s);
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let slots = Arc::new(std::sync::Mutex::new(Slots::default()));
+    let lock = |s: &std::sync::Mutex<Slots>| {
+        // No invariant spans the lock: a poisoned one is still usable.
+        s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).held()
+    };
     let mut conns = tokio::task::JoinSet::new();
     let mut last_warning: Option<std::time::Instant> = None;
     loop {
@@ -399,21 +452,32 @@ async fn serve(
         };
         match accepted {
             Ok((stream, _)) => {
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    // Over the cap: closed at once, before reading a byte.
-                    metrics.http_refused.inc();
-                    drop(stream);
-                    continue;
+                let (id, clock) = {
+                    let mut sl = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if sl.held() >= limits.max_connections && !sl.evict_one() {
+                        // Every slot is mid-response: closed at once, before reading a byte.
+                        drop(sl);
+                        metrics.http_refused.inc();
+                        drop(stream);
+                        continue;
+                    }
+                    let clock = Arc::new(Clock::new());
+                    let id = sl.next;
+                    sl.next += 1;
+                    sl.open.insert(id, clock.clone());
+                    (id, clock)
                 };
-                metrics
-                    .http_connections
-                    .set((limits.max_connections - slots.available_permits()) as u64);
+                metrics.http_connections.set(lock(&slots) as u64);
                 let (app, m, slots) = (app.clone(), metrics.clone(), slots.clone());
                 conns.spawn(async move {
-                    connection(stream, app, limits, &m).await;
-                    drop(slot);
-                    m.http_connections
-                        .set((limits.max_connections - slots.available_permits()) as u64);
+                    connection(stream, app, limits, &m, clock).await;
+                    let held = {
+                        let mut sl =
+                            slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        sl.open.remove(&id);
+                        sl.held()
+                    };
+                    m.http_connections.set(held as u64);
                 });
             }
             Err(e) => {
@@ -430,44 +494,81 @@ async fn serve(
     conns.shutdown().await;
 }
 
-/// Serves one connection: HTTP/1.1 with keep-alive, under two timeouts kept by a watchdog
-/// over the socket's reads and writes (hyper's own header timeout also runs between
-/// kept-alive requests, which would close every idle scraper's connection at it):
+/// Serves one connection: HTTP/1.1 with keep-alive, under three timeouts kept by a
+/// watchdog over the socket's reads and writes (hyper's own header timeout also runs
+/// between kept-alive requests, which would close every idle scraper's connection at it):
 /// - a request's head must arrive within `header_timeout` of its first byte (the first
 ///   request, within that of the connection's start), else the connection is dropped;
+/// - a response must be written within `write_timeout` of its request's head, else the
+///   connection is dropped;
 /// - between requests, a connection that sends and receives nothing for `idle_timeout` is
 ///   closed.
-async fn connection(stream: tokio::net::TcpStream, app: Router, limits: Limits, m: &Metrics) {
+///
+/// The accept loop may also tell it to give up its slot ([`Slots::evict_one`]) while it
+/// is idle or receiving a head.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    limits: Limits,
+    m: &Metrics,
+    clock: Arc<Clock>,
+) {
     use hyper_util::rt::TokioIo;
     use std::sync::atomic::Ordering::Relaxed;
     use tower_service::Service as _;
-    let clock = Arc::new(Clock {
-        started: tokio::time::Instant::now(),
-        activity: std::sync::atomic::AtomicU64::new(0),
-        head_since: std::sync::atomic::AtomicU64::new(1),
-    });
     let io = TokioIo::new(Watched { inner: stream, clock: clock.clone() });
     let on_request = clock.clone();
     let svc = hyper::service::service_fn(move |req| {
-        // The head is in: no header timeout until the next request's first byte.
+        // The head is in: no header timeout until the next request's first byte, and the
+        // connection is busy (not to be evicted) until its response's body is dropped.
+        on_request.busy.fetch_add(1, Relaxed);
+        on_request.response_since.store(on_request.now(), Relaxed);
         on_request.head_since.store(0, Relaxed);
-        app.clone().call(req)
+        // The watchdog re-arms for the write timeout.
+        on_request.changed.notify_one();
+        let guard = Busy(on_request.clone());
+        let fut = app.clone().call(req);
+        async move {
+            let r = fut.await?;
+            Ok::<_, std::convert::Infallible>(
+                r.map(|b| Body::new(Guarded { inner: b, _guard: guard })),
+            )
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
     tokio::pin!(conn);
     let mut closing = false;
     loop {
         let head = clock.head_since.load(Relaxed);
-        let deadline = if head != 0 {
+        let busy = clock.busy.load(Relaxed) > 0;
+        let deadline = if busy {
+            clock.at(clock.response_since.load(Relaxed)) + limits.write_timeout
+        } else if head != 0 {
             clock.at(head) + limits.header_timeout
         } else {
             clock.at(clock.activity.load(Relaxed)) + limits.idle_timeout
         };
         tokio::select! {
             _ = conn.as_mut() => break,
+            () = clock.changed.notified() => {}
+            () = clock.evict.notified() => {
+                if clock.busy.load(Relaxed) == 0 {
+                    m.http_evicted.inc();
+                    break; // a newcomer takes the slot
+                }
+                // A request's head came in meanwhile: it is served, and the slot stays.
+                clock.evicted.store(false, Relaxed);
+            }
             () = tokio::time::sleep_until(deadline) => {
                 let head = clock.head_since.load(Relaxed);
                 let now = tokio::time::Instant::now();
+                if clock.busy.load(Relaxed) > 0 {
+                    if clock.at(clock.response_since.load(Relaxed)) + limits.write_timeout <= now {
+                        m.http_timeouts.inc();
+                        break; // read too slowly: dropped
+                    }
+                    continue;
+                }
                 if head != 0 && clock.at(head) + limits.header_timeout <= now {
                     m.http_timeouts.inc();
                     break; // half a request: dropped
@@ -486,15 +587,81 @@ async fn connection(stream: tokio::net::TcpStream, app: Router, limits: Limits, 
     }
 }
 
+/// Marks its connection busy while a response is being made and written.
+///
+/// hyper drops a body once it has taken its last frame, which may still sit in hyper's
+/// write queue (a whole `Bytes` body is one frame). So the drop only marks the body done,
+/// and the connection stops being busy at the next flush of the socket that follows it:
+/// hyper flushes the socket only after writing out all it queued.
+struct Busy(Arc<Clock>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.body_done.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// A response body that holds its connection's [`Busy`] until hyper has taken all of it
+/// (hyper drops the body then, or when the connection goes).
+struct Guarded {
+    inner: Body,
+    _guard: Busy,
+}
+
+impl http_body::Body for Guarded {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// When a connection last read or wrote, and since when a request head has been arriving
 /// (0: none is), in ns since its start (plus one, so that 0 stays "none").
 struct Clock {
     started: tokio::time::Instant,
     activity: std::sync::atomic::AtomicU64,
     head_since: std::sync::atomic::AtomicU64,
+    /// When the response being made or written began (its request's head came in).
+    response_since: std::sync::atomic::AtomicU64,
+    /// Requests whose response is being made or written (0 or 1 with HTTP/1.1).
+    busy: std::sync::atomic::AtomicU32,
+    /// The response's body is all taken; the next flush ends `busy` (see [`Busy`]).
+    body_done: std::sync::atomic::AtomicBool,
+    /// Told to give up its slot; not counted as holding one.
+    evicted: std::sync::atomic::AtomicBool,
+    evict: tokio::sync::Notify,
+    /// A request's head came in: the watchdog's deadline changes.
+    changed: tokio::sync::Notify,
 }
 
 impl Clock {
+    fn new() -> Self {
+        Self {
+            started: tokio::time::Instant::now(),
+            activity: std::sync::atomic::AtomicU64::new(0),
+            head_since: std::sync::atomic::AtomicU64::new(1),
+            response_since: std::sync::atomic::AtomicU64::new(0),
+            busy: std::sync::atomic::AtomicU32::new(0),
+            body_done: std::sync::atomic::AtomicBool::new(false),
+            evicted: std::sync::atomic::AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
     fn now(&self) -> u64 {
         self.started.elapsed().as_nanos() as u64 + 1
     }
@@ -546,7 +713,13 @@ impl tokio::io::AsyncWrite for Watched {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+        let r = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(r, std::task::Poll::Ready(Ok(()))) && self.clock.body_done.swap(false, AcqRel) {
+            self.clock.busy.fetch_sub(1, Relaxed);
+            self.clock.activity.store(self.clock.now(), Relaxed);
+        }
+        r
     }
 
     fn poll_shutdown(
@@ -560,6 +733,73 @@ impl tokio::io::AsyncWrite for Watched {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Reads until EOF or an error; returns the bytes read and whether it ended within
+    /// `within`.
+    async fn read_to_close(s: &mut tokio::net::TcpStream, within: Duration) -> (usize, bool) {
+        let mut n = 0;
+        let mut b = vec![0u8; 1 << 16];
+        let r = tokio::time::timeout(within, async {
+            loop {
+                match s.read(&mut b).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+        })
+        .await;
+        (n, r.is_ok())
+    }
+
+    #[tokio::test]
+    async fn issue_32_a_slot_mid_response_is_kept_a_slow_reader_is_cut_an_idle_one_gives_way() {
+        // 64 MB: far more than the kernel's socket buffers hold, so the response stays
+        // mid-write while its client does not read.
+        let app = Router::new()
+            .route("/big", get(|| async { vec![b'x'; 64 << 20] }))
+            .route("/small", get(|| async { "ok" }));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let m = Arc::new(Metrics::default());
+        let limits = Limits {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1,
+            write_timeout: Duration::from_millis(1500),
+        };
+        let (_stop, stop_rx) = oneshot::channel();
+        tokio::spawn(serve_app(l, app, m.clone(), limits, stop_rx));
+        let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+        // A slow reader holds the one slot mid-response: a newcomer is refused, not it.
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(&get("/big")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut late = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = late.write_all(&get("/small")).await;
+        let (n, closed) = read_to_close(&mut late, Duration::from_secs(1)).await;
+        assert!(closed && n == 0, "refused at once ({n} bytes)");
+        assert_eq!(m.http_refused.get(), 1);
+        assert_eq!(m.http_evicted.get(), 0);
+        // The write timeout ends the slow response: the client gets less than the whole.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (n, closed) = read_to_close(&mut slow, Duration::from_secs(10)).await;
+        assert!(closed && n < 64 << 20, "cut after {n} bytes");
+        assert_eq!(m.http_timeouts.get(), 1);
+        // An idle kept-alive connection gives its slot to a newcomer.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(&get("/small")).await.unwrap();
+        let mut b = [0u8; 512];
+        assert!(idle.read(&mut b).await.unwrap() > 0);
+        let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+        next.write_all(&get("/small")).await.unwrap();
+        let k = tokio::time::timeout(Duration::from_secs(1), next.read(&mut b)).await.unwrap();
+        assert!(String::from_utf8_lossy(&b[..k.unwrap()]).starts_with("HTTP/1.1 200"));
+        let (_, closed) = read_to_close(&mut idle, Duration::from_secs(1)).await;
+        assert!(closed, "the idle connection gave way");
+        assert_eq!(m.http_evicted.get(), 1);
+        assert_eq!(m.http_refused.get(), 1);
+    }
 
     #[test]
     fn a_full_queue_is_busy_and_only_a_closed_one_is_stopped() {

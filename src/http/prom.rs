@@ -340,12 +340,19 @@ const SERIES: &[(&str, &str, Value)] = &[
     ("cgmon_http_connections", "HTTP connections open", Value::Gauge(|m| m.http_connections.get())),
     (
         "cgmon_http_refused",
-        "HTTP connections closed at once: over --http-max-connections",
+        "HTTP connections closed at once: at --http-max-connections with every slot \
+         mid-response",
         Value::Counter(|m| m.http_refused.get()),
     ),
     (
+        "cgmon_http_evicted",
+        "Idle or half-sent HTTP connections closed to make room for a new one at \
+         --http-max-connections",
+        Value::Counter(|m| m.http_evicted.get()),
+    ),
+    (
         "cgmon_http_timeouts",
-        "HTTP connections closed by the header-read or idle timeout",
+        "HTTP connections closed by the header-read, write or idle timeout",
         Value::Counter(|m| m.http_timeouts.get()),
     ),
     (

@@ -1,5 +1,5 @@
 //! The HTTP server under abuse and at scale, against the built binary: slow and idle
-//! clients are timed out, connections beyond the cap are closed at once, `/flows` comes a
+//! clients are timed out, idle and stalled ones give way to newcomers at the cap, `/flows` comes a
 //! page at a time, and the monitor's file descriptors stay bounded throughout.
 
 use std::io::{Read, Write};
@@ -44,7 +44,7 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 }
 
 #[test]
-fn slow_and_idle_clients_are_closed_and_connections_beyond_the_cap_refused() {
+fn slow_and_idle_clients_are_closed_and_give_way_to_newcomers_at_the_cap() {
     let (m, addr) = monitor(
         "dport 1",
         &[
@@ -69,14 +69,7 @@ fn slow_and_idle_clients_are_closed_and_connections_beyond_the_cap_refused() {
         assert!(s.read(&mut b).unwrap() > 0, "answered");
     }
     std::thread::sleep(Duration::from_millis(200));
-    // Twelve more are over the cap: closed at once, before a byte is read.
-    let mut over: Vec<TcpStream> = (0..12).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    for s in &mut over {
-        assert!(closed_within(s, Duration::from_millis(500)), "over the cap, closed at once");
-    }
-    let during = fds(m.pid());
-    assert!(during <= base + 8, "fds {during} with 20 clients, {base} before");
-    // The half-sent headers time out after 1 s, the silent ones when idle for 2 s.
+    // Timeouts: the half-sent headers after 1 s, the silent ones when idle for 2 s.
     let t = Instant::now();
     for s in &mut held[..4] {
         assert!(closed_within(s, Duration::from_millis(2500)), "header timeout");
@@ -89,13 +82,86 @@ fn slow_and_idle_clients_are_closed_and_connections_beyond_the_cap_refused() {
     eprintln!("half headers closed after {header_closed:?}, idle ones after {idle_closed:?}");
     assert!(header_closed < Duration::from_millis(2000), "{header_closed:?}");
     assert!(idle_closed > Duration::from_millis(1200), "idle 2 s, not the header's 1 s");
-    // Every slot is free again, and the server answers.
-    std::thread::sleep(Duration::from_millis(200));
+    // At the cap, each newcomer takes the oldest idle or half-sent slot: twenty silent
+    // connections, then a scraper, which is answered, and the fds stay bounded.
+    let mut silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
     let text = http_get(&addr, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(metric(&text, "cgmon_http_refused_total") >= 12.0, "{text}");
+    assert!(fds(m.pid()) <= base + 9, "fds {} with 21 clients, {base} before", fds(m.pid()));
+    for s in &mut silent[..12] {
+        assert!(closed_within(s, Duration::from_millis(500)), "the oldest gave way");
+    }
+    assert!(metric(&text, "cgmon_http_evicted_total") >= 12.0, "{text}");
+    assert_eq!(metric(&text, "cgmon_http_refused_total"), 0.0, "{text}");
     assert!(metric(&text, "cgmon_http_timeouts_total") >= 8.0, "{text}");
-    assert!(fds(m.pid()) <= base + 1);
+    drop(silent);
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}
+
+/// `/healthz` and `/metrics`, 20 times each, every answer within a second.
+fn scrapes_get_through(addr: &str) {
+    for i in 0..20 {
+        for path in ["/healthz", "/metrics"] {
+            let t = Instant::now();
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            let mut out = String::new();
+            let r = s.read_to_string(&mut out);
+            assert!(r.is_ok() && out.starts_with("HTTP/1.1 200"), "{path} #{i}: {r:?} {out:?}");
+            assert!(t.elapsed() < Duration::from_secs(1), "{path} #{i} took {:?}", t.elapsed());
+        }
+    }
+}
+
+#[test]
+fn issue_32_two_hundred_stalled_connections_do_not_block_scrapes() {
+    let (m, addr) = monitor("dport 1", &[]);
+    // Connect and send nothing, three times the default cap of 64.
+    let stalled: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    scrapes_get_through(&addr);
+    drop(stalled);
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}
+
+#[test]
+fn issue_32_two_hundred_slow_readers_do_not_block_scrapes() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (m, addr) = monitor(&format!("sport {port} or dport {port}"), &[]);
+    // A few flows, so /flows has something to say.
+    let _pairs: Vec<Pair> =
+        (0..4).map(|_| Pair::connect(&l, l.local_addr().unwrap()).unwrap()).collect();
+    // 200 clients ask for /flows and read one byte a second.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers: Vec<TcpStream> =
+        (0..200).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    for s in &mut readers {
+        let _ = s.write_all(b"GET /flows HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 1];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut readers {
+                    s.set_nonblocking(true).unwrap();
+                    let _ = s.read(&mut b);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    scrapes_get_through(&addr);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
