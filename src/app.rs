@@ -159,10 +159,19 @@ async fn run_main(cfg: Config) -> u8 {
     let dump = match NetlinkSource::open(s.socket) {
         Ok(src) => Source::Netlink(src),
         Err(e) => {
+            if let Some(r) = crate::sampler::source::BufferRefused::of(&e) {
+                let from = cfg.env.suffix(&["receive_bufsize", "receive_bufsize_force"]);
+                eprintln!("cgmon-rs: {r}{from}");
+                return EXIT_USAGE;
+            }
             eprintln!("cgmon-rs: cannot open a sock_diag netlink socket: {e}");
             return EXIT_FAILURE;
         }
     };
+    if let Err(e) = crate::netns::check_listed(&s.netns, &crate::netns::Roots::default()) {
+        eprintln!("cgmon-rs: --netns: {e}{}", cfg.env.suffix(&["netns"]));
+        return EXIT_USAGE;
+    }
     let destroy = match DestroyListener::open(s.sampler.filter.clone()) {
         Ok(d) => Some(d.map_source(Source::Netlink)),
         Err(e) => {

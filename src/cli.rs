@@ -107,6 +107,24 @@ fn size(s: &str) -> Result<u64, ValueError> {
     parse_size(s)
 }
 
+/// `--writer-backlog`: the backlog holds records while the output cannot take them. Below
+/// 1 MiB a short stall would lose a few hundred records; above 16 GiB it is a typo (or
+/// the memory the host needs for everything else).
+fn backlog_size(s: &str) -> Result<u64, ValueError> {
+    match parse_size(s)? {
+        n if (1 << 20..=16 << 30).contains(&n) => Ok(n),
+        n => Err(ValueError(format!("must be 1M to 16G bytes, not {n}"))),
+    }
+}
+
+/// A netlink receive buffer: SO_RCVBUF and SO_RCVBUFFORCE take a C int.
+fn rcvbuf_size(s: &str) -> Result<u64, ValueError> {
+    match parse_size(s)? {
+        n if n <= i32::MAX as u64 => Ok(n),
+        n => Err(ValueError(format!("at most {} bytes (a C int), not {n}", i32::MAX))),
+    }
+}
+
 fn port_list(s: &str) -> Result<String, String> {
     if s.is_empty() {
         return Ok(String::new());
@@ -251,11 +269,11 @@ pub struct Cli {
     pub read_bufsize: u64,
     /// SO_RCVBUF of the netlink sockets in bytes; 0 keeps the system default
     #[arg(long = "netlink-receive-bufsize", env = "CGMON_NETLINK_RECEIVE_BUFSIZE",
-          value_name = "SIZE", value_parser = size, default_value = "0", help_heading = "Netlink")]
+          value_name = "SIZE", value_parser = rcvbuf_size, default_value = "0", help_heading = "Netlink")]
     pub receive_bufsize: u64,
     /// SO_RCVBUFFORCE in bytes (needs CAP_NET_ADMIN); 0 = unset
     #[arg(long = "netlink-receive-bufsize-force", env = "CGMON_NETLINK_RECEIVE_BUFSIZE_FORCE",
-          value_name = "SIZE", value_parser = size, default_value = "0", help_heading = "Netlink")]
+          value_name = "SIZE", value_parser = rcvbuf_size, default_value = "0", help_heading = "Netlink")]
     pub receive_bufsize_force: u64,
     /// How long to wait for each datagram of a dump before failing it
     #[arg(long = "netlink-receive-timeout", env = "CGMON_NETLINK_RECEIVE_TIMEOUT",
@@ -443,10 +461,26 @@ pub struct Cli {
     #[arg(long = "writer-rotate-interval", visible_alias = "rotate-interval", env = "CGMON_WRITER_ROTATE_INTERVAL",
           value_name = "DURATION", value_parser = parse_duration, default_value = "15m", help_heading = "Writer")]
     pub rotate_interval: Duration,
-    /// Rotate the file when it reaches SIZE bytes on disk (after compression), e.g. 10M
+    /// Rotate the file when it reaches SIZE bytes on disk (after compression), e.g. 10M;
+    /// 0 = no size rotation
     #[arg(long = "writer-rotate-size", visible_alias = "rotate-size", env = "CGMON_WRITER_ROTATE_SIZE", value_name = "SIZE",
           value_parser = size, help_heading = "Writer")]
     pub rotate_size: Option<u64>,
+    /// Rotated files kept beside the live one (records' and --samples-out's files, each);
+    /// the oldest are deleted first, only files named as this monitor rotates them.
+    /// 0 = no limit (cgmon never deleted; the systemd unit sets a limit)
+    #[arg(
+        long = "writer-keep-files",
+        env = "CGMON_WRITER_KEEP_FILES",
+        value_name = "N",
+        default_value = "0",
+        help_heading = "Writer"
+    )]
+    pub keep_files: u32,
+    /// Bytes of rotated files kept (each output), oldest deleted first, e.g. 2G; 0 = no limit
+    #[arg(long = "writer-keep-size", env = "CGMON_WRITER_KEEP_SIZE", value_name = "SIZE",
+          value_parser = size, default_value = "0", help_heading = "Writer")]
+    pub keep_size: u64,
     /// Also write partial records: flows open at startup, or still open at shutdown
     #[arg(
         long = "writer-partial",
@@ -467,10 +501,10 @@ pub struct Cli {
         help_heading = "Writer"
     )]
     pub samples_out: Option<PathBuf>,
-    /// Records held in memory while the output cannot be written, in bytes of JSON; beyond
-    /// it the oldest are counted as lost
+    /// Records held in memory while the output cannot be written, in bytes of JSON (1M to
+    /// 16G); beyond it the oldest are counted as lost
     #[arg(long = "writer-backlog", env = "CGMON_WRITER_BACKLOG", value_name = "SIZE",
-          value_parser = size, default_value = "64M", help_heading = "Writer")]
+          value_parser = backlog_size, default_value = "64M", help_heading = "Writer")]
     pub backlog: u64,
 
     // ---- Selection ----
@@ -637,6 +671,10 @@ pub enum Parsed {
 /// # Errors
 /// The first bad flag or value, as one line.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageError> {
+    parse_unclipped(args).map_err(|e| UsageError(crate::units::clip_line(&e.0)))
+}
+
+fn parse_unclipped(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageError> {
     let argv: Vec<String> =
         std::iter::once("cgmon-rs".to_string()).chain(normalize(args)).collect();
     let m = match command().try_get_matches_from(&argv) {
@@ -650,12 +688,25 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Parsed, UsageErro
                 ErrorKind::DisplayVersion => {
                     Ok(Parsed::Print(format!("cgmon-rs version {}\n", env!("CARGO_PKG_VERSION"))))
                 }
-                _ => Err(UsageError(one_line(&e.to_string()) + &from_env(&e, &argv))),
+                _ => {
+                    Err(UsageError(clip_value(&e, one_line(&e.to_string())) + &from_env(&e, &argv)))
+                }
             };
         }
     };
     let cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
     Ok(Parsed::Run(Box::new(validate(cli, EnvOrigins::of(&m, &command()))?)))
+}
+
+/// `msg` with the bad value clap quotes in it cut to [`crate::units::QUOTED_CHARS`].
+fn clip_value(e: &clap::Error, msg: String) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    match e.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(v)) if v.chars().count() > crate::units::QUOTED_CHARS => {
+            msg.replacen(v.as_str(), &crate::units::clip(v), 1)
+        }
+        _ => msg,
+    }
 }
 
 /// ` (from CGMON_X)` when the bad value came from the environment: clap names the flag,
@@ -763,10 +814,10 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
         (None, true) => None,
     };
     let expr = match text {
-        Some(t) => Some(
-            filter::parse(&t)
-                .map_err(|e| UsageError(format!("filter {t:?}: {e}{}", env.suffix(&["filter"]))))?,
-        ),
+        Some(t) => Some(filter::parse(&t).map_err(|e| {
+            let (t, e) = (crate::units::clip(&t), crate::units::clip(&e.to_string()).into_owned());
+            UsageError(format!("filter {t:?}: {e}{}", env.suffix(&["filter"])))
+        })?),
         None => None,
     };
     let filter = Expr::all_of(ports.into_iter().chain(expr));
@@ -798,7 +849,8 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
     let file_name = match &cli.file {
         Some(f) if f.is_empty() || f.contains('/') => {
             return Err(UsageError(format!(
-                "invalid value {f:?} for '--writer-file': a file name without '/'{}",
+                "invalid value {:?} for '--writer-file': a file name without '/'{}",
+                crate::units::clip(f),
                 env.suffix(&["file"])
             )));
         }

@@ -228,6 +228,8 @@ pub struct Metrics {
     pub http_refused: Counter,
     /// HTTP connections closed for the header-read, write or idle timeout.
     pub http_timeouts: Counter,
+    /// Rotated output files deleted by `--writer-keep-files`/`--writer-keep-size`.
+    pub files_deleted: Counter,
     /// Idle or half-sent HTTP connections closed to make room for a newcomer at the cap.
     pub http_evicted: Counter,
     /// HTTP accepts that failed (e.g. out of file descriptors).
@@ -350,6 +352,7 @@ impl Metrics {
             http_refused: Counter::default(),
             http_timeouts: Counter::default(),
             http_evicted: Counter::default(),
+            files_deleted: Counter::default(),
             http_accept_errors: Counter::default(),
             destroy_awaited: Counter::default(),
             destroy_wait_expired: Counter::default(),

@@ -103,6 +103,34 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// Most characters of a bad value an error message quotes: enough to recognise it, and a
+/// 100 KB filter pasted by mistake does not fill the terminal (or the journal).
+pub const QUOTED_CHARS: usize = 200;
+
+/// `s` cut to [`QUOTED_CHARS`] characters, with how long it was, for an error message.
+pub fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => s.into(),
+        Some((at, _)) => format!("{}… ({} bytes in all)", &s[..at], s.len()).into(),
+    }
+}
+
+/// `msg` shortened in its middle when a value inside made it long: the start (which
+/// names the flag) and the end (the reason) stay. A safety net for messages built by
+/// others (clap, parsers) around a value; values we quote ourselves go through [`clip`].
+pub fn clip_line(msg: &str) -> String {
+    let keep = 2 * QUOTED_CHARS;
+    if msg.chars().count() <= keep + QUOTED_CHARS {
+        return msg.to_string();
+    }
+    let head: String = msg.chars().take(keep).collect();
+    let tail: String = {
+        let t: Vec<char> = msg.chars().rev().take(QUOTED_CHARS / 2).collect();
+        t.into_iter().rev().collect()
+    };
+    format!("{head}… ({} bytes in all) …{tail}", msg.len())
+}
+
 /// Parses a size: a whole number of bytes, optionally followed by `K`, `M`, `G` or `T`
 /// (×1024ⁿ, as cgmon reads them; `KiB`, `MiB`… and lower case are accepted too).
 ///

@@ -413,6 +413,9 @@ impl Writer {
             self.metrics.rotations.inc();
             tracing::info!(target: "cgmon_rs::writer", reason = why, to = %to.display(),
                 "rotated output file");
+            if let Target::File(fc) = &self.cfg.target {
+                retain(fc, &self.metrics);
+            }
         }
     }
 
@@ -436,12 +439,21 @@ impl Writer {
     /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
     pub fn reopen(&mut self) {
         self.rotate("SIGHUP");
-        if let Some(s) = &mut self.samples
-            && let Err(e) = s.rotate()
-        {
-            self.metrics.write_errors.inc();
-            tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
-                "reopening the samples file failed");
+        if let Some(s) = &mut self.samples {
+            match s.rotate() {
+                Ok((to, _)) => {
+                    if to.is_some()
+                        && let Some(fc) = &self.cfg.samples
+                    {
+                        retain(fc, &self.metrics);
+                    }
+                }
+                Err(e) => {
+                    self.metrics.write_errors.inc();
+                    tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(),
+                        error = %e, "reopening the samples file failed");
+                }
+            }
         }
     }
 
@@ -543,6 +555,22 @@ fn stream(w: Box<dyn Write + Send>, metrics: &Arc<Metrics>) -> Result<StreamOut,
     })
 }
 
+/// Applies `fc.keep` to `fc`'s rotated files: deletions are logged and counted, and a
+/// directory that cannot be read is a warning (the next rotation tries again).
+fn retain(fc: &FileConfig, metrics: &Metrics) {
+    match file::prune(&fc.dir, &fc.name, fc.keep) {
+        Ok(deleted) => {
+            for (path, bytes) in deleted {
+                metrics.files_deleted.inc();
+                tracing::info!(target: "cgmon_rs::writer", file = %path.display(), bytes,
+                    "deleted an old rotated file (--writer-keep-files/--writer-keep-size)");
+            }
+        }
+        Err(e) => tracing::warn!(target: "cgmon_rs::writer", dir = %fc.dir.display(),
+            error = %e, "cannot read the directory to delete old rotated files"),
+    }
+}
+
 fn open_file(fc: &FileConfig, samples: bool, metrics: &Metrics) -> Result<OutFile, WriterError> {
     let (f, rotated) =
         OutFile::open(fc.clone()).map_err(|source| open_error(fc, samples, source))?;
@@ -550,6 +578,7 @@ fn open_file(fc: &FileConfig, samples: bool, metrics: &Metrics) -> Result<OutFil
         metrics.rotations.inc();
         tracing::info!(target: "cgmon_rs::writer", to = %to.display(),
             "an earlier run's file was moved aside");
+        retain(fc, metrics);
     }
     tracing::info!(target: "cgmon_rs::writer", file = %f.path().display(), "output file opened");
     Ok(f)

@@ -127,11 +127,13 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
 }
 
 fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
+    let keep = crate::writer::file::Keep { files: c.keep_files, bytes: c.keep_size };
     let target = match &c.dir {
         Some(dir) => Target::File(FileConfig {
             dir: dir.clone(),
             name: file_name.to_string(),
             level: c.compression_level,
+            keep,
         }),
         None => Target::Stdout,
     };
@@ -141,12 +143,12 @@ fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
             _ => PathBuf::from("."),
         };
         let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        FileConfig { dir, name, level: c.compression_level }
+        FileConfig { dir, name, level: c.compression_level, keep }
     });
     WriterConfig {
         target,
         pretty: c.pretty,
-        rotate_size: c.rotate_size,
+        rotate_size: c.rotate_size.filter(|&n| n > 0),
         rotate_interval: (!c.rotate_interval.is_zero()).then_some(c.rotate_interval),
         backlog_bytes: c.backlog,
         samples,

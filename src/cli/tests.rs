@@ -284,3 +284,37 @@ fn cpu_budget_is_a_percentage_of_one_core_and_zero_turns_tiers_off() {
         assert!(e.contains(&format!("{bad:?}")) && e.contains("percentage"), "{e}");
     }
 }
+
+#[test]
+fn issue_32_flag_edges() {
+    // A size rotation of 0 is none, as an interval of 0 is.
+    let c = run(&["-writer-dir", "/tmp", "-writer-rotate-size", "0"]).unwrap();
+    assert_eq!(c.settings.writer.rotate_size, None);
+    for bad in ["0", "1", "1023K", "17G", "999999T"] {
+        let e = err(&["--writer-backlog", bad]);
+        assert!(e.contains("--writer-backlog") && e.contains(&format!("'{bad}'")), "{e}");
+    }
+    assert_eq!(run(&["--writer-backlog", "1M"]).unwrap().settings.writer.backlog_bytes, 1 << 20);
+    let e = err(&["--netlink-receive-bufsize", "2G"]);
+    assert!(e.contains("--netlink-receive-bufsize") && e.contains("'2G'"), "{e}");
+    let e = err(&["--netns", ""]);
+    assert!(e.contains("--netns") && e.contains("empty"), "{e}");
+    let long = format!("dport {}", "9".repeat(100_000));
+    let e = err(&["--filter", &long]);
+    assert!(e.len() < 700 && e.contains("bytes in all"), "{} bytes", e.len());
+    // Retention: the files of both outputs share the bound.
+    let c = run(&[
+        "-writer-dir",
+        "/tmp",
+        "--writer-keep-files",
+        "3",
+        "--writer-keep-size",
+        "1G",
+        "--samples-out",
+        "/tmp/s.gz",
+    ])
+    .unwrap();
+    let keep = crate::writer::file::Keep { files: 3, bytes: 1 << 30 };
+    assert!(matches!(&c.settings.writer.target, Target::File(f) if f.keep == keep));
+    assert_eq!(c.settings.writer.samples.as_ref().unwrap().keep, keep);
+}

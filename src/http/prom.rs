@@ -362,6 +362,11 @@ const SERIES: &[(&str, &str, Value)] = &[
     ),
     ("cgmon_records_written", "Flow records written", Value::Counter(|m| m.records_written.get())),
     (
+        "cgmon_writer_files_deleted",
+        "Rotated output files deleted to stay within --writer-keep-files and --writer-keep-size",
+        Value::Counter(|m| m.files_deleted.get()),
+    ),
+    (
         "cgmon_records_partial_skipped",
         "Partial flow records not written (no -writer-partial)",
         Value::Counter(|m| m.records_partial_skipped.get()),

@@ -43,7 +43,8 @@ impl Which {
     /// An empty list item.
     pub fn parse(s: &str) -> Result<Which, String> {
         match s.trim() {
-            "" | "own" | "self" => Ok(Which::Own),
+            "" => Err("empty: give own, all, or a comma list of namespace names or paths".into()),
+            "own" | "self" => Ok(Which::Own),
             "all" => Ok(Which::All),
             list => {
                 let items: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
@@ -170,6 +171,33 @@ impl Default for Roots {
     fn default() -> Self {
         Self { proc: "/proc".into(), run_netns: "/run/netns".into() }
     }
+}
+
+/// At start-up: every namespace a list names must exist, so that a typo is a usage error
+/// (exit 2) rather than a namespace reported unreachable for the whole run. (One that
+/// exists but goes away later is the run's business: it is reported, and rescans look
+/// for it again.)
+///
+/// # Errors
+/// The first listed name or path that does not exist, with the path looked at.
+pub fn check_listed(which: &Which, roots: &Roots) -> Result<(), String> {
+    let Which::Listed(items) = which else { return Ok(()) };
+    for item in items.iter().filter(|i| *i != "own") {
+        let path =
+            if item.contains('/') { PathBuf::from(item) } else { roots.run_netns.join(item) };
+        // Permission is the run's business (a unit without the capability is reported
+        // as such); a name that cannot exist is the user's.
+        if let Err(e) = std::fs::metadata(&path)
+            && e.kind() != std::io::ErrorKind::PermissionDenied
+        {
+            return Err(format!(
+                "no network namespace {:?} ({}: {e})",
+                crate::units::clip(item),
+                crate::units::clip(&path.display().to_string())
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Finds the namespaces `which` names. `known` are namespaces found before, whose container

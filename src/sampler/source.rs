@@ -98,12 +98,14 @@ impl NetlinkSource {
         s.bind(&SocketAddr::new(0, 0))?;
         if let Some(n) = opts.rcvbuf {
             // SO_RCVBUF takes an int; netlink-sys passes whatever type it is given.
-            let n = libc::c_int::try_from(n)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "SO_RCVBUF too large"))?;
-            s.set_rx_buf_sz(n)?;
+            let v =
+                libc::c_int::try_from(n).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+            v.and_then(|v| s.set_rx_buf_sz(v))
+                .map_err(|e| BufferRefused::wrap("--netlink-receive-bufsize", n, e))?;
         }
         if let Some(n) = opts.rcvbuf_force {
-            set_rcvbuf_force(&s, n)?;
+            set_rcvbuf_force(&s, n)
+                .map_err(|e| BufferRefused::wrap("--netlink-receive-bufsize-force", n, e))?;
         }
         for &g in groups {
             s.add_membership(g)?;
@@ -118,6 +120,30 @@ impl NetlinkSource {
     /// getsockopt(2) failed.
     pub fn rcvbuf(&self) -> io::Result<usize> {
         self.fd.get_ref().get_rx_buf_sz()
+    }
+}
+
+/// The kernel refused a receive-buffer size the user gave: a usage error (exit 2) that
+/// names the flag and the value, carried inside the `io::Error` of the socket's opening.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {value}: the kernel refused it: {source}")]
+pub struct BufferRefused {
+    /// The flag that gave the size.
+    pub flag: &'static str,
+    /// The size in bytes.
+    pub value: usize,
+    /// What the kernel said.
+    pub source: io::Error,
+}
+
+impl BufferRefused {
+    fn wrap(flag: &'static str, value: usize, source: io::Error) -> io::Error {
+        io::Error::new(source.kind(), BufferRefused { flag, value, source })
+    }
+
+    /// The refusal inside `e`, if that is what `e` is.
+    pub fn of(e: &io::Error) -> Option<&Self> {
+        e.get_ref().and_then(|r| r.downcast_ref::<Self>())
     }
 }
 

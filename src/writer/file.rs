@@ -25,6 +25,73 @@ pub struct FileConfig {
     pub name: String,
     /// gzip level 1–9.
     pub level: u32,
+    /// How many closed (rotated) files to keep beside the live one.
+    pub keep: Keep,
+}
+
+/// `--writer-keep-files` and `--writer-keep-size`: the bound on a file's rotated
+/// siblings; the oldest go first. Zero in either means no limit from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// Most rotated files kept (0: any number).
+    pub files: u32,
+    /// Most bytes of rotated files kept (0: any amount).
+    pub bytes: u64,
+}
+
+impl Keep {
+    /// True when it bounds nothing.
+    pub fn unbounded(&self) -> bool {
+        self.files == 0 && self.bytes == 0
+    }
+}
+
+/// Deletes the oldest of `name`'s rotated files in `dir` (the monitor's own pattern,
+/// `stem.N.ext`, gzipped or not; nothing else is touched) until at most `keep.files`
+/// remain and they hold at most `keep.bytes`. The live file is not counted. Returns each
+/// deleted file and its size, oldest first.
+///
+/// # Errors
+/// The directory cannot be read. A file that cannot be deleted is skipped (and returned
+/// nowhere), so one stuck file does not stop the rest.
+pub fn prune(dir: &Path, name: &str, keep: Keep) -> io::Result<Vec<(PathBuf, u64)>> {
+    if keep.unbounded() {
+        return Ok(Vec::new());
+    }
+    let other = match name.strip_suffix(".gz") {
+        Some(s) => s.to_string(),
+        None => format!("{name}.gz"),
+    };
+    // (N, path, size), oldest first: a higher N is always newer (see `highest_rotated`).
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let Some(entry) = e.file_name().to_str().map(str::to_string) else { continue };
+        let Some(n) = [name, other.as_str()].iter().find_map(|b| rotated_number(b, &entry)) else {
+            continue;
+        };
+        match e.metadata() {
+            Ok(m) if m.is_file() => files.push((n, e.path(), m.len())),
+            _ => {}
+        }
+    }
+    files.sort_unstable_by_key(|f| f.0);
+    let mut total: u64 = files.iter().map(|f| f.2).sum();
+    let mut count = files.len();
+    let mut deleted = Vec::new();
+    for (_, path, size) in files {
+        let over_count = keep.files > 0 && count > keep.files as usize;
+        let over_size = keep.bytes > 0 && total > keep.bytes;
+        if !over_count && !over_size {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            deleted.push((path, size));
+        }
+        count -= 1;
+        total -= size;
+    }
+    Ok(deleted)
 }
 
 impl FileConfig {

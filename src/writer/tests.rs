@@ -32,7 +32,7 @@ fn cfg(target: Target) -> WriterConfig {
 }
 
 fn file_cfg(dir: &std::path::Path, name: &str) -> FileConfig {
-    FileConfig { dir: dir.to_path_buf(), name: name.into(), level: 6 }
+    FileConfig { dir: dir.to_path_buf(), name: name.into(), level: 6, keep: file::Keep::default() }
 }
 
 fn batch(range: std::ops::Range<u64>) -> Batch {
@@ -592,4 +592,51 @@ fn issue_32_a_writer_that_panics_counts_its_records_lost_and_keeps_taking_batche
     }
     assert_eq!(m.records_lost.get(), 32);
     assert_eq!(m.writer_stopped.get(), 1);
+}
+
+#[test]
+fn issue_32_prune_deletes_the_oldest_rotated_files_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Rotated files 1..=6 of 100 bytes each (some gzipped, some not, as a name change
+    // leaves them), the live file, and files that only look alike.
+    for (n, gz) in [(1, true), (2, false), (3, true), (4, true), (5, true), (6, true)] {
+        let name = if gz { format!("f.{n}.json.gz") } else { format!("f.{n}.json") };
+        std::fs::write(d.join(name), [0u8; 100]).unwrap();
+    }
+    for other in ["f.json.gz", "f.x.json.gz", "g.1.json.gz", "f.7.json.gz.tmp", "f..json.gz"] {
+        std::fs::write(d.join(other), [0u8; 100]).unwrap();
+    }
+    let names = || {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(file::prune(d, "f.json.gz", file::Keep::default()).unwrap().is_empty());
+    let gone = file::prune(d, "f.json.gz", file::Keep { files: 4, bytes: 0 }).unwrap();
+    assert_eq!(gone.iter().map(|g| g.1).sum::<u64>(), 200);
+    assert!(gone[0].0.ends_with("f.1.json.gz") && gone[1].0.ends_with("f.2.json"));
+    // 350 bytes allow three files of 100.
+    let gone = file::prune(d, "f.json.gz", file::Keep { files: 0, bytes: 350 }).unwrap();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(
+        names(),
+        [
+            "f..json.gz",
+            "f.4.json.gz",
+            "f.5.json.gz",
+            "f.6.json.gz",
+            "f.7.json.gz.tmp",
+            "f.json.gz",
+            "f.x.json.gz",
+            "g.1.json.gz"
+        ]
+    );
+    // Both bounds: the tighter wins.
+    file::prune(d, "f.json.gz", file::Keep { files: 1, bytes: 1 << 20 }).unwrap();
+    assert!(names().contains(&"f.6.json.gz".to_string()));
+    assert!(!names().contains(&"f.5.json.gz".to_string()));
 }

@@ -84,6 +84,16 @@ impl Monitor {
         }
     }
 
+    /// Waits until `needle` appears at least `n` times in the log.
+    #[allow(dead_code)] // not every test binary that includes this module asks
+    pub fn wait_log_count(&self, needle: &str, n: usize, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        while self.log().matches(needle).count() < n {
+            assert!(Instant::now() < end, "fewer than {n} {needle:?} in the log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The monitor's process id.
     #[allow(dead_code)] // not every test binary that includes this module asks
     pub fn pid(&self) -> u32 {

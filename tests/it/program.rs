@@ -1065,3 +1065,114 @@ fn the_daemonset_example_parses_and_asks_for_what_netns_all_needs() {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Issue 32's flag edges: each is exit 2 with one line that names the flag and the value,
+/// quoting at most ~200 characters of it.
+#[test]
+fn issue_32_bad_flag_values_are_one_line_and_exit_2() {
+    let long_filter = format!("dport {}", "1".repeat(100_000));
+    let long_netns = "x".repeat(100_000);
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (vec!["--writer-backlog", "0"], "--writer-backlog", "'0'"),
+        (vec!["--writer-backlog", "1"], "--writer-backlog", "'1'"),
+        (vec!["--writer-backlog", "999999T"], "--writer-backlog", "999999T"),
+        (vec!["--writer-backlog", "32G"], "--writer-backlog", "'32G'"),
+        (vec!["--netlink-receive-bufsize", "1T"], "--netlink-receive-bufsize", "'1T'"),
+        (vec!["--netlink-receive-bufsize-force", "4G"], "--netlink-receive-bufsize-force", "'4G'"),
+        (vec!["--netns", "nosuchns-cgmon-test"], "--netns", "nosuchns-cgmon-test"),
+        (vec!["--netns", "own,nosuchns-cgmon-test"], "--netns", "nosuchns-cgmon-test"),
+        (vec!["--netns", "/nonexistent/ns"], "--netns", "/nonexistent/ns"),
+        (vec!["--netns", ""], "--netns", "''"),
+        (vec!["--filter", &long_filter], "filter", "111111"),
+        (vec!["--netns", &long_netns], "--netns", "xxxxxx"),
+    ];
+    for (args, flag, value) in cases {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let full = String::from_utf8_lossy(&out.stderr);
+        let err: String = full.chars().take(2000).collect();
+        let shown: String = args.iter().map(|a| a.chars().take(40).collect::<String>()).collect();
+        assert_eq!(out.status.code(), Some(2), "{shown}: {err}");
+        assert_eq!(err.lines().count(), 1, "{shown}: {err}");
+        assert!(err.contains(flag) && err.contains(value), "{shown}: {err}");
+        assert!(full.len() < 1000, "{shown}: the value is clipped: {} bytes", full.len());
+    }
+}
+
+#[test]
+fn issue_32_rotate_size_0_means_no_size_rotation() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let m = file_monitor(dir.path(), "f.json", a, &["-writer-rotate-size", "0"]);
+    for _ in 0..10 {
+        exchange_and_close(&l, a, 1000);
+    }
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while read_records(&dir.path().join("f.json")).0.len() < 20 {
+        assert!(std::time::Instant::now() < end, "20 records: {}", m.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    assert_eq!(files(dir.path()).len(), 1, "one file, never rotated: {:?}", files(dir.path()));
+}
+
+/// `--writer-keep-files` and `--writer-keep-size` delete the oldest rotated files, only
+/// those named as the monitor rotates them, and count it.
+#[test]
+fn issue_32_retention_keeps_the_newest_rotated_files() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Someone else's files, which must survive: other names, and a near miss.
+    for other in ["notes.txt", "f.x.json.gz", "g.1.json.gz"] {
+        std::fs::write(d.join(other), "keep me").unwrap();
+    }
+    let samples = d.join("s.json.gz");
+    let m = file_monitor(
+        d,
+        "f.json.gz",
+        a,
+        &[
+            "--writer-keep-files",
+            "2",
+            "--samples-out",
+            samples.to_str().unwrap(),
+            "-run-http-server",
+            "127.0.0.1:0",
+        ],
+    );
+    for round in 0..5 {
+        exchange_and_close(&l, a, 1000);
+        m.wait_log_count("rotated output file", round, Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(1200));
+        m.signal(libc::SIGHUP);
+    }
+    m.wait_log_count("rotated output file", 5, Duration::from_secs(10));
+    let addr = http_addr(&m);
+    let text = http_get(&addr, "/metrics");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    let mut names: Vec<String> =
+        files(d).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    names.sort();
+    // Five rotations each of the records' and the samples' files: the two newest of each.
+    assert_eq!(
+        names,
+        [
+            "f.4.json.gz",
+            "f.5.json.gz",
+            "f.json.gz",
+            "f.x.json.gz",
+            "g.1.json.gz",
+            "notes.txt",
+            "s.4.json.gz",
+            "s.5.json.gz",
+            "s.json.gz"
+        ],
+        "{log}"
+    );
+    assert!(log.contains("deleted an old rotated file"), "{log}");
+    assert!(metric(&text, "cgmon_writer_files_deleted_total") >= 5.0, "{text}");
+}
