@@ -185,6 +185,19 @@ impl Close {
         if l.bytes_acked > data + syn { Close::Clean } else { Close::Reset }
     }
 
+    /// From a socket's final counters when it is not known which side opened: the SYN's
+    /// one unit of sequence space is in `bytes_acked` for the connecting side only, so
+    /// data + 1 reads as a clean close on the accepted side and as a reset on the
+    /// connecting one. That case is `None`: unknown, not a guess.
+    pub fn from_final_either_side(l: &Last) -> Option<Close> {
+        let data = l.bytes_sent.saturating_sub(l.bytes_retrans);
+        match l.bytes_acked.saturating_sub(data) {
+            0 => Some(Close::Reset),
+            1 => None,
+            _ => Some(Close::Clean),
+        }
+    }
+
     /// The record's spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -304,6 +317,10 @@ pub struct EndedFlow {
     pub netns: Option<std::sync::Arc<crate::record::NetnsLabel>>,
     /// Its samples still in pool blocks, which come before `flow.samples`.
     held: Option<Held>,
+    /// Seen only in its destroy event with a local port not known to listen (in this
+    /// namespace index): which side it was, so its close and its listener's cgroup, waits
+    /// for [`Tracker::resolve_sides`] after a listeners' dump.
+    pub(crate) unresolved: Option<u32>,
 }
 
 /// What leaves the table with a flow besides the flow itself.
@@ -324,6 +341,7 @@ impl EndedFlow {
             sampling: Sampling::default(),
             netns: None,
             held: None,
+            unresolved: None,
         }
     }
 
@@ -1250,6 +1268,7 @@ impl Tracker {
             sampling: rest.sampling,
             netns: None,
             held: rest.held,
+            unresolved: None,
         }
     }
 
@@ -1398,7 +1417,7 @@ impl Tracker {
             self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
             return;
         }
-        let (f, mut rest) = match self.index.get(&key.cookie).map(|&i| i as usize) {
+        let (f, mut rest, fresh) = match self.index.get(&key.cookie).map(|&i| i as usize) {
             Some(slot) if same_socket(&self.slab[slot].key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let (mut f, rest) = self.remove(key.cookie).expect("indexed just above");
@@ -1410,7 +1429,7 @@ impl Tracker {
                 } else {
                     self.final_sample(&mut f, s, &t, s.ts_ns);
                 }
-                (f, rest)
+                (f, rest, false)
             }
             Some(_) => return, // another socket owns the cookie's flow; not ours to end
             None if self.gone.contains(&key.cookie) => {
@@ -1424,13 +1443,63 @@ impl Tracker {
                 }
                 // Seen only in its destroy event. Before the first dump it may have been
                 // open before we started.
-                (self.open(s, &snap(s, &t), self.dumps_done == 0, Seen::Destroy), Rest::default())
+                let f = self.open(s, &snap(s, &t), self.dumps_done == 0, Seen::Destroy);
+                (f, Rest::default(), true)
             }
         };
-        let close = Some(Close::from_final(&f.last, f.passive_open));
+        // Seen only now, on a port not known to listen: the listener may have started
+        // since the last full dump. Which side this was waits for a listeners' dump at the
+        // next tick (`resolve_sides`), so neither its close nor its service depends on when
+        // the listener was first seen.
+        let unresolved = (fresh && !f.passive_open).then_some(self.netns);
+        let close = match unresolved {
+            Some(_) => None,
+            None => Some(Close::from_final(&f.last, f.passive_open)),
+        };
         self.destroyed.insert(key.cookie, self.generation);
         rest.sampling.event = true;
+        let before = out.len();
         self.hand_on(f, rest, EndReason::Destroyed, s.ts_ns, close, out);
+        if out.len() > before
+            && let Some(e) = out.last_mut()
+        {
+            e.unresolved = unresolved;
+        }
+    }
+
+    /// True when some flow in `out` waits to learn which side it was (see
+    /// [`resolve_sides`](Self::resolve_sides)).
+    pub fn any_unresolved(out: &[EndedFlow]) -> bool {
+        out.iter().any(|e| e.unresolved.is_some())
+    }
+
+    /// A listening socket from a listeners' dump ([`crate::sampler::Sampler::listeners_with`])
+    /// of the current namespace.
+    pub fn observe_listener(&mut self, s: &Sample<'_>) {
+        if s.msg().state() == tcp::LISTEN {
+            self.accounts.saw_listener(self.netns, s.msg().sport(), s.cgroup_id().unwrap_or(0));
+        }
+    }
+
+    /// Decides the side of each flow in `out` that was seen only in its destroy event on a
+    /// port then unknown to listen, now that a listeners' dump (or none, when it failed)
+    /// has been taken: a port that listens makes it the accepted side, with its listener's
+    /// cgroup; otherwise the side stays unknown, and so does its close unless its counters
+    /// tell it either way ([`Close::from_final_either_side`]).
+    pub fn resolve_sides(&mut self, out: &mut [EndedFlow]) {
+        for e in out.iter_mut() {
+            let Some(ns) = e.unresolved.take() else { continue };
+            let f = &mut e.flow;
+            if self.accounts.is_listening(ns, f.key.sport) {
+                f.passive_open = true;
+                if f.cgroup_id == 0 {
+                    f.cgroup_id = self.accounts.listener_cgroup(ns, f.key.sport);
+                }
+                e.close = Some(Close::from_final(&f.last, true));
+            } else {
+                e.close = Close::from_final_either_side(&f.last);
+            }
+        }
     }
 
     /// A destroy event with remote port 0: a listener, or a socket the kernel disconnected
@@ -1498,7 +1567,7 @@ impl Tracker {
         let Rest { held, sampling } = rest;
         let netns = label_of(&self.labels, &self.flow_netns, flow.key.cookie);
         self.flow_netns.remove(&flow.key.cookie);
-        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held };
+        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved: None };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {

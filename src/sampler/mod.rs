@@ -264,6 +264,25 @@ impl<S: DumpSource> Sampler<S> {
         self.run(false, &mut visit).await
     }
 
+    /// Takes one dump of the listening sockets alone, unfiltered, and shows each to
+    /// `visit`. The kernel walks only its listener table for it (a request for
+    /// `TCP_LISTEN` alone skips the established table), so it costs tens of microseconds
+    /// where a full dump costs one per socket: the tracker asks for it when a flow seen only
+    /// in its destroy event has a local port not known to listen (docs/kernel.md).
+    ///
+    /// # Errors
+    /// As for [`dump`](Self::dump).
+    pub async fn listeners_with<F: FnMut(Sample<'_>)>(
+        &mut self,
+        mut visit: F,
+    ) -> Result<Dump, SampleError> {
+        let saved = (self.cfg.states, self.bytecode.take());
+        self.cfg.states = crate::states::StateSet(1 << crate::states::tcp::LISTEN);
+        let r = self.run(false, &mut visit).await;
+        (self.cfg.states, self.bytecode) = saved;
+        r
+    }
+
     async fn run<F: FnMut(Sample<'_>)>(
         &mut self,
         keep: bool,

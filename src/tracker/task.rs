@@ -344,6 +344,7 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
             Some(q) = next_query(&mut queries) => answer(&tracker, q),
         }
         if hand_on && !out.is_empty() {
+            resolve_sides(&mut tracker, &mut spaces, &mut out).await;
             hand_off(&mut out, &ended_tx, &metrics, &mut drop_warn)?;
         }
     }
@@ -364,6 +365,7 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
     // they end as closed, with their final counters. Left, they ended as cut off by the
     // shutdown, and without -writer-partial their records were not written at all.
     spaces::drain_all(&mut spaces, &mut tracker, &mut out, &metrics);
+    resolve_sides(&mut tracker, &mut spaces, &mut out).await;
     tracker.finish(&mut out);
     let st = publish(&tracker, &metrics, accounts);
     if !out.is_empty() {
@@ -417,6 +419,32 @@ async fn full_dump<S: DumpSource, D: DumpSource>(
 /// An exact poll of the hot flows: each is asked for by identity; an answer goes through
 /// the tracker like a dump's, a socket gone (or in a state the dumps leave out) ends its
 /// flow as a dump's miss would.
+/// Flows seen only in their destroy event on a port not known to listen wait in `out` to
+/// learn which side they were: one listeners' dump of each namespace they belong to (the
+/// kernel walks only its listener table for it) tells whether the port listens now, as it
+/// does when the listener started after the last full dump. At most once a tick, and only
+/// when such flows wait; client sides of short connections, on ephemeral ports, are the
+/// usual ones. A failed listeners' dump leaves their side unknown, never guessed.
+async fn resolve_sides<S: DumpSource, D>(
+    tracker: &mut Tracker,
+    spaces: &mut [spaces::Space<S, D>],
+    out: &mut [EndedFlow],
+) {
+    if !Tracker::any_unresolved(out) {
+        return;
+    }
+    for sp in spaces.iter_mut() {
+        if !out.iter().any(|e| e.unresolved == Some(sp.ns)) {
+            continue;
+        }
+        tracker.set_netns(sp.ns);
+        if let Err(e) = sp.sampler.listeners_with(|s| tracker.observe_listener(&s)).await {
+            tracing::debug!(netns = sp.ns, error = %e, "listeners' dump failed");
+        }
+    }
+    tracker.resolve_sides(out);
+}
+
 async fn exact_poll<S: DumpSource, D: DumpSource>(
     tracker: &mut Tracker,
     spaces: &mut [Space<S, D>],
