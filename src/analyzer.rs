@@ -22,6 +22,7 @@ use chrono::{DateTime, Local, SecondsFormat};
 use tokio::sync::mpsc::Receiver;
 
 pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, SamplingStats, ip, mbps};
+use crate::record::{UNKNOWN_CC, UNKNOWN_RATE};
 use crate::states::name as state_name;
 use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
@@ -295,15 +296,31 @@ fn record(
     let (c_pacing, c_retrans) = (rates.pacing_corr, rates.retrans_corr);
     let span = f.span_ns();
     let last = &f.last;
-    let send_throughput_mbps =
-        throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span);
+    // A flow of one sample (mostly: seen only in its destroy event) has no span. Its send
+    // rate is its lifetime bytes over the kernel's busy time, the time it had data in
+    // flight; with no busy time (before Linux 4.10), and on the receive side always, there
+    // is no duration to divide by, and the record says so instead of giving 0.
+    let (send_throughput_mbps, recv_throughput_mbps, throughput_basis) = if span > 0 {
+        let recv = last.bytes_received.saturating_sub(f.first_bytes_received);
+        (
+            throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span),
+            throughput_mbps(recv, span),
+            None,
+        )
+    } else if last.busy_ms != u32::MAX && last.busy_ms > 0 {
+        let busy_ns = u64::from(last.busy_ms) * 1_000_000;
+        (throughput_mbps(last.bytes_acked, busy_ns), UNKNOWN_RATE, Some("busy-time"))
+    } else {
+        (UNKNOWN_RATE, UNKNOWN_RATE, Some("unknown"))
+    };
     let cwnd_summary = seven_number_sorted(&b.cwnd, wq, &b.o_cwnd, kind).unwrap_or([0.0; 7]);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
     let diagnosis = diagnosis::diagnose(
         e,
         diagnosis::Inputs {
-            throughput_mbps: send_throughput_mbps,
+            throughput_mbps: send_throughput_mbps.max(0.0),
+            recv_throughput_mbps: (recv_throughput_mbps >= 0.0).then_some(recv_throughput_mbps),
             min_rtt_ms: min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0),
             rtt_p50_ms: rtt_summary.map_or(0.0, |r| r[3]),
             cwnd_p50_bytes: cwnd_summary[3],
@@ -343,6 +360,7 @@ fn record(
         total_retransmits: last.total_retrans,
         bytes_acked: last.bytes_acked,
         send_throughput_mbps,
+        throughput_basis,
         delivered: last.delivered,
         delivered_ce: last.delivered_ce,
         partial_start: f.partial_start,
@@ -363,14 +381,14 @@ fn record(
             retrans_cwnd: c_retrans.into(),
             pacing_cwnd: c_pacing.into(),
         },
-        recv_throughput_mbps: throughput_mbps(
-            last.bytes_received.saturating_sub(f.first_bytes_received),
-            span,
-        ),
+        recv_throughput_mbps,
         bytes_sent: last.bytes_sent,
         bytes_retrans: last.bytes_retrans,
         bytes_received: last.bytes_received,
-        congestion_control: f.cc.as_str().to_string(),
+        congestion_control: match f.cc.as_str() {
+            "" => UNKNOWN_CC.to_string(),
+            cc => cc.to_string(),
+        },
         family: if f.key.family == AF_INET { "inet" } else { "inet6" },
         final_state: state_name(last.state),
         cookie: f.key.cookie,

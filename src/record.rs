@@ -261,6 +261,15 @@ pub struct Correlations {
     pub pacing_cwnd: CorrDetail,
 }
 
+/// The throughput of a record that has none to give (a flow of one sample with no busy time
+/// from the kernel, or the receive side of any flow of one sample). cgmon has no sentinel
+/// for throughputs; like its correlations' -2 and -3, a negative number cannot be a rate
+/// (docs/records.md, "Sentinels").
+pub const UNKNOWN_RATE: f64 = -1.0;
+
+/// `CongestionControl` when the kernel never named the algorithm (docs/records.md).
+pub const UNKNOWN_CC: &str = "unknown";
+
 /// One flow's record. cgmon's fields first, under cgmon's names and units, then ours.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FlowStats {
@@ -331,9 +340,15 @@ pub struct FlowStats {
     /// tcpi_bytes_acked of the last sample (cumulative; SYN and FIN count 1 each).
     #[serde(rename = "BytesAcked")]
     pub bytes_acked: u64,
-    /// Bytes acked during the sampled span over its length, Mbit/s; 0 for a one-sample flow.
+    /// Bytes acked during the sampled span over its length, Mbit/s. A flow of one sample
+    /// has no span: its lifetime bytes over the kernel's busy time (`ThroughputBasis`
+    /// `busy-time`), or [`UNKNOWN_RATE`] when the kernel gives no busy time.
     #[serde(rename = "SendThroughputMbps")]
     pub send_throughput_mbps: f64,
+    /// How the throughputs were computed when not over the sampled span (absent): see
+    /// docs/records.md.
+    #[serde(rename = "ThroughputBasis", skip_serializing_if = "Option::is_none")]
+    pub throughput_basis: Option<&'static str>,
     /// tcpi_delivered of the last sample (segments).
     #[serde(rename = "Delivered")]
     pub delivered: u32,
@@ -369,7 +384,8 @@ pub struct FlowStats {
     /// Pearson and Spearman with p-values and effective sample sizes.
     #[serde(rename = "Correlations")]
     pub correlations: Correlations,
-    /// Bytes received during the sampled span over its length, Mbit/s.
+    /// Bytes received during the sampled span over its length, Mbit/s; [`UNKNOWN_RATE`]
+    /// for a flow of one sample (the kernel keeps no receive-side busy time).
     #[serde(rename = "RecvThroughputMbps")]
     pub recv_throughput_mbps: f64,
     /// tcpi_bytes_sent (includes retransmissions).
@@ -381,7 +397,8 @@ pub struct FlowStats {
     /// tcpi_bytes_received.
     #[serde(rename = "BytesReceived")]
     pub bytes_received: u64,
-    /// Congestion-control algorithm ("" when the kernel never named it).
+    /// Congestion-control algorithm, or [`UNKNOWN_CC`] when the kernel never named it (a
+    /// flow seen only in its destroy event, which carries no name).
     #[serde(rename = "CongestionControl")]
     pub congestion_control: String,
     /// inet | inet6.

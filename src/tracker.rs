@@ -1567,7 +1567,8 @@ impl Tracker {
         let Rest { held, sampling } = rest;
         let netns = label_of(&self.labels, &self.flow_netns, flow.key.cookie);
         self.flow_netns.remove(&flow.key.cookie);
-        let e = EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved: None };
+        let e =
+            EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved: None };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {

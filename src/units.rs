@@ -103,6 +103,28 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// Bytes in SI units, as `ss` and iperf3 write them for a person: `4.1 KB`, `2.0 GB`
+/// (10³ steps; sizes a user types keep their ×1024 suffixes, see [`parse_size`]).
+pub fn si_bytes(b: u64) -> String {
+    let b = b as f64;
+    match b {
+        _ if b >= 1e12 => format!("{:.1} TB", b / 1e12),
+        _ if b >= 1e9 => format!("{:.1} GB", b / 1e9),
+        _ if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        _ if b >= 1e3 => format!("{:.1} KB", b / 1e3),
+        _ => format!("{b:.0} B"),
+    }
+}
+
+/// A rate given in Mbit/s, in SI units with one decimal: `16.1 Gbit/s`, `5.9 Mbit/s`.
+pub fn si_rate_mbps(mbps: f64) -> String {
+    match mbps {
+        _ if mbps >= 1e3 => format!("{:.1} Gbit/s", mbps / 1e3),
+        _ if mbps >= 1.0 => format!("{mbps:.1} Mbit/s"),
+        _ => format!("{:.1} kbit/s", mbps * 1e3),
+    }
+}
+
 /// Most characters of a bad value an error message quotes: enough to recognise it, and a
 /// 100 KB filter pasted by mistake does not fill the terminal (or the journal).
 pub const QUOTED_CHARS: usize = 200;

@@ -36,11 +36,19 @@ pub const SNDBUF_MIN_SHARE_PCT: f64 = 20.0;
 /// give can reach (autotuned buffers stay at or below 0.5).
 pub const SNDBUF_CAP_FRACTION: f64 = 0.4;
 
+/// Data a flow must have delivered for its sending to be judged: 64 KiB. Below it a flow
+/// spends its whole life in slow start (an initial window of 10 segments is ~14.6 KB, and
+/// each round trip doubles it), so no limit other than the round trips and the
+/// application's request could have shown; such a flow's verdict is `unknown`.
+pub const MIN_JUDGED_BYTES: u64 = 64 * 1024;
+
 /// What the analysis already computed that the diagnosis uses.
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs {
     /// Achieved send throughput, Mbit/s.
     pub throughput_mbps: f64,
+    /// Achieved receive throughput, Mbit/s, when known.
+    pub recv_throughput_mbps: Option<f64>,
     /// Minimum RTT, ms (0: unknown).
     pub min_rtt_ms: f64,
     /// Median smoothed RTT, ms (0: no RTT measured).
@@ -48,6 +56,10 @@ pub struct Inputs {
     /// Median cwnd, bytes.
     pub cwnd_p50_bytes: f64,
 }
+
+/// The verdict of a flow that cannot be judged as a sender: too short, mostly receiving,
+/// or without evidence (one of the verdicts docs/records.md lists).
+pub const UNKNOWN: &str = "unknown";
 
 /// A median RTT above this multiple of the minimum counts as a queue in the finding.
 const QUEUE_RTT_RATIO: f64 = 1.25;
@@ -166,6 +178,42 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
+    // Which end sent. A flow that mostly received was limited by its peer's sending, which
+    // its own counters do not show; one that sent too little to leave slow start shows no
+    // limit at all. Neither gets a sender's verdict.
+    let (sent, received) = (l.bytes_acked, l.bytes_received);
+    if received > sent && received >= MIN_JUDGED_BYTES {
+        let finding = match x.recv_throughput_mbps {
+            Some(r) => format!(
+                "received {} at {}; the sender is the peer",
+                crate::units::si_bytes(received),
+                crate::units::si_rate_mbps(r)
+            ),
+            None => format!(
+                "received {} (one sample: no rate); the sender is the peer",
+                crate::units::si_bytes(received)
+            ),
+        };
+        return Some(Diagnosis {
+            shares,
+            caps,
+            signals: sig,
+            achieved_mbps: got,
+            verdict: UNKNOWN,
+            finding,
+        });
+    }
+    if sent < MIN_JUDGED_BYTES {
+        let finding = format!("too short to judge: {} sent", crate::units::si_bytes(sent));
+        return Some(Diagnosis {
+            shares,
+            caps,
+            signals: sig,
+            achieved_mbps: got,
+            verdict: UNKNOWN,
+            finding,
+        });
+    }
     let mut verdict = largest(&shares);
     let near_sndbuf_cap =
         caps.send_buffer_cap_mbps.is_some_and(|c| c > 0.0 && got >= SNDBUF_CAP_FRACTION * c);
@@ -332,7 +380,10 @@ mod tests {
         let a = SockBuilder::new(1, 5000, 80).rtt_us(28).min_rtt_us(2);
         let mut e = ended_flow(&[(S, a.clone().chrono_us(100_000, 0, 0).bytes_acked(1_250_002))]);
         let r = analyze(&mut e, &AnalyzerConfig::default());
-        assert_eq!(r.send_throughput_mbps, 0.0, "no span: the record's throughput is 0");
+        // No span: the record's throughput is over the kernel's busy time, and says so.
+        assert!((r.send_throughput_mbps - 100.00016).abs() < 1e-9, "{}", r.send_throughput_mbps);
+        assert_eq!(r.throughput_basis, Some("busy-time"));
+        assert_eq!(r.recv_throughput_mbps, crate::record::UNKNOWN_RATE);
         let d = r.diagnosis.unwrap();
         assert_eq!(d.shares.basis, "lifetime");
         assert!((d.achieved_mbps - 100.00016).abs() < 1e-9, "{}", d.achieved_mbps);
@@ -342,13 +393,47 @@ mod tests {
              Mbit/s with the RTT at 0.028 ms over a 0.002 ms minimum (queueing) and 0.00 % loss"
         );
         // Near its minimum, the finding says there was no queue.
-        let mut e = ended_flow(&[(S, a.min_rtt_us(25).chrono_us(100_000, 0, 0).bytes_acked(2))]);
+        let mut e =
+            ended_flow(&[(S, a.min_rtt_us(25).chrono_us(100_000, 0, 0).bytes_acked(1_250_002))]);
         let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
         assert!(
             d.finding.contains("at 0.028 ms, near its 0.025 ms minimum (no queue)"),
             "{}",
             d.finding
         );
+    }
+
+    #[test]
+    fn issue_32_a_short_flow_is_unknown_and_says_why() {
+        // A 4 KB HTTP response, seen only in its destroy event.
+        let a = SockBuilder::new(1, 80, 40000).rtt_us(30).min_rtt_us(20);
+        let mut e =
+            ended_flow(&[(S, a.chrono_us(1_000, 0, 0).bytes_acked(4_097).bytes_received(80))]);
+        let r = analyze(&mut e, &AnalyzerConfig::default());
+        let d = r.diagnosis.unwrap();
+        assert_eq!(d.verdict, "unknown");
+        assert_eq!(d.finding, "too short to judge: 4.1 KB sent");
+        // Just at the threshold, it is judged.
+        let a = SockBuilder::new(2, 80, 40001).rtt_us(30).min_rtt_us(20);
+        let mut e = ended_flow(&[
+            (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
+            (2 * S, a.chrono_us(900_000, 0, 0).bytes_acked(super::MIN_JUDGED_BYTES)),
+        ]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_ne!(d.verdict, "unknown", "{}", d.finding);
+    }
+
+    #[test]
+    fn issue_32_a_flow_that_mostly_received_gets_no_sender_verdict() {
+        // An iperf3 server's socket: 2 GB received over one second, a few bytes sent.
+        let a = SockBuilder::new(1, 5201, 40000).rtt_us(30).min_rtt_us(20);
+        let mut e = ended_flow(&[
+            (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1).bytes_received(1)),
+            (2 * S, a.chrono_us(10_000, 0, 0).bytes_acked(37).bytes_received(2_012_500_001)),
+        ]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!(d.verdict, "unknown");
+        assert_eq!(d.finding, "received 2.0 GB at 16.1 Gbit/s; the sender is the peer");
     }
 
     #[test]

@@ -93,7 +93,11 @@ fn sentinels_and_absent_values_never_reach_json_as_nan() {
     let a = SockBuilder::new(1, 5000, 80); // pacing/max pacing unlimited, min_rtt unset
     let one = analyze(&mut flow(&[(0, a.clone())]), &cfg());
     assert_eq!(one.corr_rtt_cwnd, -3.0);
-    assert_eq!(one.send_throughput_mbps, 0.0);
+    // One sample, no busy time from the kernel: the throughputs are the sentinel, and the
+    // record says why.
+    assert_eq!(one.send_throughput_mbps, crate::record::UNKNOWN_RATE);
+    assert_eq!(one.recv_throughput_mbps, crate::record::UNKNOWN_RATE);
+    assert_eq!(one.throughput_basis, Some("unknown"));
     assert_eq!(one.min_rtt_kernel_ms, None);
     assert_eq!(one.max_pacing_rate_kernel_mbps, None);
     assert_eq!(one.pacing_rate_summary, None);

@@ -318,3 +318,18 @@ fn issue_32_flag_edges() {
     assert!(matches!(&c.settings.writer.target, Target::File(f) if f.keep == keep));
     assert_eq!(c.settings.writer.samples.as_ref().unwrap().keep, keep);
 }
+
+#[test]
+fn the_units_retention_values_parse() {
+    let unit = include_str!("../../examples/systemd/cgmon-rs.service");
+    let mut seen = 0;
+    for line in unit.lines().filter_map(|l| l.strip_prefix("Environment=CGMON_WRITER_KEEP_")) {
+        let (name, value) = line.split_once('=').unwrap();
+        let flag = format!("--writer-keep-{}", name.to_lowercase());
+        let c = run(&["-writer-dir", "/tmp", &flag, value]).unwrap();
+        let Target::File(f) = &c.settings.writer.target else { panic!("a file") };
+        assert!(!f.keep.unbounded(), "{flag} {value}");
+        seen += 1;
+    }
+    assert_eq!(seen, 2, "the unit bounds both the count and the size");
+}

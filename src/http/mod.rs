@@ -445,10 +445,14 @@ async fn serve_app(
     let mut conns = tokio::task::JoinSet::new();
     let mut last_warning: Option<std::time::Instant> = None;
     loop {
+        // While a connection told to give way has not closed yet, no more are accepted:
+        // file descriptors stay within the cap plus one.
+        let room = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).open.len()
+            <= limits.max_connections;
         let accepted = tokio::select! {
             _ = &mut stop => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-            r = l.accept() => r,
+            r = l.accept(), if room => r,
         };
         match accepted {
             Ok((stream, _)) => {
