@@ -239,3 +239,39 @@ fn a_refused_connect_has_no_rtt_figures() {
     }
     assert!(r["Samples"].as_u64().unwrap() >= 2, "seen in SYN-SENT: {r:#}");
 }
+
+/// Issue 32: a listener that starts after the monitor's last full dump, and its first
+/// connection, opened and closed cleanly before the next dump (python's http.server and
+/// one curl). Its server side was recorded `reset` and without its service; now it reads
+/// exactly as a later connection's does, whose listener a dump had seen.
+#[test]
+fn the_first_connection_to_a_new_listener_closes_cleanly_with_its_service() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "2s", "-log-tracker", "-run-http-server", "127.0.0.1:0"]);
+    c.args(["--filter", &format!("sport {port} or dport {port}")]);
+    let m = Monitor::spawn(c);
+    // Right after a dump, two seconds before the next: the listener and its first
+    // connection live and end in between.
+    m.wait_log_count("tracker dump", 2, Duration::from_secs(10));
+    let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let first = close_cleanly(c, s, 100, 4000, Duration::ZERO);
+    // A later connection, after a dump has seen the listener.
+    m.wait_log_count("tracker dump", 4, Duration::from_secs(10));
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let later = close_cleanly(c, s, 100, 4000, Duration::ZERO);
+    let (recs, _) = stop(m, 4);
+    let server: Vec<&Value> = recs.iter().filter(|r| r["ID"]["SrcPort"] == port).collect();
+    assert_eq!(server.len(), 2, "{recs:#?}");
+    for r in &server {
+        assert_eq!(r["Close"], "clean", "{r:#}");
+    }
+    assert_eq!(server[0].get("CgroupID"), server[1].get("CgroupID"), "{server:#?}");
+    assert_eq!(server[0].get("Service"), server[1].get("Service"), "{server:#?}");
+    for client in [first, later] {
+        assert_eq!(the_record(&recs, client)["Close"], "clean", "{recs:#?}");
+    }
+}
