@@ -316,7 +316,16 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     if !addr.ip().is_loopback() {
         tracing::warn!(%addr, "the HTTP server listens beyond loopback, without authentication");
     }
-    let l = std::net::TcpListener::bind(addr)?;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    // As std's bind does: a restarted monitor rebinds at once over TIME-WAIT connections.
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(LISTEN_BACKLOG)?;
+    let l: std::net::TcpListener = sock.into();
     l.set_nonblocking(true)?;
     tracing::info!(addr = %l.local_addr()?, "HTTP server listening");
     Ok(l)
@@ -393,6 +402,14 @@ fn router(s: Served) -> Router {
         .with_state(ctx)
 }
 
+/// Connections told to give way that may still be closing while newcomers are accepted.
+const EVICTING: usize = 8;
+
+/// A listen(2) backlog for bursts of connections: with std's 128, a burst of a few hundred
+/// clients overflowed the accept queue, and a scraper's SYN dropped there waits a second
+/// for its retransmission. The kernel caps it at `net.core.somaxconn` (4096 by default).
+const LISTEN_BACKLOG: i32 = 1024;
+
 /// The open connections, oldest first, as the accept loop sees them.
 #[derive(Default)]
 struct Slots {
@@ -445,10 +462,11 @@ async fn serve_app(
     let mut conns = tokio::task::JoinSet::new();
     let mut last_warning: Option<std::time::Instant> = None;
     loop {
-        // While a connection told to give way has not closed yet, no more are accepted:
-        // file descriptors stay within the cap plus one.
+        // While connections told to give way have not closed yet (they close within a
+        // turn of this runtime), at most EVICTING more are accepted: file descriptors stay
+        // within the cap plus that, and a burst of newcomers still drains quickly.
         let room = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).open.len()
-            <= limits.max_connections;
+            < limits.max_connections + EVICTING;
         let accepted = tokio::select! {
             _ = &mut stop => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,

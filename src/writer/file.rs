@@ -194,7 +194,7 @@ enum Rotation {
 
 /// An output file.
 ///
-/// A rotation is close, rename, reopen ([`Rotation`]). A step that fails leaves the
+/// A rotation is close, rename, reopen (see `Rotation`). A step that fails leaves the
 /// rotation *pending* at that step, and every later write first tries to finish it, so
 /// records wait (in the writer's backlog) until it works, and none is taken into a stream
 /// that was ended or a file that is not open. In particular an ended gzip encoder is

@@ -363,7 +363,8 @@ fn http_abuse_at_20000_flows_leaves_sampling_and_the_bounds_alone() {
     assert_eq!(results[0].0, 2 * PAIRS, "the walker saw every flow");
     assert!(results[1..].iter().all(|r| r.0 == 1000), "a page each: {results:?}");
     assert_eq!(open, 0, "slow clients still open");
-    assert!(fd_max <= fd0 + 64 + 2, "fds {fd0} → {fd_max}");
+    // The cap, plus connections told to give way that are still closing (at most 8).
+    assert!(fd_max <= fd0 + 64 + 8 + 2, "fds {fd0} → {fd_max}");
     assert!(rss_max < rss0 + (200 << 20), "RSS {rss0} → {rss_max}");
     assert_eq!(overruns, 0.0, "the HTTP load delayed sampling");
     assert!(mean_during < 0.010, "dumps started {mean_during} s late on average under load");
