@@ -14,7 +14,8 @@
 //! Layers:
 //! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
 //!   `logging`, `metrics` (shared counters), `http` (status page).
-//! - The stages: `tracker::task`, `analyzer::run`, `writer`.
+//! - The stages: `tracker::task`, `analyzer::run`, `writer`; `sink` (the fleet sink to
+//!   ClickHouse: its pure core so far, not yet wired into the program).
 //! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
 //!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
@@ -44,6 +45,7 @@ pub mod record;
 pub mod report;
 pub mod sampler;
 pub mod services;
+pub mod sink;
 pub mod states;
 pub mod stats;
 pub mod tracker;

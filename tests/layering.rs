@@ -28,6 +28,7 @@ const RANKS: &[(&str, u32)] = &[
     ("tracker", 4),
     ("analyzer", 5),
     ("writer", 6),
+    ("sink", 6),
     ("http", 7),
     ("dumpcmd", 7),
     ("cli", 8),

@@ -1,0 +1,347 @@
+//! Delivery that users can trust: a bounded queue of batches sent in order, retried with
+//! backoff and jitter, and never stored twice.
+//!
+//! A batch counts as delivered only on the server's success reply. When an attempt fails
+//! in a way that may have stored it (the connection dropped after the request was sent, a
+//! timeout, a 5xx: the reply may be what was lost), the batch is marked *uncertain*, and
+//! before it is sent again the store is asked how many rows with its `BatchId` landed: all
+//! of them means it was delivered after all; none means it is sent again. (One insert of
+//! fewer than `max_insert_block_size` rows is atomic in a MergeTree table, so a part of a
+//! batch does not land alone; through a `Distributed` table the insert must be synchronous
+//! for the count to see it: `insert_distributed_sync=1`.) A refusal that cannot have
+//! stored anything (a 4xx, a refused connection) is retried without the question.
+//!
+//! The queue is bounded in bytes; past the bound the oldest batch is dropped and counted.
+//! Sampling never waits for any of this: the caller offers batches and steps the queue.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::batch::Batch;
+
+/// What an attempt to store or to look up a batch gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing can have been stored (connection refused, a 4xx answer): send again.
+    NotStored(String),
+    /// It may have been stored (the reply was lost, a timeout, a 5xx): ask first.
+    Uncertain(String),
+}
+
+impl Failure {
+    /// The failure's text, for the log and the status page.
+    pub fn text(&self) -> &str {
+        match self {
+            Failure::NotStored(s) | Failure::Uncertain(s) => s,
+        }
+    }
+}
+
+/// The server, as delivery sees it.
+pub trait Store {
+    /// Inserts the batch's rows.
+    ///
+    /// # Errors
+    /// Why it did not get a success reply.
+    fn insert(&mut self, b: &Batch) -> Result<(), Failure>;
+
+    /// How many rows with `batch_id` the table holds.
+    ///
+    /// # Errors
+    /// The question got no answer.
+    fn landed(&mut self, batch_id: &str) -> Result<u64, Failure>;
+}
+
+/// Backoff between failed attempts: doubling from `min` to `max`, with up to a quarter of
+/// jitter so that a fleet that lost its server does not come back in step.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// First delay.
+    pub min: Duration,
+    /// Largest delay.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { min: Duration::from_millis(500), max: Duration::from_secs(30) }
+    }
+}
+
+/// What happened, for the counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// Batches and rows delivered.
+    pub sent_batches: u64,
+    /// Rows delivered.
+    pub sent_rows: u64,
+    /// Rows dropped because the queue was full.
+    pub dropped_rows: u64,
+    /// Failed attempts.
+    pub failures: u64,
+    /// Batches found stored when asked after an uncertain failure (a lost reply).
+    pub found_stored: u64,
+}
+
+struct Queued {
+    batch: Batch,
+    uncertain: bool,
+}
+
+/// The queue of batches waiting for the server.
+pub struct Delivery {
+    queue: VecDeque<Queued>,
+    bytes: usize,
+    max_bytes: usize,
+    backoff: Backoff,
+    delay: Duration,
+    next_try: Option<Instant>,
+    /// Jitter's state (xorshift): no need for a random crate.
+    seed: u64,
+    /// The last failure, while failing.
+    pub last_error: Option<String>,
+    /// Counters.
+    pub tally: Tally,
+}
+
+impl Delivery {
+    /// A queue of at most `max_bytes` of rows.
+    pub fn new(max_bytes: usize, backoff: Backoff, seed: u64) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            bytes: 0,
+            max_bytes,
+            backoff,
+            delay: Duration::ZERO,
+            next_try: None,
+            seed: seed | 1,
+            last_error: None,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Rows and bytes waiting.
+    pub fn waiting(&self) -> (usize, usize) {
+        (self.queue.iter().map(|q| q.batch.count).sum(), self.bytes)
+    }
+
+    /// Queues a batch, dropping (and counting) the oldest while over the bound. The batch
+    /// being retried is dropped too when it is the oldest: the bound holds whatever the
+    /// server does.
+    pub fn offer(&mut self, b: Batch) {
+        self.bytes += b.rows.len();
+        self.queue.push_back(Queued { batch: b, uncertain: false });
+        while self.bytes > self.max_bytes && self.queue.len() > 1 {
+            let old = self.queue.pop_front().expect("more than one");
+            self.bytes -= old.batch.rows.len();
+            self.tally.dropped_rows += old.batch.count as u64;
+        }
+    }
+
+    /// When the next attempt is due (`None`: nothing waits).
+    pub fn next_try(&self) -> Option<Instant> {
+        if self.queue.is_empty() { None } else { Some(self.next_try.unwrap_or_else(Instant::now)) }
+    }
+
+    /// Sends what is due, in order, until the queue is empty or an attempt fails. Returns
+    /// true when the store went from failing to working, or the other way (the caller
+    /// logs those moments, not every retry).
+    pub fn step(&mut self, now: Instant, store: &mut dyn Store) -> bool {
+        if self.next_try.is_some_and(|t| now < t) {
+            return false;
+        }
+        let was_failing = self.last_error.is_some();
+        while let Some(q) = self.queue.front_mut() {
+            let r = if q.uncertain {
+                match store.landed(&q.batch.id) {
+                    Ok(n) if n > 0 => {
+                        self.tally.found_stored += 1;
+                        Ok(())
+                    }
+                    Ok(_) => store.insert(&q.batch),
+                    Err(e) => Err(e),
+                }
+            } else {
+                store.insert(&q.batch)
+            };
+            match r {
+                Ok(()) => {
+                    let q = self.queue.pop_front().expect("front exists");
+                    self.bytes -= q.batch.rows.len();
+                    self.tally.sent_batches += 1;
+                    self.tally.sent_rows += q.batch.count as u64;
+                    self.delay = Duration::ZERO;
+                    self.next_try = None;
+                    self.last_error = None;
+                }
+                Err(e) => {
+                    // Once uncertain, a batch stays so until it is found or resent: a later
+                    // refusal does not undo what an earlier lost reply may have stored.
+                    q.uncertain |= matches!(e, Failure::Uncertain(_));
+                    self.tally.failures += 1;
+                    self.last_error = Some(e.text().to_string());
+                    self.delay = if self.delay.is_zero() {
+                        self.backoff.min
+                    } else {
+                        (self.delay * 2).min(self.backoff.max)
+                    };
+                    self.next_try = Some(now + self.jittered(self.delay));
+                    break;
+                }
+            }
+        }
+        was_failing != self.last_error.is_some()
+    }
+
+    fn jittered(&mut self, d: Duration) -> Duration {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let quarter = d.as_nanos() as u64 / 4;
+        d + Duration::from_nanos(if quarter == 0 { 0 } else { self.seed % quarter })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table in memory behind a server that fails on cue.
+    #[derive(Default)]
+    struct Fake {
+        rows: Vec<(String, usize)>,
+        script: VecDeque<Step>,
+        inserts: usize,
+        questions: usize,
+    }
+
+    #[derive(Clone, Copy)]
+    enum Step {
+        Ok,
+        Refused,
+        /// Stores the batch, then the reply is lost.
+        StoredReplyLost,
+        /// Fails before storing, in a way that looks the same as a lost reply.
+        Timeout,
+    }
+
+    impl Store for Fake {
+        fn insert(&mut self, b: &Batch) -> Result<(), Failure> {
+            self.inserts += 1;
+            match self.script.pop_front().unwrap_or(Step::Ok) {
+                Step::Ok => {
+                    self.rows.push((b.id.clone(), b.count));
+                    Ok(())
+                }
+                Step::Refused => Err(Failure::NotStored("connection refused".into())),
+                Step::StoredReplyLost => {
+                    self.rows.push((b.id.clone(), b.count));
+                    Err(Failure::Uncertain("connection closed mid-reply".into()))
+                }
+                Step::Timeout => Err(Failure::Uncertain("timed out".into())),
+            }
+        }
+
+        fn landed(&mut self, id: &str) -> Result<u64, Failure> {
+            self.questions += 1;
+            Ok(self.rows.iter().filter(|r| r.0 == id).map(|r| r.1 as u64).sum())
+        }
+    }
+
+    fn batch(i: usize) -> Batch {
+        Batch { id: format!("h/1/{i}"), rows: vec![b'x'; 100], count: 2 }
+    }
+
+    fn run(script: &[Step], batches: usize) -> (Fake, Delivery) {
+        let mut f = Fake { script: script.iter().copied().collect(), ..Fake::default() };
+        let mut d = Delivery::new(1 << 20, Backoff::default(), 7);
+        for i in 0..batches {
+            d.offer(batch(i));
+        }
+        let mut now = Instant::now();
+        for _ in 0..100 {
+            d.step(now, &mut f);
+            now += Duration::from_secs(60);
+        }
+        (f, d)
+    }
+
+    #[test]
+    fn every_batch_lands_exactly_once_whatever_the_server_does() {
+        use Step::*;
+        for script in [
+            vec![],
+            vec![Refused, Refused, Ok],
+            vec![StoredReplyLost],
+            vec![Timeout, Timeout, StoredReplyLost, Refused],
+            vec![StoredReplyLost, Refused, Timeout, StoredReplyLost],
+        ] {
+            let (f, d) = run(&script, 5);
+            let mut ids: Vec<&str> = f.rows.iter().map(|r| r.0.as_str()).collect();
+            ids.sort_unstable();
+            let want: Vec<String> = (0..5).map(|i| format!("h/1/{i}")).collect();
+            assert_eq!(
+                ids,
+                want.iter().map(String::as_str).collect::<Vec<_>>(),
+                "nothing lost, nothing twice"
+            );
+            assert_eq!(d.tally.sent_rows, 10);
+            assert_eq!(d.waiting(), (0, 0));
+            assert!(d.last_error.is_none());
+        }
+        // A lost reply: asked, found, not sent again.
+        let (f, d) = run(&[StoredReplyLost], 1);
+        assert_eq!((f.inserts, f.questions, d.tally.found_stored), (1, 1, 1));
+        // A refusal: sent again without asking.
+        let (f, _) = run(&[Refused], 1);
+        assert_eq!((f.inserts, f.questions), (2, 0));
+    }
+
+    #[test]
+    fn retries_back_off_with_jitter_and_report_only_the_changes() {
+        let mut f = Fake { script: [Step::Refused; 10].into_iter().collect(), ..Fake::default() };
+        let mut d = Delivery::new(
+            1 << 20,
+            Backoff { min: Duration::from_secs(1), max: Duration::from_secs(8) },
+            3,
+        );
+        d.offer(batch(0));
+        let t0 = Instant::now();
+        assert!(d.step(t0, &mut f), "started failing");
+        let mut last = t0;
+        let mut gaps = Vec::new();
+        for _ in 0..6 {
+            let next = d.next_try().unwrap();
+            assert!(!d.step(next - Duration::from_millis(1), &mut f), "not yet");
+            assert!(!d.step(next, &mut f), "still failing: nothing to log");
+            gaps.push(next - last);
+            last = next;
+        }
+        // 1, 2, 4, 8, 8, 8 s, each plus up to a quarter.
+        for (g, base) in gaps.iter().zip([1, 2, 4, 8, 8, 8]) {
+            let base = Duration::from_secs(base);
+            assert!(*g >= base && *g <= base + base / 4, "{g:?} for {base:?}");
+        }
+        f.script.clear();
+        assert!(d.step(d.next_try().unwrap(), &mut f), "recovered");
+        assert_eq!(d.tally.failures, 7);
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_drops_the_oldest_counted() {
+        let mut f = Fake { script: [Step::Refused; 3].into_iter().collect(), ..Fake::default() };
+        let mut d = Delivery::new(350, Backoff::default(), 1);
+        for i in 0..5 {
+            d.offer(batch(i));
+        }
+        assert_eq!(d.waiting(), (6, 300), "three batches of 100 bytes fit in 350");
+        assert_eq!(d.tally.dropped_rows, 4);
+        let mut now = Instant::now();
+        for _ in 0..10 {
+            d.step(now, &mut f);
+            now += Duration::from_secs(60);
+        }
+        let ids: Vec<&str> = f.rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(ids, ["h/1/2", "h/1/3", "h/1/4"], "the newest, in order");
+    }
+}
