@@ -312,7 +312,24 @@ pub async fn run(
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
-    let writer = writer.with_services(services);
+    let mut writer = writer.with_services(services);
+    // The fleet sink, beside the writer: the writer hands it each record without waiting.
+    let sink = match s.sink.clone() {
+        Some(cfg) => {
+            let (tx, rx) = std::sync::mpsc::sync_channel(crate::sink::SINK_CHANNEL_CAPACITY);
+            match crate::sink::spawn(cfg, rx, metrics.clone(), s.shutdown_timeout / 4) {
+                Ok(t) => {
+                    writer = writer.with_sink(tx);
+                    Some(t)
+                }
+                Err(e) => {
+                    eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
+                    return EXIT_USAGE;
+                }
+            }
+        }
+        None => None,
+    };
     let writer_thread = match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
         Ok(t) => t,
         Err(e) => {
@@ -341,6 +358,7 @@ pub async fn run(
         tracker: tracker_task,
         analyzer: analyzer_task,
         writer: writer_thread,
+        sink,
         stop: stop_tx,
         http,
     };
@@ -356,6 +374,8 @@ struct Running {
         tokio::task::JoinHandle<Result<crate::tracker::TrackerStats, crate::edges::StageError>>,
     analyzer: tokio::task::JoinHandle<Result<(), crate::edges::StageError>>,
     writer: std::thread::JoinHandle<Result<(), WriterError>>,
+    /// The ClickHouse sink's thread: it ends after the writer, which holds its sender.
+    sink: Option<std::thread::JoinHandle<Result<(), crate::sink::SinkError>>>,
     stop: watch::Sender<bool>,
     http: Option<crate::http::Server>,
 }
@@ -424,6 +444,7 @@ async fn shut_down(
     }
     let _ = stage.stop.send(true);
     let (tracker, analyzer, writer_thread) = (stage.tracker, stage.analyzer, stage.writer);
+    let sink_thread = stage.sink;
     let drain = async {
         let mut ok = code == 0;
         if !tracker_done {
@@ -435,6 +456,15 @@ async fn shut_down(
             Ok(Ok(r)) => stage_ok("writer", Ok::<_, &str>(r)),
             _ => stage_ok::<WriterError>("writer", Err("the thread panicked")),
         };
+        if let Some(t) = sink_thread {
+            ok &= match tokio::task::spawn_blocking(move || t.join()).await {
+                Ok(Ok(r)) => stage_ok("ClickHouse sink", Ok::<_, &str>(r)),
+                _ => stage_ok::<crate::sink::SinkError>(
+                    "ClickHouse sink",
+                    Err("the thread panicked"),
+                ),
+            };
+        }
         if ok { 0 } else { EXIT_FAILURE }
     };
     let second_stop = async {
@@ -465,6 +495,7 @@ fn exit_status(code: u8, metrics: &Metrics) -> u8 {
     let records = report.lines().find(|l| l.starts_with("records:")).unwrap_or_default();
     tracing::info!("stopped; {records}");
     let (lost, dropped) = (metrics.records_lost.get(), metrics.records_dropped.get());
+    let dropped = dropped + metrics.sink.dropped.get();
     let code = if code == 0 && lost + dropped > 0 {
         tracing::error!(lost, dropped, "records were lost during the run: exit status 1");
         EXIT_FAILURE

@@ -507,6 +507,58 @@ pub struct Cli {
           value_parser = backlog_size, default_value = "64M", help_heading = "Writer")]
     pub backlog: u64,
 
+    // ---- ClickHouse ----
+    /// Also send every record to ClickHouse over HTTP, exactly once: http://HOST:PORT/
+    /// (a user as http://USER@HOST:PORT/; ?database=NAME). The database and table are
+    /// created when missing
+    #[arg(
+        long = "clickhouse",
+        env = "CGMON_CLICKHOUSE",
+        value_name = "URL",
+        help_heading = "ClickHouse"
+    )]
+    pub clickhouse: Option<String>,
+    /// The table, [DB.]TABLE; the database defaults to the URL's ?database=, else cgmon
+    #[arg(
+        long = "clickhouse-table",
+        env = "CGMON_CLICKHOUSE_TABLE",
+        value_name = "TABLE",
+        default_value = "flows",
+        help_heading = "ClickHouse"
+    )]
+    pub clickhouse_table: String,
+    /// A file holding the ClickHouse password (its first line); or set
+    /// CGMON_CLICKHOUSE_PASSWORD. Never on the command line
+    #[arg(
+        long = "clickhouse-password-file",
+        env = "CGMON_CLICKHOUSE_PASSWORD_FILE",
+        value_name = "FILE",
+        help_heading = "ClickHouse"
+    )]
+    pub clickhouse_password_file: Option<PathBuf>,
+    /// The host name every ClickHouse row carries in Host [default: the system's]
+    #[arg(
+        long = "host-name",
+        env = "CGMON_HOST_NAME",
+        value_name = "NAME",
+        help_heading = "ClickHouse"
+    )]
+    pub host_name: Option<String>,
+    /// Keep batches the server has not taken in DIR, across restarts (created when
+    /// missing); without it they wait in memory
+    #[arg(
+        long = "spool-dir",
+        env = "CGMON_SPOOL_DIR",
+        value_name = "DIR",
+        help_heading = "ClickHouse"
+    )]
+    pub spool_dir: Option<PathBuf>,
+    /// Most compressed bytes of records waiting for ClickHouse, in memory and in the spool
+    /// (~4 million records); past it the oldest are dropped and counted
+    #[arg(long = "spool-max", env = "CGMON_SPOOL_MAX", value_name = "SIZE", value_parser = size,
+          default_value = "256M", help_heading = "ClickHouse")]
+    pub spool_max: u64,
+
     // ---- Selection ----
     /// TCP states to sample, comma-separated ss names (established, syn-sent, fin-wait-1,
     /// ..., time-wait, closing, all); default all but listen
@@ -867,15 +919,55 @@ fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
         adjust,
         realtime_offset_ns: 0,
     };
+    let sink = sink_config(&cli, &env)?;
     let summary = summary(&cli, filter.as_ref(), &file_name);
     let log = LogSettings {
         directives: crate::logging::directives(&cli.log_level, &cli.log_stages()),
         format: cli.log_format,
         syslog: cli.log_syslog,
     };
-    let settings =
-        resolve::resolve(&cli, resolve::Parts { filter, bytecode, analyzer, file_name, summary });
+    let settings = resolve::resolve(
+        &cli,
+        resolve::Parts { filter, bytecode, analyzer, file_name, summary, sink },
+    );
     Ok(Config { settings, log, serial: cli.serial, env })
+}
+
+/// `--clickhouse` and its flags as the sink's settings. The password comes from
+/// `--clickhouse-password-file` or `CGMON_CLICKHOUSE_PASSWORD`, never from a flag.
+fn sink_config(cli: &Cli, env: &EnvOrigins) -> Result<Option<crate::sink::SinkConfig>, UsageError> {
+    let Some(url) = &cli.clickhouse else { return Ok(None) };
+    let from = env.suffix(&["clickhouse", "clickhouse_table"]);
+    let mut target = crate::sink::client::Target::parse(url, &cli.clickhouse_table)
+        .map_err(|e| UsageError(format!("--clickhouse: {e}{from}")))?;
+    target.password = match &cli.clickhouse_password_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                UsageError(format!(
+                    "--clickhouse-password-file: cannot read {}: {e}{}",
+                    crate::units::clip(&p.display().to_string()),
+                    env.suffix(&["clickhouse_password_file"])
+                ))
+            })?;
+            Some(text.lines().next().unwrap_or("").to_string())
+        }
+        None => std::env::var("CGMON_CLICKHOUSE_PASSWORD").ok(),
+    };
+    if cli.spool_max < 1 << 20 {
+        return Err(UsageError(format!(
+            "invalid value '{}' for '--spool-max': at least 1M bytes{}",
+            cli.spool_max,
+            env.suffix(&["spool_max"])
+        )));
+    }
+    Ok(Some(crate::sink::SinkConfig {
+        target,
+        host: cli.host_name.clone().unwrap_or_else(hostname),
+        limits: crate::sink::batch::Limits::default(),
+        spool_dir: cli.spool_dir.clone(),
+        spool_max: cli.spool_max,
+        backoff: crate::sink::delivery::Backoff::default(),
+    }))
 }
 
 /// The host name (cgmon's default file name uses it).

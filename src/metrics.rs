@@ -314,6 +314,58 @@ pub struct Metrics {
     /// Durations of the flows (and windows) the analyzer received, for
     /// `/flow-duration-histogram`.
     pub flow_durations: durations::DurationHistogram,
+    /// The ClickHouse sink (`--clickhouse`), when it runs.
+    pub sink: SinkMetrics,
+}
+
+/// The fleet sink's state, as `/metrics`, `/healthz` and the status page show it.
+#[derive(Debug)]
+pub struct SinkMetrics {
+    /// `--clickhouse` is set.
+    pub enabled: Gauge,
+    /// Records the server acknowledged.
+    pub sent: Counter,
+    /// Records dropped: the queue or spool was full, the hand-off to the sink was full, or
+    /// they were not delivered nor spooled by the end of the run.
+    pub dropped: Counter,
+    /// Records and bytes (compressed) waiting, in memory or in the spool.
+    pub waiting_records: Gauge,
+    /// Bytes (compressed) waiting.
+    pub waiting_bytes: Gauge,
+    /// Batches waiting in the spool directory.
+    pub spooled_batches: Gauge,
+    /// 1 while the last attempt failed.
+    pub failing: Gauge,
+    /// Failed attempts.
+    pub failures: Counter,
+    /// Batches found stored after a lost reply (not sent twice).
+    pub found_stored: Counter,
+    /// Time to deliver each batch (the successful call).
+    pub batch_seconds: Histogram,
+    /// The last failure, while failing (no credentials: they are never in a URL or error).
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// Batch delivery latency buckets, seconds.
+pub const SINK_BUCKETS_S: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+impl Default for SinkMetrics {
+    fn default() -> Self {
+        Self {
+            enabled: Gauge::default(),
+            sent: Counter::default(),
+            dropped: Counter::default(),
+            waiting_records: Gauge::default(),
+            waiting_bytes: Gauge::default(),
+            spooled_batches: Gauge::default(),
+            failing: Gauge::default(),
+            failures: Counter::default(),
+            found_stored: Counter::default(),
+            batch_seconds: Histogram::new(&SINK_BUCKETS_S),
+            last_error: Mutex::new(None),
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -390,6 +442,7 @@ impl Metrics {
             stages: Mutex::new([StageTimes::default(); 4]),
             last_good_dump: AtomicU64::new(0),
             flow_durations: durations::DurationHistogram::new(interval),
+            sink: SinkMetrics::default(),
         }
     }
 }

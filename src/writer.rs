@@ -138,6 +138,10 @@ pub struct Writer {
     /// Tests: the next batch panics (a stand-in for a bug) while set.
     #[cfg(test)]
     pub(crate) panic_next: Arc<std::sync::atomic::AtomicBool>,
+    /// `--clickhouse`: every record also goes to the sink's thread, without waiting.
+    sink: Option<std::sync::mpsc::SyncSender<crate::sink::SinkMsg>>,
+    /// When a full hand-off to the sink was last logged.
+    sink_full_logged: Option<Instant>,
 }
 
 impl Writer {
@@ -196,6 +200,8 @@ impl Writer {
             services: Arc::default(),
             #[cfg(test)]
             panic_next: Arc::default(),
+            sink: None,
+            sink_full_logged: None,
         })
     }
 
@@ -214,17 +220,28 @@ impl Writer {
                 r.name_service(&mut s);
             }
         }
+        let mut lines = Vec::new();
         for r in &b.records {
             let mut buf = Vec::with_capacity(2048);
             if self.cfg.pretty {
                 let fmt = serde_json::ser::PrettyFormatter::with_indent(b"\t");
                 let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
                 r.serialize(&mut ser).map_err(io::Error::other).map_err(|e| self.bug(e))?;
+                if self.sink.is_some() {
+                    lines.push(serde_json::to_vec(r).map_err(|e| self.bug(e.into()))?);
+                }
             } else {
                 serde_json::to_writer(&mut buf, r).map_err(|e| self.bug(e.into()))?;
+                if self.sink.is_some() {
+                    lines.push(buf.clone());
+                }
             }
             buf.push(b'\n');
             self.enqueue(buf);
+        }
+        if self.sink.is_some() && !b.records.is_empty() {
+            let records = std::mem::take(&mut b.records);
+            self.hand_to_sink(records, lines);
         }
         if !b.samples.is_empty()
             && let Some(s) = &mut self.samples
@@ -240,6 +257,29 @@ impl Writer {
         self.metrics.time(Stage::Writer, start.elapsed());
         tracing::debug!(target: "cgmon_rs::writer", records = n, time_us = start.elapsed().as_micros() as u64, "writer batch");
         Ok(())
+    }
+
+    /// Hands every record to the ClickHouse sink too (`--clickhouse`).
+    #[must_use]
+    pub fn with_sink(mut self, tx: std::sync::mpsc::SyncSender<crate::sink::SinkMsg>) -> Self {
+        self.sink = Some(tx);
+        self
+    }
+
+    /// Hands the batch's records, with their one-line JSON, to the sink. A full hand-off
+    /// (the sink's thread far behind) drops them, counted: the writer never waits for it.
+    fn hand_to_sink(&mut self, records: Vec<crate::record::FlowStats>, lines: Vec<Vec<u8>>) {
+        let Some(tx) = &self.sink else { return };
+        let n = records.len() as u64;
+        let msg: crate::sink::SinkMsg = lines.into_iter().zip(records).collect();
+        if tx.try_send(msg).is_err() {
+            self.metrics.sink.dropped.add(n);
+            if self.sink_full_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                self.sink_full_logged = Some(Instant::now());
+                tracing::error!(target: "cgmon_rs::writer", dropped = self.metrics.sink.dropped.get(),
+                    "the ClickHouse sink's hand-off is full: records dropped for it");
+            }
+        }
     }
 
     /// Names services with `s` (a cache shared with the HTTP server's, or one under a test's

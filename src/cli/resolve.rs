@@ -22,6 +22,7 @@ pub(super) struct Parts {
     pub analyzer: AnalyzerConfig,
     pub file_name: String,
     pub summary: String,
+    pub sink: Option<crate::sink::SinkConfig>,
 }
 
 /// Every stage's settings, resolved once from the parsed command line; the raw options go
@@ -52,6 +53,8 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// The one-line summary logged at start.
     pub summary: String,
+    /// `--clickhouse`: the fleet sink, when asked for.
+    pub sink: Option<crate::sink::SinkConfig>,
 }
 
 /// `-run-http-server` and its bounds.
@@ -123,6 +126,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
         run_duration: c.run_duration,
         shutdown_timeout: c.shutdown_timeout,
         summary: format!("{} window_samples={window}", parts.summary),
+        sink: parts.sink,
     }
 }
 

@@ -264,7 +264,29 @@ async fn healthz(State(c): State<Ctx>) -> impl IntoResponse {
             ),
         );
     }
+    let sink = &c.metrics.sink;
+    if sink.enabled.get() != 0 && sink.dropped.get() > 0 && sink.failing.get() != 0 {
+        // Records are being dropped for the fleet: not healthy.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "ClickHouse sink dropping records: {} dropped, {} waiting\n",
+                sink.dropped.get(),
+                sink.waiting_records.get()
+            ),
+        );
+    }
     match c.metrics.since_last_good_dump() {
+        // Records waiting for ClickHouse make the monitor degraded, not unhealthy: they
+        // are kept (and spooled) and go out when it answers again.
+        Some(age) if age <= c.healthy_within && sink.failing.get() != 0 => (
+            StatusCode::OK,
+            format!(
+                "degraded: last dump {} ms ago; ClickHouse sink failing, {} records waiting\n",
+                age.as_millis(),
+                sink.waiting_records.get()
+            ),
+        ),
         Some(age) if age <= c.healthy_within => {
             (StatusCode::OK, format!("ok: last dump {} ms ago\n", age.as_millis()))
         }

@@ -462,6 +462,63 @@ impl Collector for Exporter {
                 d.encode_family(&[("channel", ch)])?.encode_gauge(&(v as f64))?;
             }
         }
+        if m.sink.enabled.get() != 0 {
+            let k = &m.sink;
+            let mut d = e.encode_descriptor(
+                "cgmon_sink_records",
+                "Records the ClickHouse sink delivered (the server acknowledged them) or dropped",
+                None,
+                MetricType::Counter,
+            )?;
+            for (result, v) in [("sent", k.sent.get()), ("dropped", k.dropped.get())] {
+                d.encode_family(&[("result", result)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+            }
+            for (name, help, v) in [
+                (
+                    "cgmon_sink_waiting_records",
+                    "Records waiting for ClickHouse, in memory or in the spool",
+                    k.waiting_records.get(),
+                ),
+                (
+                    "cgmon_sink_waiting_bytes",
+                    "Compressed bytes waiting for ClickHouse (--spool-max bounds them)",
+                    k.waiting_bytes.get(),
+                ),
+                (
+                    "cgmon_sink_spooled_batches",
+                    "Batches waiting in --spool-dir",
+                    k.spooled_batches.get(),
+                ),
+                (
+                    "cgmon_sink_failing",
+                    "1 while the last attempt to reach ClickHouse failed",
+                    k.failing.get(),
+                ),
+            ] {
+                gauge(&mut e, name, help, v as f64)?;
+            }
+            counter(
+                &mut e,
+                "cgmon_sink_failures",
+                "Failed attempts to insert into or ask ClickHouse",
+                k.failures.get(),
+            )?;
+            counter(
+                &mut e,
+                "cgmon_sink_batches_found_stored",
+                "Batches found already stored after a lost reply, so not sent twice",
+                k.found_stored.get(),
+            )?;
+            let (sum, count, buckets) = k.batch_seconds.snapshot();
+            e.encode_descriptor(
+                "cgmon_sink_batch_duration_seconds",
+                "Time to deliver one batch to ClickHouse (the successful request)",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
         gauge(
             &mut e,
             "cgmon_writer_backlog_records",
@@ -693,14 +750,12 @@ mod tests {
     #[test]
     fn every_metric_the_readme_names_is_exported() {
         let accounts = Arc::new(Mutex::new(vec![account(1, 80, 100)]));
+        // With the ClickHouse sink on, so its series are served too.
+        let m = Arc::new(Metrics::default());
+        m.sink.enabled.set(1);
         let ex = Arc::new(
-            Exporter::new(
-                Arc::default(),
-                accounts,
-                Arc::new(Mutex::new(Services::with_root(None))),
-                2,
-            )
-            .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
+            Exporter::new(m, accounts, Arc::new(Mutex::new(Services::with_root(None))), 2)
+                .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
         );
         let text = to_prometheus_text(&render(&ex.registry()).unwrap());
         let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));

@@ -124,6 +124,33 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
                 .map_or("unknown".into(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64)),
         ),
     ];
+    let mut rows = rows.to_vec();
+    let k = &m.sink;
+    if k.enabled.get() != 0 {
+        let last = k.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        rows.extend([
+            (
+                "ClickHouse sink: records sent / dropped",
+                format!("{} / {}", k.sent.get(), k.dropped.get()),
+            ),
+            (
+                "ClickHouse sink: waiting (records, bytes, spooled batches)",
+                format!(
+                    "{}, {} B, {}",
+                    k.waiting_records.get(),
+                    k.waiting_bytes.get(),
+                    k.spooled_batches.get()
+                ),
+            ),
+            (
+                "ClickHouse sink: state",
+                match last {
+                    Some(e) => format!("failing: {e}"),
+                    None => "delivering".into(),
+                },
+            ),
+        ]);
+    }
     for (k, v) in rows {
         let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
     }

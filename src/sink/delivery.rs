@@ -102,6 +102,11 @@ pub struct Delivery {
     pub last_error: Option<String>,
     /// Counters.
     pub tally: Tally,
+    /// Ids of the batches that left the queue (delivered or dropped) since
+    /// [`take_done`](Self::take_done): their spool files go.
+    done: Vec<String>,
+    /// How long each delivered batch's successful call took, since the last take.
+    latencies: Vec<Duration>,
 }
 
 impl Delivery {
@@ -117,7 +122,25 @@ impl Delivery {
             seed: seed | 1,
             last_error: None,
             tally: Tally::default(),
+            done: Vec::new(),
+            latencies: Vec::new(),
         }
+    }
+
+    /// Ids of the batches that left the queue since the last call.
+    pub fn take_done(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// How long each batch delivered since the last call took to deliver.
+    pub fn take_latencies(&mut self) -> Vec<Duration> {
+        std::mem::take(&mut self.latencies)
+    }
+
+    /// Queues a batch that may already have been stored (spooled by an earlier run that
+    /// may have died mid-send): it is looked up before it is sent.
+    pub fn offer_uncertain(&mut self, b: Batch) {
+        self.push(b, true);
     }
 
     /// Rows and bytes waiting.
@@ -129,12 +152,17 @@ impl Delivery {
     /// being retried is dropped too when it is the oldest: the bound holds whatever the
     /// server does.
     pub fn offer(&mut self, b: Batch) {
+        self.push(b, false);
+    }
+
+    fn push(&mut self, b: Batch, uncertain: bool) {
         self.bytes += b.rows.len();
-        self.queue.push_back(Queued { batch: b, uncertain: false });
+        self.queue.push_back(Queued { batch: b, uncertain });
         while self.bytes > self.max_bytes && self.queue.len() > 1 {
             let old = self.queue.pop_front().expect("more than one");
             self.bytes -= old.batch.rows.len();
             self.tally.dropped_rows += old.batch.count as u64;
+            self.done.push(old.batch.id);
         }
     }
 
@@ -152,6 +180,7 @@ impl Delivery {
         }
         let was_failing = self.last_error.is_some();
         while let Some(q) = self.queue.front_mut() {
+            let t = Instant::now();
             let r = if q.uncertain {
                 match store.landed(&q.batch.id) {
                     Ok(n) if n > 0 => {
@@ -170,6 +199,8 @@ impl Delivery {
                     self.bytes -= q.batch.rows.len();
                     self.tally.sent_batches += 1;
                     self.tally.sent_rows += q.batch.count as u64;
+                    self.done.push(q.batch.id);
+                    self.latencies.push(t.elapsed());
                     self.delay = Duration::ZERO;
                     self.next_try = None;
                     self.last_error = None;

@@ -17,6 +17,7 @@ mod monitor;
 mod pipeline;
 mod program;
 mod robustness;
+mod sink;
 
 use std::io::Read;
 use std::path::PathBuf;

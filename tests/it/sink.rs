@@ -1,0 +1,323 @@
+//! The ClickHouse sink against the built binary: a fake server that fails on cue (here), and
+//! Debian's real ClickHouse 18.16 (`real_server_*`, when it is installed; CI installs it).
+//! Every record the files hold must reach the table exactly once.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::monitor::Monitor;
+use crate::program::{http_addr, http_get, metric};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+
+/// What the fake does with the next insert.
+#[derive(Debug, Clone, Copy)]
+pub enum Insert {
+    /// Stores it and answers 200.
+    Ok,
+    /// Answers 500 without storing.
+    Error500,
+    /// Stores it, then closes the connection without a reply (the reply is lost).
+    StoredReplyLost,
+    /// Closes the connection before reading the body (nothing stored).
+    ClosedMidBatch,
+    /// Stores it after 2 s, then answers 200.
+    Slow,
+}
+
+/// A fake ClickHouse: `SELECT version()`, DDL, `system.columns`, inserts (gzip bodies)
+/// into one table of rows kept in memory, and `count()` by `BatchId`.
+#[derive(Default)]
+pub struct Fake {
+    /// Stored rows.
+    pub rows: Vec<Value>,
+    /// What the next inserts do; then `Ok`.
+    pub script: VecDeque<Insert>,
+    /// Inserts tried.
+    pub inserts: usize,
+}
+
+/// Starts the fake on a loopback port; its base URL.
+pub fn fake(f: Arc<Mutex<Fake>>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let f = f.clone();
+            std::thread::spawn(move || serve(c, &f));
+        }
+    });
+    url
+}
+
+fn serve(c: TcpStream, f: &Mutex<Fake>) {
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut w = c;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let mut len = 0usize;
+        let mut gz = false;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').unwrap_or((h, ""));
+            match k.to_ascii_lowercase().as_str() {
+                "content-length" => len = v.trim().parse().unwrap(),
+                "content-encoding" => gz = v.trim() == "gzip",
+                _ => {}
+            }
+        }
+        let query = target.split_once("?query=").map(|(_, q)| decode(q.split('&').next().unwrap()));
+        let is_insert = query.as_deref().is_some_and(|q| q.starts_with("INSERT"));
+        let step = if is_insert {
+            let mut g = f.lock().unwrap();
+            g.inserts += 1;
+            g.script.pop_front().unwrap_or(Insert::Ok)
+        } else {
+            Insert::Ok
+        };
+        if matches!(step, Insert::ClosedMidBatch) {
+            return; // the body unread: nothing stored
+        }
+        let mut body = vec![0u8; len];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        if gz {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut out).unwrap();
+            body = out;
+        }
+        let (status, answer) = if is_insert {
+            if matches!(step, Insert::Error500) {
+                (500, "Code: 999, e.displayText() = fake failure".to_string())
+            } else {
+                if matches!(step, Insert::Slow) {
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+                let mut g = f.lock().unwrap();
+                for l in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                    g.rows.push(serde_json::from_slice(l).unwrap());
+                }
+                if matches!(step, Insert::StoredReplyLost) {
+                    return;
+                }
+                (200, String::new())
+            }
+        } else {
+            let q = String::from_utf8_lossy(&body).to_string();
+            let g = f.lock().unwrap();
+            let a = if q.starts_with("SELECT version()") {
+                "18.16.1\n".to_string()
+            } else if q.contains("system.columns") {
+                "BatchId\nHost\nVerdict\n".to_string()
+            } else if let Some(id) = q.split("BatchId = '").nth(1) {
+                let id = id.split('\'').next().unwrap();
+                format!("{}\n", g.rows.iter().filter(|r| r["BatchId"] == id).count())
+            } else {
+                String::new() // DDL
+            };
+            (200, a)
+        };
+        let reason = if status == 200 { "OK" } else { "Internal Server Error" };
+        let head =
+            format!("HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\n\r\n", answer.len());
+        if w.write_all(head.as_bytes()).and_then(|()| w.write_all(answer.as_bytes())).is_err() {
+            return;
+        }
+    }
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(
+                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap(), 16).unwrap(),
+            );
+            i += 3;
+        } else {
+            out.push(if b[i] == b'+' { b' ' } else { b[i] });
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Opens, exchanges and closes `n` loopback connections to `l`.
+pub fn connections(l: &TcpListener, n: usize) {
+    let a = l.local_addr().unwrap();
+    for _ in 0..n {
+        let mut c = TcpStream::connect(a).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[1u8; 3000]).unwrap();
+        let mut b = [0u8; 3000];
+        s.read_exact(&mut b).unwrap();
+        s.write_all(&[2u8; 5000]).unwrap();
+        drop(s);
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+    }
+}
+
+/// Cookies of every record in the gzip files of `dir`.
+pub fn file_cookies(dir: &std::path::Path) -> Vec<u64> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if !p.to_string_lossy().ends_with(".gz") {
+            continue;
+        }
+        let raw = std::fs::read(&p).unwrap();
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+        for r in serde_json::Deserializer::from_slice(&text).into_iter::<Value>() {
+            v.push(r.unwrap()["Cookie"].as_u64().unwrap());
+        }
+    }
+    v.sort_unstable();
+    v
+}
+
+fn sink_monitor(url: &str, dir: &std::path::Path, port: u16, extra: &[&str]) -> Monitor {
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
+    c.args(["-writer-dir", dir.to_str().unwrap(), "-writer-file", "f.json.gz"]);
+    c.args(["--clickhouse", url, "--host-name", "test-host"]);
+    c.args(["--filter", &format!("sport {port} or dport {port}")]);
+    c.args(extra);
+    Monitor::spawn(c)
+}
+
+#[test]
+fn a_failing_server_gets_every_record_exactly_once() {
+    use Insert::*;
+    let f = Arc::new(Mutex::new(Fake {
+        script: [Error500, ClosedMidBatch, StoredReplyLost, Slow, StoredReplyLost, Error500]
+            .into_iter()
+            .collect(),
+        ..Fake::default()
+    }));
+    let url = fake(f.clone());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    // Batches of a second: several rounds, so that each failure meets a batch.
+    for _ in 0..6 {
+        connections(&l, 10);
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    // Wait until the table holds what was written (the retries back off).
+    let end = Instant::now() + Duration::from_secs(60);
+    while f.lock().unwrap().rows.len() < 120 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = http_get(&http_addr(&m), "/metrics");
+    let health = http_get(&http_addr(&m), "/healthz");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let files = file_cookies(dir.path());
+    assert_eq!(files.len(), 120, "{log}");
+    let g = f.lock().unwrap();
+    let mut table: Vec<u64> = g.rows.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
+    table.sort_unstable();
+    assert_eq!(table, files, "every record once: nothing lost, nothing twice\n{log}");
+    assert!(g.rows.iter().all(|r| r["Host"] == "test-host" && r["BatchId"].is_string()));
+    assert!(g.inserts >= 7, "the failures were retried: {} inserts", g.inserts);
+    assert_eq!(metric(&text, "cgmon_sink_records_total{result=\"sent\"}"), 120.0, "{text}");
+    assert_eq!(metric(&text, "cgmon_sink_records_total{result=\"dropped\"}"), 0.0);
+    assert!(metric(&text, "cgmon_sink_failures_total") >= 5.0, "{text}");
+    assert!(metric(&text, "cgmon_sink_batches_found_stored_total") >= 2.0, "{text}");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    // One line when it starts failing and one when it recovers, not one per retry.
+    let failing = log.matches("ClickHouse sink failing").count();
+    let recovered = log.matches("delivering again").count();
+    assert!(failing >= 1 && failing == recovered, "{failing} / {recovered}\n{log}");
+}
+
+#[test]
+fn bad_sink_flags_are_one_line_and_exit_2() {
+    for (args, says) in [
+        (vec!["--clickhouse", "https://ch:8443/"], "unknown scheme"),
+        (vec!["--clickhouse", "ch:8123"], "not a URL"),
+        (vec!["--clickhouse", "http://u:hunter2@ch:8123/"], "password in the URL"),
+        (vec!["--clickhouse", "http://ch/", "--clickhouse-table", "a;b"], "invalid table name"),
+        (
+            vec!["--clickhouse", "http://ch/", "--clickhouse-password-file", "/nonexistent/pw"],
+            "--clickhouse-password-file",
+        ),
+        (vec!["--clickhouse", "http://ch/", "--spool-max", "1K"], "--spool-max"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[test]
+fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_across_restarts() {
+    // A port with nothing behind it: the records wait, spooled.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/", dead.local_addr().unwrap());
+    drop(dead);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sp = spool.path().to_str().unwrap();
+    let m = sink_monitor(
+        &dead_url,
+        dir.path(),
+        port,
+        &["--spool-dir", sp, "-run-shutdown-timeout", "4s"],
+    );
+    connections(&l, 20);
+    std::thread::sleep(Duration::from_millis(2500));
+    let health = http_get(&http_addr(&m), "/healthz");
+    assert!(health.starts_with("HTTP/1.1 200") && health.contains("degraded"), "{health}");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "spooled, not dropped: exit 0\n{log}");
+    assert!(log.contains("stay in the spool"), "{log}");
+    let spooled = std::fs::read_dir(spool.path()).unwrap().count();
+    assert!(spooled >= 1, "{log}");
+    // The next run, with the server up, sends them first, each once.
+    let f = Arc::new(Mutex::new(Fake::default()));
+    let url = fake(f.clone());
+    let m = sink_monitor(&url, dir.path(), port, &["--spool-dir", sp]);
+    connections(&l, 5);
+    let end = Instant::now() + Duration::from_secs(30);
+    while f.lock().unwrap().rows.len() < 50 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let mut table: Vec<u64> =
+        f.lock().unwrap().rows.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
+    table.sort_unstable();
+    assert_eq!(table, file_cookies(dir.path()), "both runs' records, once each\n{log}");
+    assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0, "the spool emptied");
+}
