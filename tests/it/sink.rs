@@ -321,3 +321,269 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
     assert_eq!(table, file_cookies(dir.path()), "both runs' records, once each\n{log}");
     assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0, "the spool emptied");
 }
+
+/// Debian's ClickHouse 18.16, run as a plain process on free loopback ports with its data
+/// in a temporary directory (docs/clickhouse.md); killed on drop.
+pub struct ChServer {
+    dir: tempfile::TempDir,
+    /// HTTP port.
+    pub http: u16,
+    child: Option<std::process::Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl ChServer {
+    /// Starts a server, or `None` (the test skips) when the package is not installed; under
+    /// CI=true it must be. `cluster`: the native ports of a two-shard cluster `cgmon_two`.
+    pub fn start(cluster: Option<(u16, u16)>, tcp: Option<u16>) -> Option<Self> {
+        if !std::path::Path::new("/usr/sbin/clickhouse-server").exists()
+            && Command::new("clickhouse-server").arg("--version").output().is_err()
+        {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CI=true: clickhouse-server is required"
+            );
+            eprintln!(
+                "skipped: clickhouse-server is not installed (apt-get install clickhouse-server)"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (http, tcp) = (free_port(), tcp.unwrap_or_else(free_port));
+        let d = dir.path().display().to_string();
+        let mut cfg = std::fs::read_to_string("/etc/clickhouse-server/config.xml").unwrap();
+        cfg = cfg
+            .replace("/var/lib/clickhouse/", &format!("{d}/data/"))
+            .replace("/var/log/clickhouse-server/", &format!("{d}/log/"))
+            .replace("<http_port>8123</http_port>", &format!("<http_port>{http}</http_port>"))
+            .replace("<tcp_port>9000</tcp_port>", &format!("<tcp_port>{tcp}</tcp_port>"))
+            .replace(
+                "<interserver_http_port>9009</interserver_http_port>",
+                &format!("<interserver_http_port>{}</interserver_http_port>", free_port()),
+            )
+            .replace(
+                "<users_config>users.xml</users_config>",
+                &format!("<users_config>{d}/users.xml</users_config>"),
+            )
+            .replace("<listen_host>::1</listen_host>", "");
+        let drop_line = |cfg: &str, tag: &str| -> String {
+            cfg.lines()
+                .filter(|l| !l.trim_start().starts_with(&format!("<{tag}>")))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        cfg = drop_line(&cfg, "https_port");
+        cfg = drop_line(&cfg, "tcp_port_secure");
+        if let Some((a, b)) = cluster {
+            let shard = |p: u16| {
+                format!("<shard><replica><host>127.0.0.1</host><port>{p}</port></replica></shard>")
+            };
+            cfg = cfg.replace(
+                "<remote_servers incl=\"clickhouse_remote_servers\" >",
+                &format!("<remote_servers incl=\"clickhouse_remote_servers\" ><cgmon_two>{}{}</cgmon_two>", shard(a), shard(b)),
+            );
+        }
+        std::fs::write(dir.path().join("config.xml"), cfg).unwrap();
+        std::fs::copy("/etc/clickhouse-server/users.xml", dir.path().join("users.xml")).unwrap();
+        let mut s = Self { dir, http, child: None };
+        s.run();
+        Some(s)
+    }
+
+    fn run(&mut self) {
+        let child = Command::new("clickhouse-server")
+            .arg(format!("--config-file={}/config.xml", self.dir.path().display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(30);
+        while self.query("SELECT 1").as_deref() != Ok("1\n") {
+            assert!(Instant::now() < end, "clickhouse-server did not answer within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILL, then a start on the same directory.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again after [`kill`](Self::kill).
+    pub fn restart(&mut self) {
+        self.run();
+    }
+
+    /// `http://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.http)
+    }
+
+    /// Runs `sql` over HTTP; the answer's text.
+    pub fn query(&self, sql: &str) -> Result<String, String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.http)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "POST / HTTP/1.0\r\nContent-Length: {}\r\n\r\n{sql}", sql.len())
+            .map_err(|e| e.to_string())?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
+            Ok(body.to_string())
+        } else {
+            Err(body.to_string())
+        }
+    }
+}
+
+impl Drop for ChServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// (Cookie, BytesAcked, Verdict, Host) of every record in the gzip files, as the table's
+/// TSV gives them, sorted.
+fn file_rows(dir: &std::path::Path, host: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if !p.to_string_lossy().ends_with(".gz") {
+            continue;
+        }
+        let raw = std::fs::read(&p).unwrap();
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+        for r in serde_json::Deserializer::from_slice(&text).into_iter::<Value>() {
+            let r = r.unwrap();
+            let verdict = r["Diagnosis"]["Verdict"].as_str().unwrap_or("");
+            v.push(format!("{}\t{}\t{verdict}\t{host}", r["Cookie"], r["BytesAcked"]));
+        }
+    }
+    v.sort();
+    v
+}
+
+fn table_rows(ch: &ChServer, table: &str) -> Vec<String> {
+    let t = ch
+        .query(&format!("SELECT Cookie, BytesAcked, Verdict, Host FROM {table} FORMAT TSV"))
+        .unwrap();
+    let mut v: Vec<String> = t.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// The real server: killed mid-run and restarted, then the monitor stopped while the
+/// server is down and restarted with the same spool. The table holds exactly the records
+/// the files hold, each once, with its verdict and host.
+#[test]
+fn real_server_killed_and_restarted_holds_every_record_once() {
+    let Some(mut ch) = ChServer::start(None, None) else { return };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sp = spool.path().to_str().unwrap().to_string();
+    let args = ["--spool-dir", sp.as_str(), "-run-shutdown-timeout", "4s"];
+    let m = sink_monitor(&ch.url(), dir.path(), port, &args);
+    connections(&l, 30);
+    std::thread::sleep(Duration::from_millis(1500));
+    ch.kill();
+    connections(&l, 30);
+    std::thread::sleep(Duration::from_millis(1500));
+    ch.restart();
+    connections(&l, 30);
+    // Everything so far lands.
+    let end = Instant::now() + Duration::from_secs(60);
+    while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("180\n") {
+        assert!(
+            Instant::now() < end,
+            "180 rows: {:?}\n{}",
+            ch.query("SELECT count() FROM cgmon.flows"),
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Down again, and the monitor stops: what it holds stays in the spool.
+    ch.kill();
+    connections(&l, 20);
+    std::thread::sleep(Duration::from_millis(1500));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    assert!(std::fs::read_dir(spool.path()).unwrap().count() >= 1, "{log}");
+    // Server and monitor back: the spool goes first.
+    ch.restart();
+    let m = sink_monitor(&ch.url(), dir.path(), port, &args);
+    connections(&l, 10);
+    let end = Instant::now() + Duration::from_secs(60);
+    while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("240\n") {
+        assert!(
+            Instant::now() < end,
+            "240 rows: {:?}\n{}",
+            ch.query("SELECT count() FROM cgmon.flows"),
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let files = file_rows(dir.path(), "test-host");
+    assert_eq!(files.len(), 240);
+    assert_eq!(table_rows(&ch, "cgmon.flows"), files, "exactly the files' records");
+    let sums = ch
+        .query("SELECT count(), sum(BytesAcked), uniqExact(Cookie) FROM cgmon.flows FORMAT TSV")
+        .unwrap();
+    let bytes: u64 =
+        files.iter().map(|r| r.split('\t').nth(1).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(sums, format!("240\t{bytes}\t240\n"));
+}
+
+/// Two servers as two shards behind a `Distributed` table: the totals through it are the
+/// files' (the insert is synchronous, so the lost-reply check sees what landed).
+#[test]
+fn real_servers_as_two_shards_behind_a_distributed_table() {
+    let (ta, tb) = (free_port(), free_port());
+    let Some(a) = ChServer::start(Some((ta, tb)), Some(ta)) else { return };
+    let Some(b) = ChServer::start(Some((ta, tb)), Some(tb)) else { return };
+    let ddl = cgmon_rs::sink::ddl::create_table(
+        cgmon_rs::sink::ddl::Version(18, 16),
+        "cgmon",
+        "flows_local",
+    );
+    for s in [&a, &b] {
+        s.query("CREATE DATABASE cgmon").unwrap();
+        s.query(&ddl).unwrap();
+        s.query("CREATE TABLE cgmon.flows AS cgmon.flows_local ENGINE = Distributed(cgmon_two, cgmon, flows_local, cityHash64(Cookie))").unwrap();
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&a.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    connections(&l, 40);
+    let end = Instant::now() + Duration::from_secs(60);
+    while a.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("80\n") {
+        assert!(
+            Instant::now() < end,
+            "{:?}\n{}",
+            a.query("SELECT count() FROM cgmon.flows"),
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let files = file_rows(dir.path(), "test-host");
+    assert_eq!(table_rows(&a, "cgmon.flows"), files);
+    assert_eq!(table_rows(&b, "cgmon.flows"), files, "the same through either server");
+    let na: u64 = a.query("SELECT count() FROM cgmon.flows_local").unwrap().trim().parse().unwrap();
+    let nb: u64 = b.query("SELECT count() FROM cgmon.flows_local").unwrap().trim().parse().unwrap();
+    assert!(na > 0 && nb > 0 && na + nb == 80, "split over the shards: {na} + {nb}");
+}
