@@ -337,7 +337,7 @@ fn free_port() -> u16 {
 
 impl ChServer {
     /// Starts a server, or `None` (the test skips) when the package is not installed; under
-    /// CI=true it must be. `cluster`: the native ports of a two-shard cluster `cgmon_two`.
+    /// CI=true it must be. `cluster`: the native ports of a two-shard cluster `cgmon_fleet`.
     pub fn start(cluster: Option<(u16, u16)>, tcp: Option<u16>) -> Option<Self> {
         if !std::path::Path::new("/usr/sbin/clickhouse-server").exists()
             && Command::new("clickhouse-server").arg("--version").output().is_err()
@@ -383,7 +383,7 @@ impl ChServer {
             };
             cfg = cfg.replace(
                 "<remote_servers incl=\"clickhouse_remote_servers\" >",
-                &format!("<remote_servers incl=\"clickhouse_remote_servers\" ><cgmon_two>{}{}</cgmon_two>", shard(a), shard(b)),
+                &format!("<remote_servers incl=\"clickhouse_remote_servers\" ><cgmon_fleet>{}{}</cgmon_fleet>", shard(a), shard(b)),
             );
         }
         std::fs::write(dir.path().join("config.xml"), cfg).unwrap();
@@ -544,6 +544,22 @@ fn real_server_killed_and_restarted_holds_every_record_once() {
     let bytes: u64 =
         files.iter().map(|r| r.split('\t').nth(1).unwrap().parse::<u64>().unwrap()).sum();
     assert_eq!(sums, format!("240\t{bytes}\t240\n"));
+    // A quantile of RTT, as the table and the files give it.
+    let mut rtts: Vec<f64> = Vec::new();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let raw = std::fs::read(e.unwrap().path()).unwrap();
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+        for r in serde_json::Deserializer::from_slice(&text).into_iter::<Value>() {
+            if let Some(v) = r.unwrap()["MinRTTObservedms"].as_f64() {
+                rtts.push(v);
+            }
+        }
+    }
+    rtts.sort_by(f64::total_cmp);
+    let median = rtts[(rtts.len() / 2).min(rtts.len() - 1)];
+    let q = ch.query("SELECT quantileExact(0.5)(MinRTTObservedms) FROM cgmon.flows FORMAT TSV");
+    assert_eq!(q.unwrap().trim().parse::<f64>().unwrap(), median, "median of MinRTTObservedms");
 }
 
 /// Two servers as two shards behind a `Distributed` table: the totals through it are the
@@ -553,20 +569,33 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
     let (ta, tb) = (free_port(), free_port());
     let Some(a) = ChServer::start(Some((ta, tb)), Some(ta)) else { return };
     let Some(b) = ChServer::start(Some((ta, tb)), Some(tb)) else { return };
-    let ddl = cgmon_rs::sink::ddl::create_table(
-        cgmon_rs::sink::ddl::Version(18, 16),
-        "cgmon",
-        "flows_local",
-    );
+    // The shard's table as the monitor would make it on 18.16, and the Distributed table
+    // over both exactly as examples/clickhouse/cluster.sql gives it (its cluster named
+    // cgmon_fleet in each server's config).
+    let v18 = cgmon_rs::sink::ddl::Version(18, 16);
+    let ddl = cgmon_rs::sink::ddl::create_table(v18, "cgmon", "flows_local");
+    let cluster = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/clickhouse/cluster.sql"
+    ))
+    .unwrap();
+    let distributed: Vec<&str> =
+        cluster.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+    let distributed = distributed.join("\n");
+    let distributed = distributed.trim().trim_end_matches(';');
     for s in [&a, &b] {
         s.query("CREATE DATABASE cgmon").unwrap();
         s.query(&ddl).unwrap();
-        s.query("CREATE TABLE cgmon.flows AS cgmon.flows_local ENGINE = Distributed(cgmon_two, cgmon, flows_local, cityHash64(Cookie))").unwrap();
+        s.query(distributed).unwrap();
     }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&a.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
-    connections(&l, 40);
+    // Rounds a batch apart: batches are the shard key.
+    for _ in 0..4 {
+        connections(&l, 10);
+        std::thread::sleep(Duration::from_millis(1200));
+    }
     let end = Instant::now() + Duration::from_secs(60);
     while a.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("80\n") {
         assert!(
@@ -586,4 +615,68 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
     let na: u64 = a.query("SELECT count() FROM cgmon.flows_local").unwrap().trim().parse().unwrap();
     let nb: u64 = b.query("SELECT count() FROM cgmon.flows_local").unwrap().trim().parse().unwrap();
     assert!(na > 0 && nb > 0 && na + nb == 80, "split over the shards: {na} + {nb}");
+}
+
+/// Every DDL and query in examples/clickhouse/ runs with chdb (current ClickHouse SQL) over
+/// the rows this monitor's sink sent, and each answer is checked against the same question
+/// answered from the rows (tests/clickhouse/examples.py). Needs PyPI's chdb-core (CI
+/// installs it); elsewhere it skips.
+#[test]
+fn the_example_ddl_and_queries_run_on_current_clickhouse_with_the_right_answers() {
+    let has_chdb = Command::new("python3")
+        .args(["-c", "import chdb"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_chdb {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "CI=true: chdb-core is required"
+        );
+        eprintln!("skipped: python3 cannot import chdb (pip install chdb-core)");
+        return;
+    }
+    let f = Arc::new(Mutex::new(Fake::default()));
+    let url = fake(f.clone());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    connections(&l, 30);
+    // Four that live across several samples, so that time-weighted questions have
+    // flows with a Duration.
+    let a = l.local_addr().unwrap();
+    for _ in 0..4 {
+        let mut c = TcpStream::connect(a).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        for _ in 0..6 {
+            c.write_all(&[3u8; 20_000]).unwrap();
+            let mut b = vec![0u8; 20_000];
+            s.read_exact(&mut b).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(30);
+    while f.lock().unwrap().rows.len() < 68 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let rows = dir.path().join("rows.ndjson");
+    let text: String = f.lock().unwrap().rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&rows, text).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new("python3")
+        .arg(format!("{root}/tests/clickhouse/examples.py"))
+        .arg(&rows)
+        .arg(format!("{root}/examples/clickhouse"))
+        .output()
+        .unwrap();
+    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{so}\n{se}");
+    assert!(so.contains("9 passed, 0 failed"), "{so}");
+    // Every question has an answer in these rows, not only an empty one that matches.
+    for line in so.lines().filter(|l| l.starts_with("ok ")) {
+        assert!(!line.ends_with(": 0 rows"), "{line}");
+    }
+    eprintln!("{so}");
 }

@@ -1,0 +1,198 @@
+"""Runs every DDL and query in examples/clickhouse/ with chdb (current ClickHouse SQL, in
+process) over rows a cgmon-rs monitor sent to its sink, and checks each answer against
+the same question answered here in Python from the rows themselves.
+
+Usage: python3 examples.py ROWS.ndjson EXAMPLES_DIR
+The rows are the sink's (records plus flat columns). Besides them, the table gets a copy
+of them under a second host (a third of them made receiver-window-limited bulk flows),
+and a copy dated a day earlier with half the RTT (so that "worse than yesterday" has an
+answer). Prints one line per query; exits 1 on a mismatch.
+Statements that need a cluster (cluster.sql's Distributed table) run against two real
+servers in tests/it/sink.rs instead: chdb has no clusters.
+"""
+import copy
+import datetime as dt
+import json
+import math
+import os
+import sys
+import tempfile
+
+import chdb.session
+
+
+def statements(path):
+    text = "\n".join(l for l in open(path) if not l.strip().startswith("--"))
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def ts(s):
+    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")[:26] + "+00:00")
+
+
+def iso(t):
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+def qexact(level, values):
+    v = sorted(values)
+    return v[min(int(level * len(v)), len(v) - 1)]
+
+
+def main():
+    rows_path, ex = sys.argv[1], sys.argv[2]
+    base = [json.loads(l) for l in open(rows_path) if l.strip()]
+    assert base, "no rows"
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = []
+    for r in base:
+        rows.append(r)
+        h2 = copy.deepcopy(r)
+        h2["Host"] = "other-host"
+        h2["Cookie"] = r["Cookie"] + (1 << 40)
+        if r["Cookie"] % 3 == 0:
+            # Loopback flows are rarely limited by anything but the application: some of
+            # the other host's are made window-limited bulk flows, so that the questions
+            # about limited flows have answers to check.
+            h2.update(Verdict="receiver-window", ReceiverWindowPct=80.0 + r["Cookie"] % 7,
+                      BytesAcked=r["BytesAcked"] + 1_000_000,
+                      SendThroughputMbps=1.0 + (r["Cookie"] % 100) / 10)
+        rows.append(h2)
+        y = copy.deepcopy(r)
+        y["Cookie"] = r["Cookie"] + (2 << 40)
+        y["StartTime"] = iso(ts(r["StartTime"]) - dt.timedelta(days=1, minutes=5))
+        y["EndTime"] = iso(ts(r["EndTime"]) - dt.timedelta(days=1, minutes=5))
+        if r.get("RTTSummary"):
+            y["RTTSummary"] = [v / 2 for v in r["RTTSummary"]]
+        rows.append(y)
+    tmp = tempfile.mkdtemp()
+    data = os.path.join(tmp, "rows.ndjson")
+    with open(data, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+    s = chdb.session.Session(os.path.join(tmp, "db"))
+    for st in statements(os.path.join(ex, "flows.sql")):
+        s.query(st)
+    # cluster.sql's first step: flows.sql with the table renamed.
+    for st in statements(os.path.join(ex, "flows.sql")):
+        s.query(st.replace("cgmon.flows\n", "cgmon.flows_local\n"))
+    s.query(
+        f"INSERT INTO cgmon.flows SELECT * FROM file('{data}', JSONEachRow) "
+        "SETTINGS input_format_skip_unknown_fields=1"
+    )
+    n = int(s.query("SELECT count() FROM cgmon.flows", "TSV").data().strip())
+    assert n == len(rows), (n, len(rows))
+
+    in_day = [r for r in rows if ts(r["EndTime"]) > now - dt.timedelta(days=1)]
+    in_hour = [r for r in rows if ts(r["EndTime"]) > now - dt.timedelta(hours=1)]
+    has_rtt = [r for r in in_day if r.get("RTTSummary")]
+
+    def group(rs, key):
+        out = {}
+        for r in rs:
+            out.setdefault(key(r), []).append(r)
+        return out
+
+    def rtt_by_service_and_host(got):
+        g = group(has_rtt, lambda r: (r.get("Service", ""), r["Host"]))
+        want = {
+            k: (len(v), qexact(0.5, [r["RTTSummary"][3] for r in v]),
+                qexact(0.98, [r["RTTSummary"][3] for r in v]))
+            for k, v in g.items()
+        }
+        return {(x["Service"], x["Host"]): (x["flows"], x["p50_ms"], x["p98_ms"]) for x in got} == want
+
+    def retransmits_by_destination(got):
+        g = group(in_day, lambda r: r["DstIP"])
+        want = {}
+        for k, v in g.items():
+            br, bs = sum(r["BytesRetrans"] for r in v), sum(r["BytesSent"] for r in v)
+            want[k] = (len(v), sum(r["TotalRetransmits"] for r in v), br, bs,
+                       round(100 * br / max(bs, 1), 3))
+        return {x["DstIP"]: (x["flows"], x["retransmits"], x["bytes_retrans"], x["bytes_sent"],
+                             x["retrans_pct"]) for x in got} == want
+
+    def verdicts_by_service_and_host(got):
+        g = group(in_day, lambda r: (r.get("Service", ""), r["Host"], r["Verdict"]))
+        tot = group(in_day, lambda r: (r.get("Service", ""), r["Host"]))
+        want = {k: (len(v), round(100 * len(v) / len(tot[k[:2]]), 1)) for k, v in g.items()}
+        return {(x["Service"], x["Host"], x["Verdict"]): (x["flows"], x["pct"]) for x in got} == want
+
+    def time_limited_by_service(got):
+        g = group([r for r in in_day if r["Duration"] > 0], lambda r: r.get("Service", ""))
+        want = {}
+        for k, v in g.items():
+            d = sum(r["Duration"] for r in v)
+            w = lambda f: round(sum(r["Duration"] * r[f] for r in v) / d, 2)
+            want[k] = (w("ReceiverWindowPct"), w("SendBufferPct"), w("NetworkPct"), w("ApplicationPct"))
+        return {x["Service"]: (x["receiver_window_pct"], x["send_buffer_pct"], x["network_pct"],
+                               x["application_pct"]) for x in got} == want
+
+    def slowest_flows_last_hour(got):
+        sel = [r for r in in_hour if r["Verdict"] in ("receiver-window", "send-buffer", "network")
+               and r["BytesAcked"] >= 65536]
+        sel.sort(key=lambda r: (r["SendThroughputMbps"], r["Cookie"]))
+        want = [(r["SrcPort"], r["DstPort"], r["Host"], r["Finding"]) for r in sel[:20]]
+        return [(x["SrcPort"], x["DstPort"], x["Host"], x["Finding"]) for x in got] == want
+
+    def hosts_worse_than_yesterday(got):
+        want = {}
+        for h, v in group([r for r in rows if r.get("RTTSummary")], lambda r: r["Host"]).items():
+            cur = [r["RTTSummary"][3] for r in v if ts(r["EndTime"]) > now - dt.timedelta(hours=1)]
+            old = [r["RTTSummary"][3] for r in v
+                   if now - dt.timedelta(hours=25) <= ts(r["EndTime"]) <= now - dt.timedelta(days=1)]
+            if cur and old and qexact(0.5, old) > 0 and round(qexact(0.5, cur) / qexact(0.5, old), 2) >= 1.5:
+                want[h] = round(qexact(0.5, cur) / qexact(0.5, old), 2)
+        got_ = {x["Host"]: x["ratio"] for x in got}
+        # The day-old copy (half the RTT) makes the monitor's host twice as slow now.
+        return got_ == want and want.get(base[0]["Host"]) == 2.0
+
+    def receiver_window_limited_today(got):
+        midnight = now.astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        sel = [r for r in rows if r["Verdict"] == "receiver-window" and ts(r["EndTime"]) >= midnight]
+        g = group(sel, lambda r: (r["Host"], r.get("Service", ""), r["DstIP"]))
+        want = {k: (len(v), round(sum(r["ReceiverWindowPct"] for r in v) / len(v), 1)) for k, v in g.items()}
+        return {(x["Host"], x["Service"], x["DstIP"]): (x["flows"], x["avg_limited_pct"]) for x in got} == want
+
+    def bytes_by_service_per_hour(got):
+        g = group(in_day, lambda r: (ts(r["EndTime"]).strftime("%Y-%m-%d %H:00:00"), r.get("Service", "")))
+        want = {k: (len(v), sum(r["BytesAcked"] for r in v), sum(r["BytesReceived"] for r in v))
+                for k, v in g.items()}
+        return {(x["hour"][:19], x["Service"]): (x["flows"], x["bytes_sent"], x["bytes_received"])
+                for x in got} == want
+
+    def resets_by_service(got):
+        g = group(in_day, lambda r: r.get("Service", ""))
+        want = {}
+        for k, v in g.items():
+            c = lambda what: sum(1 for r in v if r.get("Close", "") == what)
+            want[k] = (len(v), c("clean"), c("reset"), c(""), round(100 * c("reset") / len(v), 1))
+        return {x["Service"]: (x["flows"], x["clean"], x["reset"], x["unknown"], x["reset_pct"])
+                for x in got} == want
+
+    checks = {f.__name__: f for f in [
+        rtt_by_service_and_host, retransmits_by_destination, verdicts_by_service_and_host,
+        time_limited_by_service, slowest_flows_last_hour, hosts_worse_than_yesterday,
+        receiver_window_limited_today, bytes_by_service_per_hour, resets_by_service]}
+    failed = 0
+    qdir = os.path.join(ex, "queries")
+    names = sorted(f for f in os.listdir(qdir) if f.endswith(".sql"))
+    assert len(names) >= 8, names
+    for name in names:
+        q = statements(os.path.join(qdir, name))
+        assert len(q) == 1, name
+        text = s.query(q[0] + " FORMAT JSONEachRow", "JSONEachRow").data()
+        got = [json.loads(l) for l in text.splitlines() if l.strip()]
+        check = checks.get(name[:-4])
+        ok = check is not None and check(got)
+        print(f"{'ok' if ok else 'MISMATCH'} {name}: {len(got)} rows")
+        if not ok:
+            failed += 1
+            print(json.dumps(got[:5], indent=1))
+    print(f"{len(names) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
