@@ -145,14 +145,17 @@ pub fn command() -> clap::Command {
         if !matches!(a.get_action(), ArgAction::SetTrue) {
             return a;
         }
+        // A flag that is on unless turned off (`-clickhouse-compress=false`) keeps its
+        // own default and shows it.
+        let on = a.get_default_values().iter().any(|v| v == "true");
         a.action(ArgAction::Set)
             .value_parser(go_bool)
             .value_name("BOOL")
             .num_args(0..=1)
             .require_equals(true)
             .default_missing_value("true")
-            .default_value("false")
-            .hide_default_value(true)
+            .default_value(if on { "true" } else { "false" })
+            .hide_default_value(!on)
     })
 }
 
@@ -558,6 +561,15 @@ pub struct Cli {
     #[arg(long = "spool-max", env = "CGMON_SPOOL_MAX", value_name = "SIZE", value_parser = size,
           default_value = "256M", help_heading = "ClickHouse")]
     pub spool_max: u64,
+
+    /// Send batches gzip-compressed; -clickhouse-compress=false sends plain JSON rows
+    #[arg(
+        long = "clickhouse-compress",
+        env = "CGMON_CLICKHOUSE_COMPRESS",
+        default_value = "true",
+        help_heading = "ClickHouse"
+    )]
+    pub clickhouse_compress: bool,
 
     // ---- Selection ----
     /// TCP states to sample, comma-separated ss names (established, syn-sent, fin-wait-1,
@@ -967,6 +979,7 @@ fn sink_config(cli: &Cli, env: &EnvOrigins) -> Result<Option<crate::sink::SinkCo
         spool_dir: cli.spool_dir.clone(),
         spool_max: cli.spool_max,
         backoff: crate::sink::delivery::Backoff::default(),
+        compress: cli.clickhouse_compress,
     }))
 }
 

@@ -87,6 +87,21 @@ fn go_style_booleans() {
     assert!(err(&["-writer-partial", "false"]).contains("false"));
 }
 
+/// A boolean that is on by default keeps its default, and `=false` turns it off.
+#[test]
+fn a_boolean_on_by_default_stays_on_until_turned_off() {
+    let sink = |args: &[&str]| {
+        let mut all = vec!["--clickhouse", "http://127.0.0.1:8123/"];
+        all.extend_from_slice(args);
+        run(&all).unwrap().settings.sink.expect("the sink is on").compress
+    };
+    assert!(sink(&[]));
+    assert!(sink(&["-clickhouse-compress"]));
+    assert!(!sink(&["-clickhouse-compress=false"]));
+    // Off-by-default booleans are untouched by it.
+    assert!(!run(&[]).unwrap().settings.analyzer.write_partial);
+}
+
 #[test]
 fn filter_words_and_flag_combine_with_port_lists() {
     let c = run(&["-netlink-dport", "443", "src", "127.0.0.0/8"]).unwrap();

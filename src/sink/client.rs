@@ -210,7 +210,10 @@ impl Store for Client {
         self.set_up()?;
         let q =
             format!("INSERT INTO `{}`.`{}` FORMAT JSONEachRow", self.target.db, self.target.table);
-        self.post(&q, &b.rows, true).map(drop)
+        // A gzip body (the default; `--clickhouse-compress=false` sends plain rows) is told
+        // by its magic bytes, so spooled batches of either kind are sent right.
+        let gz = b.rows.starts_with(&[0x1f, 0x8b]);
+        self.post(&q, &b.rows, gz).map(drop)
     }
 
     fn landed(&mut self, batch_id: &str) -> Result<u64, Failure> {

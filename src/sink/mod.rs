@@ -60,6 +60,8 @@ pub struct SinkConfig {
     pub spool_max: u64,
     /// Retry delays.
     pub backoff: delivery::Backoff,
+    /// Gzip batches (`--clickhouse-compress`, on by default).
+    pub compress: bool,
 }
 
 /// How the sink ended.
@@ -100,6 +102,7 @@ pub fn spawn(
             metrics,
             host: cfg.host.clone(),
             dropped_before: 0,
+            compress: cfg.compress,
         };
         if let Some((sp, old)) = spool {
             if !old.is_empty() {
@@ -125,6 +128,7 @@ struct Stage {
     host: String,
     /// Rows counted dropped by the queue so far (its tally is cumulative).
     dropped_before: u64,
+    compress: bool,
 }
 
 /// How often the thread wakes when idle, to cut aged batches and retry.
@@ -169,12 +173,14 @@ impl Stage {
 
     /// Compresses a batch once, spools it, and queues it.
     fn enqueue(&mut self, mut b: batch::Batch) {
-        let mut gz = flate2::write::GzEncoder::new(
-            Vec::with_capacity(b.rows.len() / 8),
-            flate2::Compression::fast(),
-        );
-        gz.write_all(&b.rows).expect("writing to memory");
-        b.rows = gz.finish().expect("writing to memory");
+        if self.compress {
+            let mut gz = flate2::write::GzEncoder::new(
+                Vec::with_capacity(b.rows.len() / 8),
+                flate2::Compression::fast(),
+            );
+            gz.write_all(&b.rows).expect("writing to memory");
+            b.rows = gz.finish().expect("writing to memory");
+        }
         if let Some(sp) = &mut self.spool
             && let Err(e) = sp.save(&b)
         {

@@ -976,6 +976,36 @@ fn an_output_directory_is_judged_with_the_users_effective_rights() {
 /// `systemd-analyze security` at OK (it was 2.2 when written).
 #[test]
 fn the_all_namespaces_drop_in_verifies_and_stays_ok() {
+    drop_in_verifies("cgmon-rs-all-netns.conf", 3.0);
+    let conf = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/systemd/cgmon-rs-all-netns.conf"
+    ))
+    .unwrap();
+    // It grants only the two capabilities --netns all needs.
+    assert!(conf.contains("CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_PTRACE\n"));
+}
+
+/// The ClickHouse drop-in (issue 35): it verifies, grants no capability, and keeps the
+/// unit's exposure as it was; its variables parse as the sink's flags.
+#[test]
+fn the_clickhouse_drop_in_verifies_and_grants_no_capability() {
+    drop_in_verifies("cgmon-rs-clickhouse.conf", 1.5);
+    let conf = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/systemd/cgmon-rs-clickhouse.conf"
+    ))
+    .unwrap();
+    assert!(!conf.contains("Capabilit"), "no capability");
+    for needed in
+        ["IPAddressAllow=", "StateDirectory=cgmon-rs/spool", "CGMON_SPOOL_DIR=", "LoadCredential="]
+    {
+        assert!(conf.contains(needed), "{needed}");
+    }
+}
+
+/// Verifies the base unit with the drop-in `name` and checks its exposure score.
+fn drop_in_verifies(name: &str, max_score: f64) {
     if Command::new("systemd-analyze").arg("--version").output().is_err() {
         assert!(std::env::var("CI").is_err(), "CI=true: systemd-analyze is required");
         eprintln!("skipped: systemd-analyze is not installed");
@@ -992,8 +1022,8 @@ fn the_all_namespaces_drop_in_verifies_and_stays_ok() {
     let drop_in = dir.path().join("cgmon-rs.service.d");
     std::fs::create_dir(&drop_in).unwrap();
     std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/systemd/cgmon-rs-all-netns.conf"),
-        drop_in.join("all-netns.conf"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/systemd").join(name),
+        drop_in.join(name),
     )
     .unwrap();
     let out = Command::new("systemd-analyze").arg("verify").arg(&path).output().unwrap();
@@ -1013,10 +1043,7 @@ fn the_all_namespaces_drop_in_verifies_and_stays_ok() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no score in {text}"));
-    assert!(score <= 3.0, "exposure {score}: {text}");
-    // It grants only the two capabilities --netns all needs.
-    let conf = std::fs::read_to_string(drop_in.join("all-netns.conf")).unwrap();
-    assert!(conf.contains("CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_PTRACE\n"));
+    assert!(score <= max_score, "exposure {score}: {text}");
 }
 
 /// The Kubernetes example parses, runs the monitor with --netns all, and grants exactly
@@ -1061,9 +1088,28 @@ fn the_daemonset_example_parses_and_asks_for_what_netns_all_needs() {
         })
         .collect();
     cmd.args(&own).args(["-run-duration", "1ms"]);
+    let spool = tempfile::tempdir().unwrap();
+    let mut sink = false;
     for e in c["env"].as_vec().unwrap() {
-        cmd.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+        let name = e["name"].as_str().unwrap();
+        // Here, the sink's server is a closed loopback port and its spool a temporary
+        // directory: a test reaches nothing beyond loopback and writes nothing of the host's.
+        let value = match (name, e["value"].as_str()) {
+            ("CGMON_CLICKHOUSE", Some(_)) => {
+                sink = true;
+                "http://127.0.0.1:9/".to_string()
+            }
+            ("CGMON_SPOOL_DIR", Some(_)) => spool.path().display().to_string(),
+            (_, Some(v)) => v.to_string(),
+            // From the downward API or a secret.
+            ("CGMON_HOST_NAME", None) => "node-1".into(),
+            (_, None) => continue,
+        };
+        cmd.env(name, value);
     }
+    assert!(sink, "the DaemonSet sets up the ClickHouse sink");
+    let mounts = c["volumeMounts"].as_vec().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"].as_str() == Some("/var/lib/cgmon-rs/spool")));
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
