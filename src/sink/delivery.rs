@@ -12,9 +12,12 @@
 //! stored anything (a 4xx, a refused connection) is retried without the question.
 //!
 //! The queue is bounded in bytes; past the bound the oldest batch is dropped and counted.
-//! Sampling never waits for any of this: the caller offers batches and steps the queue.
+//! Sampling never waits for any of this: one thread offers batches while another sends
+//! them ([`Delivery::begin`] hands the oldest out, [`attempt`] sends it without the queue,
+//! [`Delivery::end`] takes the answer), or one thread does both with [`Delivery::step`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::batch::Batch;
@@ -84,8 +87,32 @@ pub struct Tally {
 }
 
 struct Queued {
-    batch: Batch,
+    batch: Arc<Batch>,
     uncertain: bool,
+    /// An attempt is out with it ([`Delivery::begin`]): it is not dropped meanwhile.
+    sending: bool,
+}
+
+/// A batch handed out to be sent, on the sending thread, while the queue goes on taking
+/// batches ([`Delivery::begin`], [`attempt`], [`Delivery::end`]).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The batch.
+    pub batch: Arc<Batch>,
+    /// Its insert may have been stored before: look it up first.
+    pub uncertain: bool,
+}
+
+/// Sends one attempt: for an uncertain batch, first asks whether it landed. `Ok(true)`: it
+/// was found stored (a lost reply); `Ok(false)`: inserted now.
+///
+/// # Errors
+/// Why it got no success reply.
+pub fn attempt(store: &mut dyn Store, a: &Attempt) -> Result<bool, Failure> {
+    if a.uncertain && store.landed(&a.batch.id)? > 0 {
+        return Ok(true);
+    }
+    store.insert(&a.batch).map(|()| false)
 }
 
 /// The queue of batches waiting for the server.
@@ -110,7 +137,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// A queue of at most `max_bytes` of rows.
+    /// A queue of at most `max_bytes` of rows (plus the one batch being sent).
     pub fn new(max_bytes: usize, backoff: Backoff, seed: u64) -> Self {
         Self {
             queue: VecDeque::new(),
@@ -148,21 +175,26 @@ impl Delivery {
         (self.queue.iter().map(|q| q.batch.count).sum(), self.bytes)
     }
 
-    /// Queues a batch, dropping (and counting) the oldest while over the bound. The batch
-    /// being retried is dropped too when it is the oldest: the bound holds whatever the
-    /// server does.
+    /// Queues a batch, dropping (and counting) the oldest while over the bound. A batch
+    /// that waits for a retry is dropped too when it is the oldest (the bound holds whatever
+    /// the server does); only the one whose attempt is out at this moment is kept until the
+    /// attempt ends.
     pub fn offer(&mut self, b: Batch) {
         self.push(b, false);
     }
 
     fn push(&mut self, b: Batch, uncertain: bool) {
         self.bytes += b.rows.len();
-        self.queue.push_back(Queued { batch: b, uncertain });
-        while self.bytes > self.max_bytes && self.queue.len() > 1 {
-            let old = self.queue.pop_front().expect("more than one");
+        self.queue.push_back(Queued { batch: Arc::new(b), uncertain, sending: false });
+        while self.bytes > self.max_bytes {
+            let i = usize::from(self.queue.front().is_some_and(|q| q.sending));
+            if i + 1 >= self.queue.len() {
+                break; // the newest is kept whatever its size
+            }
+            let old = self.queue.remove(i).expect("within the queue");
             self.bytes -= old.batch.rows.len();
             self.tally.dropped_rows += old.batch.count as u64;
-            self.done.push(old.batch.id);
+            self.done.push(old.batch.id.clone());
         }
     }
 
@@ -171,54 +203,66 @@ impl Delivery {
         if self.queue.is_empty() { None } else { Some(self.next_try.unwrap_or_else(Instant::now)) }
     }
 
-    /// Sends what is due, in order, until the queue is empty or an attempt fails. Returns
-    /// true when the store went from failing to working, or the other way (the caller
-    /// logs those moments, not every retry).
-    pub fn step(&mut self, now: Instant, store: &mut dyn Store) -> bool {
+    /// The oldest batch, when an attempt is due and none is out.
+    pub fn begin(&mut self, now: Instant) -> Option<Attempt> {
         if self.next_try.is_some_and(|t| now < t) {
-            return false;
+            return None;
         }
+        let q = self.queue.front_mut().filter(|q| !q.sending)?;
+        q.sending = true;
+        Some(Attempt { batch: Arc::clone(&q.batch), uncertain: q.uncertain })
+    }
+
+    /// The end of the attempt [`begin`](Self::begin) gave, which took `took`. Returns true
+    /// when the store went from failing to working, or the other way (the caller logs those
+    /// moments, not every retry).
+    pub fn end(&mut self, now: Instant, r: Result<bool, Failure>, took: Duration) -> bool {
         let was_failing = self.last_error.is_some();
-        while let Some(q) = self.queue.front_mut() {
+        let Some(q) = self.queue.front_mut().filter(|q| q.sending) else {
+            return false; // no attempt was out
+        };
+        q.sending = false;
+        match r {
+            Ok(found) => {
+                let q = self.queue.pop_front().expect("front exists");
+                self.bytes -= q.batch.rows.len();
+                self.tally.found_stored += u64::from(found);
+                self.tally.sent_batches += 1;
+                self.tally.sent_rows += q.batch.count as u64;
+                self.done.push(q.batch.id.clone());
+                self.latencies.push(took);
+                self.delay = Duration::ZERO;
+                self.next_try = None;
+                self.last_error = None;
+            }
+            Err(e) => {
+                // Once uncertain, a batch stays so until it is found or resent: a later
+                // refusal does not undo what an earlier lost reply may have stored.
+                q.uncertain |= matches!(e, Failure::Uncertain(_));
+                self.tally.failures += 1;
+                self.last_error = Some(e.text().to_string());
+                self.delay = if self.delay.is_zero() {
+                    self.backoff.min
+                } else {
+                    (self.delay * 2).min(self.backoff.max)
+                };
+                self.next_try = Some(now + self.jittered(self.delay));
+            }
+        }
+        was_failing != self.last_error.is_some()
+    }
+
+    /// Sends what is due on this thread, in order, until the queue is empty or an attempt
+    /// fails. Returns true when the store went from failing to working, or the other way.
+    pub fn step(&mut self, now: Instant, store: &mut dyn Store) -> bool {
+        let was_failing = self.last_error.is_some();
+        while let Some(a) = self.begin(now) {
             let t = Instant::now();
-            let r = if q.uncertain {
-                match store.landed(&q.batch.id) {
-                    Ok(n) if n > 0 => {
-                        self.tally.found_stored += 1;
-                        Ok(())
-                    }
-                    Ok(_) => store.insert(&q.batch),
-                    Err(e) => Err(e),
-                }
-            } else {
-                store.insert(&q.batch)
-            };
-            match r {
-                Ok(()) => {
-                    let q = self.queue.pop_front().expect("front exists");
-                    self.bytes -= q.batch.rows.len();
-                    self.tally.sent_batches += 1;
-                    self.tally.sent_rows += q.batch.count as u64;
-                    self.done.push(q.batch.id);
-                    self.latencies.push(t.elapsed());
-                    self.delay = Duration::ZERO;
-                    self.next_try = None;
-                    self.last_error = None;
-                }
-                Err(e) => {
-                    // Once uncertain, a batch stays so until it is found or resent: a later
-                    // refusal does not undo what an earlier lost reply may have stored.
-                    q.uncertain |= matches!(e, Failure::Uncertain(_));
-                    self.tally.failures += 1;
-                    self.last_error = Some(e.text().to_string());
-                    self.delay = if self.delay.is_zero() {
-                        self.backoff.min
-                    } else {
-                        (self.delay * 2).min(self.backoff.max)
-                    };
-                    self.next_try = Some(now + self.jittered(self.delay));
-                    break;
-                }
+            let r = attempt(store, &a);
+            let failed = r.is_err();
+            self.end(now, r, t.elapsed());
+            if failed {
+                break;
             }
         }
         was_failing != self.last_error.is_some()
@@ -374,5 +418,37 @@ mod tests {
         }
         let ids: Vec<&str> = f.rows.iter().map(|r| r.0.as_str()).collect();
         assert_eq!(ids, ["h/1/2", "h/1/3", "h/1/4"], "the newest, in order");
+    }
+
+    /// Batches keep coming while one is out with the sender: the bound drops older waiting
+    /// batches, never the one in flight, and its answer is taken for it.
+    #[test]
+    fn the_batch_being_sent_is_kept_while_the_queue_takes_more() {
+        let mut f = Fake::default();
+        let mut d = Delivery::new(250, Backoff::default(), 1);
+        d.offer(batch(0));
+        let a = d.begin(Instant::now()).unwrap();
+        assert_eq!(a.batch.id, "h/1/0");
+        assert!(d.begin(Instant::now()).is_none(), "one attempt at a time");
+        for i in 1..5 {
+            d.offer(batch(i));
+        }
+        assert_eq!(d.waiting(), (4, 200), "the one out and the newest");
+        assert_eq!(d.tally.dropped_rows, 6, "batches 1 to 3");
+        // Its reply was lost after it was stored; asked again, it is found.
+        assert!(d.end(Instant::now(), Err(Failure::Uncertain("reset".into())), Duration::ZERO));
+        f.rows.push(("h/1/0".into(), 2));
+        let again = d.begin(Instant::now() + Duration::from_secs(60)).unwrap();
+        assert!(again.uncertain && again.batch.id == "h/1/0");
+        let r = attempt(&mut f, &again);
+        assert_eq!(r, Ok(true), "found stored");
+        assert!(d.end(Instant::now(), r, Duration::ZERO), "recovered");
+        d.step(Instant::now(), &mut f);
+        let ids: Vec<&str> = f.rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(ids, ["h/1/0", "h/1/4"]);
+        assert_eq!((f.inserts, d.tally.found_stored, d.tally.sent_rows), (1, 1, 4));
+        let mut done = d.take_done();
+        done.sort();
+        assert_eq!(done, ["h/1/0", "h/1/1", "h/1/2", "h/1/3", "h/1/4"], "each spool file goes");
     }
 }

@@ -3,6 +3,8 @@
 //! loopback sockets the tests open themselves.
 
 mod browser;
+#[path = "../common/clickhouse.rs"]
+mod clickhouse;
 mod differential;
 mod exact;
 mod fixtures;

@@ -1,0 +1,332 @@
+//! The fleet sink against a real ClickHouse 18.16 on this machine (issue 35's targets): records
+//! handed to the sink at a fixed rate for a while, as the writer hands them, then counted in
+//! the table. It reports, for gzip on and off:
+//!
+//! - records handed, sent, dropped, and the table's `count()` (nothing lost, nothing twice);
+//! - the sink thread's CPU per record (its own `/proc/self/task/TID/stat`, so neither the
+//!   feeder nor anything else in the process counts), and the server's CPU per record;
+//! - the most bytes and records that waited, and the process's peak RSS.
+//!
+//! A last phase stops the server (SIGSTOP) for the whole run, with a small `--spool-max`:
+//! memory must stay within the queue's bound while records are dropped and counted.
+//!
+//! The records are real: the captured 20,000-socket dump (`tests/fixtures/dump20k.bin.gz`)
+//! through the tracker and the analyzer, serialised as the writer does, then handed out in
+//! turn. Settings, from the environment:
+//!
+//! - `RATE` (default 30000): records a second, paced in 10 ms steps;
+//! - `SECS` (default 60): how long each phase hands records;
+//! - `STALL_SECS` (default 20): the stopped-server phase; 0 leaves it out.
+//!
+//! ```sh
+//! cargo bench --bench sink
+//! SECS=10 STALL_SECS=5 cargo bench --bench sink
+//! ```
+//!
+//! Needs `clickhouse-server` (Debian's package); the figures are in benches/RESULTS.md.
+
+use std::sync::Arc;
+use std::sync::mpsc::{TrySendError, sync_channel};
+use std::time::{Duration, Instant};
+
+use cgmon_rs::analyzer::{AnalyzerConfig, FlowStats, analyze};
+use cgmon_rs::metrics::Metrics;
+use cgmon_rs::sink::{self, SINK_CHANNEL_CAPACITY, SinkConfig};
+use cgmon_rs::tracker::{Tracker, TrackerConfig};
+
+#[path = "../tests/common/clickhouse.rs"]
+mod clickhouse;
+#[path = "common/fixture.rs"]
+#[allow(dead_code)] // bumped_where is for the tracker benches
+mod fixture;
+
+fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")),
+        Err(_) => default,
+    }
+}
+
+/// The fixture's flows as records: three dumps (the RTT of every other socket moved in the
+/// second), then every flow ended, analysed, and serialised.
+fn records() -> Vec<(Vec<u8>, FlowStats)> {
+    let a = fixture::load_dump();
+    let b = fixture::bumped(&a, 2);
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    for (k, d) in [&a, &b, &a].into_iter().enumerate() {
+        t.begin_dump();
+        for s in d.batch.iter() {
+            t.observe(&s, &mut out);
+        }
+        t.end_dump(true, 1 + k as u64 * 1_000_000_000, &mut out);
+    }
+    t.finish(&mut out);
+    let cfg = AnalyzerConfig::default();
+    out.iter_mut()
+        .map(|e| {
+            let r = analyze(e, &cfg);
+            (serde_json::to_vec(&r).unwrap(), r)
+        })
+        .collect()
+}
+
+/// Clock ticks of a `/proc/.../stat` line's utime + stime, as seconds.
+fn cpu_secs(stat: &str) -> f64 {
+    // Fields after the command's closing parenthesis: state is the 3rd field; utime and
+    // stime the 14th and 15th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ is 100 on Linux
+}
+
+/// CPU seconds of the sink's threads: this process's, less the main thread's (the feeder).
+/// A process's figure keeps the time of its threads that have ended, so the sending thread
+/// counts after it is gone.
+fn sink_cpu() -> f64 {
+    let me = std::process::id();
+    let main = std::fs::read_to_string(format!("/proc/self/task/{me}/stat")).unwrap();
+    process_cpu(me) - cpu_secs(&main)
+}
+
+fn process_cpu(pid: u32) -> f64 {
+    cpu_secs(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap())
+}
+
+/// Kilobytes of `VmHWM` (peak RSS) or `VmRSS`.
+fn vm(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+struct Phase {
+    handed: u64,
+    handoff_dropped: u64,
+    sent: u64,
+    dropped: u64,
+    stored: u64,
+    sink_cpu: f64,
+    server_cpu: f64,
+    most_waiting_bytes: u64,
+    most_waiting_records: u64,
+    rss_before_kb: u64,
+    rss_most_kb: u64,
+    /// At half the phase, and as the handing ends: flat when memory is bounded.
+    rss_middle_kb: u64,
+    rss_end_kb: u64,
+    secs: f64,
+}
+
+/// One phase's settings.
+#[derive(Clone, Copy)]
+struct Setup<'a> {
+    table: &'a str,
+    compress: bool,
+    /// Records a second, and for how long.
+    rate: u64,
+    secs: f64,
+    /// `--spool-max`.
+    spool_max: u64,
+    /// The server is stopped (SIGSTOP) for the whole phase.
+    stall: bool,
+}
+
+/// Hands `rate` records a second for `secs` to a sink pointed at `ch`, then waits for it to
+/// deliver (up to 60 s) and counts the table.
+fn phase(ch: &clickhouse::ChServer, recs: &[(Vec<u8>, FlowStats)], set: &Setup) -> Phase {
+    let Setup { table, compress, rate, secs, spool_max, stall } = *set;
+    let pid = ch.pid().unwrap();
+    let target = sink::client::Target::parse(&ch.url(), table).unwrap();
+    let cfg = SinkConfig {
+        target,
+        host: "bench-1".into(),
+        limits: sink::batch::Limits::default(),
+        spool_dir: None,
+        spool_max,
+        backoff: sink::delivery::Backoff::default(),
+        compress,
+    };
+    let metrics = Arc::new(Metrics::default());
+    let (tx, rx) = sync_channel(SINK_CHANNEL_CAPACITY);
+    let patience = if stall { Duration::from_secs(1) } else { Duration::from_secs(60) };
+    if stall {
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    }
+    let rss_before_kb = vm("VmRSS:");
+    let handle = sink::spawn(cfg, rx, metrics.clone(), patience).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let (sink0, server0) = (sink_cpu(), process_cpu(pid));
+    let step = Duration::from_millis(10);
+    let per_step = rate / 100;
+    let start = Instant::now();
+    let (mut handed, mut handoff_dropped, mut next, mut i) = (0u64, 0u64, start, 0usize);
+    let (mut most_bytes, mut most_rows, mut rss_most) = (0, 0, 0);
+    let mut rss_middle = 0;
+    while start.elapsed().as_secs_f64() < secs {
+        let mut msg = Vec::with_capacity(per_step as usize);
+        for _ in 0..per_step {
+            msg.push(recs[i % recs.len()].clone());
+            i += 1;
+        }
+        match tx.try_send(msg) {
+            Ok(()) => handed += per_step,
+            Err(TrySendError::Full(_)) => handoff_dropped += per_step,
+            Err(TrySendError::Disconnected(_)) => panic!("the sink ended"),
+        }
+        most_bytes = most_bytes.max(metrics.sink.waiting_bytes.get());
+        most_rows = most_rows.max(metrics.sink.waiting_records.get());
+        rss_most = rss_most.max(vm("VmRSS:"));
+        next += step;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        if rss_middle == 0 && start.elapsed().as_secs_f64() >= secs / 2.0 {
+            rss_middle = vm("VmRSS:");
+        }
+    }
+    let took = start.elapsed().as_secs_f64();
+    drop(tx);
+    // Delivery of the tail (at most `patience`), counted in the CPU figures.
+    let rss_end = vm("VmRSS:");
+    while !handle.is_finished() {
+        rss_most = rss_most.max(vm("VmRSS:"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = handle.join().unwrap();
+    let server_cpu = process_cpu(pid) - server0;
+    if stall {
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+    let stored = if stall {
+        0
+    } else {
+        ch.query(&format!("SELECT count() FROM {table}")).unwrap().trim().parse().unwrap()
+    };
+    Phase {
+        handed,
+        handoff_dropped,
+        sent: metrics.sink.sent.get(),
+        dropped: metrics.sink.dropped.get(),
+        stored,
+        sink_cpu: sink_cpu() - sink0,
+        server_cpu,
+        most_waiting_bytes: most_bytes,
+        most_waiting_records: most_rows,
+        rss_before_kb,
+        rss_most_kb: rss_most,
+        rss_middle_kb: rss_middle,
+        rss_end_kb: rss_end,
+        secs: took,
+    }
+}
+
+fn main() {
+    let rate: u64 = setting("RATE", 30_000);
+    let secs: f64 = setting("SECS", 60.0);
+    let stall_secs: f64 = setting("STALL_SECS", 20.0);
+    let Some(ch) = clickhouse::ChServer::start(None, None) else { return };
+    let recs = records();
+    let raw: usize = recs.iter().map(|r| r.0.len()).sum();
+    println!(
+        "{} records from the 20k fixture, {:.0} bytes each as JSON; {rate} records/s for {secs} s",
+        recs.len(),
+        raw as f64 / recs.len() as f64
+    );
+    for (compress, table) in [(true, "cgmon.flows_gz"), (false, "cgmon.flows_plain")] {
+        let set = Setup { table, compress, rate, secs, spool_max: 256 << 20, stall: false };
+        let p = phase(&ch, &recs, &set);
+        let n = p.handed as f64;
+        println!(
+            "gzip {compress}: handed {} in {:.1} s ({:.0}/s), hand-off full {}, sent {}, dropped {}, \
+             table {} ({}); sink CPU {:.2} s = {:.2} µs/record ({:.1} % of a core); server CPU \
+             {:.2} s = {:.2} µs/record ({:.1} % of a core); most waiting {} records / {} KiB; \
+             RSS {} → {} MiB at most",
+            p.handed,
+            p.secs,
+            n / p.secs,
+            p.handoff_dropped,
+            p.sent,
+            p.dropped,
+            p.stored,
+            if p.stored == p.handed && p.dropped == 0 { "every record once" } else { "MISMATCH" },
+            p.sink_cpu,
+            p.sink_cpu * 1e6 / n,
+            p.sink_cpu * 100.0 / p.secs,
+            p.server_cpu,
+            p.server_cpu * 1e6 / n,
+            p.server_cpu * 100.0 / p.secs,
+            p.most_waiting_records,
+            p.most_waiting_bytes >> 10,
+            p.rss_before_kb >> 10,
+            p.rss_most_kb >> 10,
+        );
+        let bytes = ch
+            .query(&format!(
+                "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'cgmon' AND \
+                 table = '{}' AND active",
+                table.trim_start_matches("cgmon.")
+            ))
+            .unwrap_or_default();
+        println!("  table on disk: {} bytes ({:.0} a record)", bytes.trim(), {
+            bytes.trim().parse::<f64>().unwrap_or(0.0) / p.stored.max(1) as f64
+        });
+    }
+    // A day's cost: each fixture record once (distinct flows, unlike the phases above,
+    // which hand them out again and again and so compress far better than a day would).
+    let once = "cgmon.flows_once";
+    let set = Setup {
+        table: once,
+        compress: true,
+        rate: recs.len() as u64,
+        secs: 1.0,
+        spool_max: 256 << 20,
+        stall: false,
+    };
+    let p = phase(&ch, &recs, &set);
+    ch.query(&format!("OPTIMIZE TABLE {once} FINAL")).unwrap();
+    let bytes: f64 = ch
+        .query(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'cgmon' AND \
+             table = 'flows_once' AND active",
+        )
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let per = bytes / p.stored.max(1) as f64;
+    println!(
+        "distinct records, each once: {} rows, {bytes} bytes on disk, {per:.0} bytes a row; a day \
+         at 100 / 1,000 / 30,000 records a second: {:.2} / {:.1} / {:.0} GB",
+        p.stored,
+        per * 100.0 * 86400.0 / 1e9,
+        per * 1000.0 * 86400.0 / 1e9,
+        per * 30000.0 * 86400.0 / 1e9,
+    );
+    if stall_secs > 0.0 {
+        let bound = 16u64 << 20;
+        let set = Setup {
+            table: "cgmon.flows_stall",
+            compress: true,
+            rate,
+            secs: stall_secs,
+            spool_max: bound,
+            stall: true,
+        };
+        let p = phase(&ch, &recs, &set);
+        println!(
+            "server stopped, --spool-max 16M: handed {}, sent {}, dropped {}; most waiting {} \
+             records / {} KiB (bound {} KiB); RSS {} MiB before, {} at half time, {} at the \
+             end, {} MiB at most",
+            p.handed,
+            p.sent,
+            p.dropped,
+            p.most_waiting_records,
+            p.most_waiting_bytes >> 10,
+            bound >> 10,
+            p.rss_before_kb >> 10,
+            p.rss_middle_kb >> 10,
+            p.rss_end_kb >> 10,
+            p.rss_most_kb >> 10,
+        );
+    }
+}
