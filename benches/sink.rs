@@ -10,13 +10,19 @@
 //! A last phase stops the server (SIGSTOP) for the whole run, with a small `--spool-max`:
 //! memory must stay within the queue's bound while records are dropped and counted.
 //!
+//! A last-but-one phase runs the monitor itself (the release binary) with `--clickhouse` over
+//! loopback connections of varied sizes and pauses made here, paced, to measure what a day
+//! of records costs the server's disk, beside the same records in the gzip files.
+//!
 //! The records are real: the captured 20,000-socket dump (`tests/fixtures/dump20k.bin.gz`)
 //! through the tracker and the analyzer, serialised as the writer does, then handed out in
 //! turn. Settings, from the environment:
 //!
 //! - `RATE` (default 30000): records a second, paced in 10 ms steps;
 //! - `SECS` (default 60): how long each phase hands records;
-//! - `STALL_SECS` (default 20): the stopped-server phase; 0 leaves it out.
+//! - `STALL_SECS` (default 20): the stopped-server phase; 0 leaves it out;
+//! - `LIVE_SECS` (default 30) and `LIVE_RATE` (default 200 connections a second): the
+//!   monitor's phase; 0 seconds leaves it out.
 //!
 //! ```sh
 //! cargo bench --bench sink
@@ -220,6 +226,120 @@ fn phase(ch: &clickhouse::ChServer, recs: &[(Vec<u8>, FlowStats)], set: &Setup) 
     }
 }
 
+/// xorshift: varied sizes without a random crate.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Loopback connections at `rate` a second for `secs`: each asks for 200 B to 4 MB
+/// (log-uniform), and one in ten pauses 50 to 500 ms mid-response, as an application
+/// would. The monitor watches their port and sends its records to `ch`; then rows and
+/// bytes on disk per row, against the gzip files' bytes per record.
+fn live(ch: &clickhouse::ChServer, rate: u64, secs: f64) {
+    use std::io::{Read, Write};
+    let srv = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = srv.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in srv.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let mut ask = [0u8; 8];
+                if c.read_exact(&mut ask).is_err() {
+                    return;
+                }
+                let size = u32::from_le_bytes(ask[..4].try_into().unwrap()) as usize;
+                let pause = u32::from_le_bytes(ask[4..].try_into().unwrap());
+                let chunk = vec![b'x'; 64 << 10];
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if c.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n;
+                    if pause > 0 && left <= size / 2 && left + n > size / 2 {
+                        std::thread::sleep(Duration::from_millis(u64::from(pause)));
+                    }
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let table = "cgmon.live";
+    let mut mon = std::process::Command::new(env!("CARGO_BIN_EXE_cgmon-rs"))
+        .args(["-run-interval", "100ms", "--clickhouse", &ch.url(), "--clickhouse-table", table])
+        .args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"])
+        .args(["--host-name", "bench-1", "--filter", &format!("sport {port} or dport {port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let start = Instant::now();
+    let mut at = start;
+    let mut made = 0u64;
+    let mut clients = Vec::new();
+    while start.elapsed().as_secs_f64() < secs {
+        let r = next(&mut seed);
+        // 200 B to 4 MB, log-uniform: 2^(7.6 .. 22).
+        let size = 2f64.powf(7.6 + (r % 1000) as f64 / 1000.0 * 14.4) as u32;
+        let pause = if r.is_multiple_of(10) { 50 + (r >> 20) % 450 } else { 0 } as u32;
+        clients.push(std::thread::spawn(move || {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut ask = size.to_le_bytes().to_vec();
+            ask.extend_from_slice(&pause.to_le_bytes());
+            c.write_all(&ask).unwrap();
+            std::io::copy(&mut c, &mut std::io::sink()).unwrap();
+        }));
+        made += 1;
+        at += Duration::from_secs_f64(1.0 / rate as f64);
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        clients.retain(|c| !c.is_finished());
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    unsafe { libc::kill(mon.id() as i32, libc::SIGTERM) };
+    let status = mon.wait().unwrap();
+    let rows: f64 =
+        ch.query(&format!("SELECT count() FROM {table}")).unwrap().trim().parse().unwrap();
+    ch.query(&format!("OPTIMIZE TABLE {table} FINAL")).unwrap();
+    let on_disk: f64 = ch
+        .query(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'cgmon' AND \
+             table = 'live' AND active",
+        )
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let (mut gz, mut records) = (0u64, 0u64);
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        let raw = std::fs::read(&p).unwrap();
+        gz += raw.len() as u64;
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+        records += text.iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+    let per = on_disk / rows.max(1.0);
+    println!(
+        "the monitor over {made} loopback connections ({status}): {rows} rows in ClickHouse, {} \
+         records in the gzip files; {per:.0} bytes a row on the server's disk ({on_disk} \
+         bytes), {:.0} bytes a record in the files; a day at 100 / 1,000 records a second: \
+         {:.2} / {:.1} GB on the server",
+        records,
+        gz as f64 / records.max(1) as f64,
+        per * 100.0 * 86400.0 / 1e9,
+        per * 1000.0 * 86400.0 / 1e9,
+    );
+}
+
 fn main() {
     let rate: u64 = setting("RATE", 30_000);
     let secs: f64 = setting("SECS", 60.0);
@@ -260,48 +380,11 @@ fn main() {
             p.rss_before_kb >> 10,
             p.rss_most_kb >> 10,
         );
-        let bytes = ch
-            .query(&format!(
-                "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'cgmon' AND \
-                 table = '{}' AND active",
-                table.trim_start_matches("cgmon.")
-            ))
-            .unwrap_or_default();
-        println!("  table on disk: {} bytes ({:.0} a record)", bytes.trim(), {
-            bytes.trim().parse::<f64>().unwrap_or(0.0) / p.stored.max(1) as f64
-        });
     }
-    // A day's cost: each fixture record once (distinct flows, unlike the phases above,
-    // which hand them out again and again and so compress far better than a day would).
-    let once = "cgmon.flows_once";
-    let set = Setup {
-        table: once,
-        compress: true,
-        rate: recs.len() as u64,
-        secs: 1.0,
-        spool_max: 256 << 20,
-        stall: false,
-    };
-    let p = phase(&ch, &recs, &set);
-    ch.query(&format!("OPTIMIZE TABLE {once} FINAL")).unwrap();
-    let bytes: f64 = ch
-        .query(
-            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'cgmon' AND \
-             table = 'flows_once' AND active",
-        )
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let per = bytes / p.stored.max(1) as f64;
-    println!(
-        "distinct records, each once: {} rows, {bytes} bytes on disk, {per:.0} bytes a row; a day \
-         at 100 / 1,000 / 30,000 records a second: {:.2} / {:.1} / {:.0} GB",
-        p.stored,
-        per * 100.0 * 86400.0 / 1e9,
-        per * 1000.0 * 86400.0 / 1e9,
-        per * 30000.0 * 86400.0 / 1e9,
-    );
+    let live_secs: f64 = setting("LIVE_SECS", 30.0);
+    if live_secs > 0.0 {
+        live(&ch, setting("LIVE_RATE", 200), live_secs);
+    }
     if stall_secs > 0.0 {
         let bound = 16u64 << 20;
         let set = Setup {

@@ -87,7 +87,11 @@ pub struct Tally {
 }
 
 struct Queued {
+    /// Without its rows when they wait in the spool (`on_disk`).
     batch: Arc<Batch>,
+    /// Bytes of its body, in memory or on disk: what the bound counts.
+    size: usize,
+    on_disk: bool,
     uncertain: bool,
     /// An attempt is out with it ([`Delivery::begin`]): it is not dropped meanwhile.
     sending: bool,
@@ -97,8 +101,10 @@ struct Queued {
 /// batches ([`Delivery::begin`], [`attempt`], [`Delivery::end`]).
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    /// The batch.
+    /// The batch; without rows when `on_disk`.
     pub batch: Arc<Batch>,
+    /// Its body waits in the spool: the sender reads it back ([`super::spool::read`]).
+    pub on_disk: bool,
     /// Its insert may have been stored before: look it up first.
     pub uncertain: bool,
 }
@@ -164,10 +170,12 @@ impl Delivery {
         std::mem::take(&mut self.latencies)
     }
 
-    /// Queues a batch that may already have been stored (spooled by an earlier run that
-    /// may have died mid-send): it is looked up before it is sent.
-    pub fn offer_uncertain(&mut self, b: Batch) {
-        self.push(b, true);
+    /// Queues a batch whose body (of `size` bytes) waits in the spool; `uncertain` when an
+    /// earlier run spooled it and may have died mid-send (it is looked up before it is
+    /// sent). Its rows, if any, are let go.
+    pub fn offer_spooled(&mut self, mut b: Batch, size: usize, uncertain: bool) {
+        b.rows = Vec::new();
+        self.push(b, size, true, uncertain);
     }
 
     /// Rows and bytes waiting.
@@ -180,19 +188,21 @@ impl Delivery {
     /// the server does); only the one whose attempt is out at this moment is kept until the
     /// attempt ends.
     pub fn offer(&mut self, b: Batch) {
-        self.push(b, false);
+        let size = b.rows.len();
+        self.push(b, size, false, false);
     }
 
-    fn push(&mut self, b: Batch, uncertain: bool) {
-        self.bytes += b.rows.len();
-        self.queue.push_back(Queued { batch: Arc::new(b), uncertain, sending: false });
+    fn push(&mut self, b: Batch, size: usize, on_disk: bool, uncertain: bool) {
+        self.bytes += size;
+        let batch = Arc::new(b);
+        self.queue.push_back(Queued { batch, size, on_disk, uncertain, sending: false });
         while self.bytes > self.max_bytes {
             let i = usize::from(self.queue.front().is_some_and(|q| q.sending));
             if i + 1 >= self.queue.len() {
                 break; // the newest is kept whatever its size
             }
             let old = self.queue.remove(i).expect("within the queue");
-            self.bytes -= old.batch.rows.len();
+            self.bytes -= old.size;
             self.tally.dropped_rows += old.batch.count as u64;
             self.done.push(old.batch.id.clone());
         }
@@ -210,7 +220,18 @@ impl Delivery {
         }
         let q = self.queue.front_mut().filter(|q| !q.sending)?;
         q.sending = true;
-        Some(Attempt { batch: Arc::clone(&q.batch), uncertain: q.uncertain })
+        Some(Attempt { batch: Arc::clone(&q.batch), on_disk: q.on_disk, uncertain: q.uncertain })
+    }
+
+    /// The batch of the attempt out could not be read back from the spool (its file went
+    /// or broke): dropped, its rows counted so.
+    pub fn lost(&mut self) {
+        if self.queue.front().is_some_and(|q| q.sending) {
+            let q = self.queue.pop_front().expect("front exists");
+            self.bytes -= q.size;
+            self.tally.dropped_rows += q.batch.count as u64;
+            self.done.push(q.batch.id.clone());
+        }
     }
 
     /// The end of the attempt [`begin`](Self::begin) gave, which took `took`. Returns true
@@ -225,7 +246,7 @@ impl Delivery {
         match r {
             Ok(found) => {
                 let q = self.queue.pop_front().expect("front exists");
-                self.bytes -= q.batch.rows.len();
+                self.bytes -= q.size;
                 self.tally.found_stored += u64::from(found);
                 self.tally.sent_batches += 1;
                 self.tally.sent_rows += q.batch.count as u64;

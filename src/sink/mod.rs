@@ -113,8 +113,8 @@ pub fn spawn(
             tracing::info!(target: "cgmon_rs::sink", batches = old.len(),
                 "batches an earlier run spooled: sent first, each looked up before it is sent");
         }
-        for b in old {
-            state.delivery.offer_uncertain(b);
+        for (b, size) in old {
+            state.delivery.offer_spooled(b, size, true);
         }
         state.spool = Some(sp);
     }
@@ -219,13 +219,23 @@ impl Intake {
             b.rows = gz.finish().expect("writing to memory");
         }
         let mut st = self.shared.lock();
-        if let Some(sp) = &mut st.spool
-            && let Err(e) = sp.save(&b)
-        {
-            tracing::warn!(target: "cgmon_rs::sink", error = %e,
-                "cannot spool a batch; it waits in memory only");
+        let spooled = match &mut st.spool {
+            Some(sp) => match sp.save(&b) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(target: "cgmon_rs::sink", error = %e,
+                        "cannot spool a batch; it waits in memory only");
+                    false
+                }
+            },
+            None => false,
+        };
+        if spooled {
+            let size = b.rows.len();
+            st.delivery.offer_spooled(b, size, false);
+        } else {
+            st.delivery.offer(b);
         }
-        st.delivery.offer(b);
         st.publish();
         drop(st);
         self.shared.wake.notify_one();
@@ -296,6 +306,13 @@ fn send_loop(shared: &Shared, mut store: client::Client) {
                     .0;
             }
         };
+        let a = match read_back(shared, a) {
+            Some(a) => a,
+            None => {
+                shared.lock().publish();
+                continue;
+            }
+        };
         let t = Instant::now();
         let r = delivery::attempt(&mut store, &a);
         let mut st = shared.lock();
@@ -309,6 +326,25 @@ fn send_loop(shared: &Shared, mut store: client::Client) {
             }
         }
         st.publish();
+    }
+}
+
+/// The attempt with its body: a spooled batch's read back from its file (outside the lock).
+/// `None` when the file is gone or broken: the batch is dropped and counted.
+fn read_back(shared: &Shared, a: delivery::Attempt) -> Option<delivery::Attempt> {
+    if !a.on_disk {
+        return Some(a);
+    }
+    let path = shared.lock().spool.as_ref().and_then(|sp| sp.path_of(&a.batch.id));
+    match path.as_deref().and_then(spool::read) {
+        Some(b) => Some(delivery::Attempt { batch: Arc::new(b), ..a }),
+        None => {
+            tracing::error!(target: "cgmon_rs::sink", batch = %a.batch.id,
+                records = a.batch.count, file = ?path,
+                "a spooled batch cannot be read back; its records are lost");
+            shared.lock().delivery.lost();
+            None
+        }
     }
 }
 
@@ -363,6 +399,52 @@ mod tests {
                 (serde_json::to_vec(&r).unwrap(), r)
             })
             .collect()
+    }
+
+    /// Spooled batches wait on disk: when one's file is gone by its turn (deleted by hand),
+    /// its records are counted dropped, not sent empty, and the others still go.
+    #[test]
+    fn a_spooled_batch_whose_file_is_gone_is_counted_dropped() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", dead.local_addr().unwrap());
+        drop(dead);
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let cfg = SinkConfig {
+            target: client::Target::parse(&url, "flows").unwrap(),
+            host: "h".into(),
+            limits: batch::Limits { rows: 10, bytes: 1 << 20, age: Duration::from_secs(1) },
+            spool_dir: Some(dir.path().to_path_buf()),
+            spool_max: 1 << 20,
+            backoff: delivery::Backoff {
+                min: Duration::from_millis(50),
+                max: Duration::from_millis(50),
+            },
+            compress: true,
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let sink = spawn(cfg, rx, Arc::clone(&metrics), Duration::from_millis(300)).unwrap();
+        tx.send(msg(0, 30)).unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(dir.path()).unwrap().count() < 3 {
+            assert!(Instant::now() < end, "three batches spooled");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(metrics.sink.waiting_records.get(), 30);
+        let mut files: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        std::fs::remove_file(&files[0]).unwrap();
+        while metrics.sink.dropped.get() == 0 {
+            assert!(Instant::now() < end, "the missing batch is counted");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(metrics.sink.dropped.get(), 10);
+        assert_eq!(metrics.sink.waiting_records.get(), 20, "the others still wait");
+        drop(tx);
+        // The rest stay spooled for the next run: only the lost batch counts.
+        assert!(matches!(sink.join().unwrap(), Err(SinkError::Dropped(10))));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
     /// A server that takes connections and never answers (stopped, or black-holed) holds up

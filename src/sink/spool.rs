@@ -5,6 +5,10 @@
 //! written under a temporary name, synced and renamed, so a crash leaves whole batches or
 //! none; it is deleted once the batch is delivered or dropped. A restarted monitor sends
 //! them first, as *uncertain*: the last run may have died after the server stored one.
+//!
+//! A spooled batch waits on disk only: the queue keeps its id, row count and size, and the
+//! sender reads its body back when its turn comes, so `--spool-max` bounds the disk, not
+//! the memory.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,12 +25,13 @@ pub struct Spool {
 }
 
 impl Spool {
-    /// Opens `dir` (created when missing) and reads the batches an earlier run left,
-    /// oldest first. Files that are not whole batches are left where they are, logged.
+    /// Opens `dir` (created when missing) and reads the heads of the batches an earlier run
+    /// left, oldest first: each as a [`Batch`] without its rows, and the size of its body.
+    /// Files that are not whole batches are left where they are, logged.
     ///
     /// # Errors
     /// The directory cannot be created or read.
-    pub fn open(dir: &Path) -> std::io::Result<(Self, Vec<Batch>)> {
+    pub fn open(dir: &Path) -> std::io::Result<(Self, Vec<(Batch, usize)>)> {
         std::fs::create_dir_all(dir)?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for e in std::fs::read_dir(dir)? {
@@ -45,10 +50,10 @@ impl Spool {
         let mut s = Self { dir: dir.to_path_buf(), next, files: Default::default() };
         let mut batches = Vec::new();
         for (_, p) in names {
-            match read(&p) {
-                Some(b) => {
+            match read_head(&p) {
+                Some((b, size)) => {
                     s.files.push_back((b.id.clone(), p));
-                    batches.push(b);
+                    batches.push((b, size));
                 }
                 None => tracing::warn!(target: "cgmon_rs::sink", file = %p.display(),
                     "a spool file that is not a whole batch; left in place"),
@@ -91,6 +96,11 @@ impl Spool {
         }
     }
 
+    /// The file of the batch `id`, while it is spooled.
+    pub fn path_of(&self, id: &str) -> Option<PathBuf> {
+        self.files.iter().find(|f| f.0 == id).map(|f| f.1.clone())
+    }
+
     /// Batches on disk.
     pub fn len(&self) -> usize {
         self.files.len()
@@ -102,14 +112,34 @@ impl Spool {
     }
 }
 
-fn read(p: &Path) -> Option<Batch> {
+/// A spooled batch, whole (its body read back to be sent).
+pub fn read(p: &Path) -> Option<Batch> {
     let raw = std::fs::read(p).ok()?;
+    let (mut b, at) = head(&raw)?;
+    b.rows = raw[at..].to_vec();
+    Some(b)
+}
+
+/// A spooled batch's id and count (no rows), and its body's size, from the file's start.
+fn read_head(p: &Path) -> Option<(Batch, usize)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(p).ok()?;
+    let len = f.metadata().ok()?.len() as usize;
+    // An id is a host name (at most 253 bytes), a run and a sequence; a count, 20 digits.
+    let mut start = Vec::with_capacity(512);
+    Read::by_ref(&mut f).take(512).read_to_end(&mut start).ok()?;
+    let (b, at) = head(&start)?;
+    Some((b, len - at))
+}
+
+/// The two head lines: the batch without rows, and where its body starts.
+fn head(raw: &[u8]) -> Option<(Batch, usize)> {
     let nl = raw.iter().position(|&b| b == b'\n')?;
     let id = std::str::from_utf8(&raw[..nl]).ok()?.to_string();
     let rest = &raw[nl + 1..];
     let nl2 = rest.iter().position(|&b| b == b'\n')?;
     let count = std::str::from_utf8(&rest[..nl2]).ok()?.parse().ok()?;
-    Some(Batch { id, rows: rest[nl2 + 1..].to_vec(), count })
+    Some((Batch { id, rows: Vec::new(), count }, nl + nl2 + 2))
 }
 
 #[cfg(test)]
@@ -130,7 +160,12 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), "not ours").unwrap();
         drop(s);
         let (mut s, back) = Spool::open(dir.path()).unwrap();
-        assert_eq!(back, vec![b(0), b(2)], "whole batches, oldest first");
+        let heads: Vec<(&str, usize, usize)> =
+            back.iter().map(|(h, size)| (h.id.as_str(), h.count, *size)).collect();
+        assert_eq!(heads, [("h/1/0", 3, 10), ("h/1/2", 3, 10)], "whole batches, oldest first");
+        assert!(back.iter().all(|(h, _)| h.rows.is_empty()), "bodies stay on disk");
+        assert_eq!(read(&s.path_of("h/1/2").unwrap()), Some(b(2)), "read back whole");
+        assert_eq!(s.path_of("h/1/1"), None);
         // New files number after everything there, the broken one included.
         s.save(&b(3)).unwrap();
         assert!(dir.path().join("000000000000000a.batch").exists());

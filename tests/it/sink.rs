@@ -323,6 +323,83 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
     assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0, "the spool emptied");
 }
 
+/// Past `--spool-max`, records are dropped: counted, `/healthz` 503 while it lasts (and not
+/// before), and exit status 1; the queue stays within the bound.
+#[test]
+fn records_dropped_past_the_bound_make_healthz_503_and_the_exit_status_1() {
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/", dead.local_addr().unwrap());
+    drop(dead);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--spool-max", "1M", "-run-shutdown-timeout", "2s"];
+    let m = sink_monitor(&dead_url, dir.path(), l.local_addr().unwrap().port(), &args);
+    connections(&l, 50);
+    std::thread::sleep(Duration::from_millis(1500));
+    let health = http_get(&http_addr(&m), "/healthz");
+    assert!(health.starts_with("HTTP/1.1 200") && health.contains("degraded"), "{health}");
+    // About 120 bytes a compressed record: 1 MiB holds some 9,000.
+    let mut text = String::new();
+    for _ in 0..30 {
+        connections(&l, 1000);
+        std::thread::sleep(Duration::from_millis(1200));
+        text = http_get(&http_addr(&m), "/metrics");
+        if metric(&text, "cgmon_sink_records_total{result=\"dropped\"}") > 0.0 {
+            break;
+        }
+    }
+    assert!(metric(&text, "cgmon_sink_records_total{result=\"dropped\"}") > 0.0, "{text}");
+    assert!(metric(&text, "cgmon_sink_waiting_bytes") <= f64::from(1u32 << 20), "{text}");
+    let health = http_get(&http_addr(&m), "/healthz");
+    assert!(health.starts_with("HTTP/1.1 503") && health.contains("dropping"), "{health}");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(1), "records were dropped\n{log}");
+    assert!(log.contains("not delivered to ClickHouse and are lost"), "{log}");
+    assert_eq!(log.matches("ClickHouse sink failing").count(), 1, "one line, not one a retry");
+}
+
+/// A table the user made that does not fit the records (here `Verdict` a number): the
+/// server refuses every insert; the records wait (spooled), the failure is logged once and
+/// counted, and once the table is fixed every record lands once.
+#[test]
+fn a_table_that_does_not_fit_keeps_the_records_until_it_is_fixed() {
+    let Some(ch) = ChServer::start(None, None) else { return };
+    ch.query("CREATE DATABASE cgmon").unwrap();
+    ch.query(
+        "CREATE TABLE cgmon.flows (Host String, BatchId String, Cookie UInt64, \
+         BytesAcked UInt64, Verdict UInt8, EndTime DateTime) ENGINE = MergeTree \
+         PARTITION BY toDate(EndTime) ORDER BY Host",
+    )
+    .unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sp = spool.path().to_str().unwrap();
+    let m = sink_monitor(&ch.url(), dir.path(), port, &["--spool-dir", sp]);
+    connections(&l, 20);
+    std::thread::sleep(Duration::from_millis(2500));
+    let text = http_get(&http_addr(&m), "/metrics");
+    assert_eq!(metric(&text, "cgmon_sink_failing"), 1.0, "{text}");
+    assert!(metric(&text, "cgmon_sink_failures_total") >= 1.0, "{text}");
+    assert!(metric(&text, "cgmon_sink_waiting_records") >= 40.0, "{text}");
+    assert!(std::fs::read_dir(spool.path()).unwrap().count() >= 1, "spooled");
+    let health = http_get(&http_addr(&m), "/healthz");
+    assert!(health.starts_with("HTTP/1.1 200") && health.contains("degraded"), "{health}");
+    ch.query("ALTER TABLE cgmon.flows MODIFY COLUMN Verdict String").unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("40\n") {
+        assert!(Instant::now() < end, "40 rows after the fix\n{}", m.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    assert_eq!(log.matches("ClickHouse sink failing").count(), 1, "logged once\n{log}");
+    assert!(log.contains("delivering again"), "{log}");
+    assert_eq!(table_rows(&ch, "cgmon.flows"), file_rows(dir.path(), "test-host"));
+}
+
 /// (Cookie, BytesAcked, Verdict, Host) of every record in the gzip files, as the table's
 /// TSV gives them, sorted.
 fn file_rows(dir: &std::path::Path, host: &str) -> Vec<String> {
