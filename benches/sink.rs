@@ -7,8 +7,9 @@
 //!   feeder nor anything else in the process counts), and the server's CPU per record;
 //! - the most bytes and records that waited, and the process's peak RSS.
 //!
-//! A last phase stops the server (SIGSTOP) for the whole run, with a small `--spool-max`:
-//! memory must stay within the queue's bound while records are dropped and counted.
+//! The last phases stop the server (SIGSTOP) for the whole run: without a spool, memory
+//! must stay within `--spool-max` (16M here) while records are dropped and counted; with
+//! `--spool-dir` (and 64M), batches wait on disk and memory stays flat.
 //!
 //! A last-but-one phase runs the monitor itself (the release binary) with `--clickhouse` over
 //! loopback connections of varied sizes and pauses made here, paced, to measure what a day
@@ -137,19 +138,22 @@ struct Setup<'a> {
     spool_max: u64,
     /// The server is stopped (SIGSTOP) for the whole phase.
     stall: bool,
+    /// With `--spool-dir` (a temporary directory).
+    spool: bool,
 }
 
 /// Hands `rate` records a second for `secs` to a sink pointed at `ch`, then waits for it to
 /// deliver (up to 60 s) and counts the table.
 fn phase(ch: &clickhouse::ChServer, recs: &[(Vec<u8>, FlowStats)], set: &Setup) -> Phase {
-    let Setup { table, compress, rate, secs, spool_max, stall } = *set;
+    let Setup { table, compress, rate, secs, spool_max, stall, spool } = *set;
+    let spool_dir = tempfile::tempdir().unwrap();
     let pid = ch.pid().unwrap();
     let target = sink::client::Target::parse(&ch.url(), table).unwrap();
     let cfg = SinkConfig {
         target,
         host: "bench-1".into(),
         limits: sink::batch::Limits::default(),
-        spool_dir: None,
+        spool_dir: spool.then(|| spool_dir.path().to_path_buf()),
         spool_max,
         backoff: sink::delivery::Backoff::default(),
         compress,
@@ -353,7 +357,8 @@ fn main() {
         raw as f64 / recs.len() as f64
     );
     for (compress, table) in [(true, "cgmon.flows_gz"), (false, "cgmon.flows_plain")] {
-        let set = Setup { table, compress, rate, secs, spool_max: 256 << 20, stall: false };
+        let set =
+            Setup { table, compress, rate, secs, spool_max: 256 << 20, stall: false, spool: false };
         let p = phase(&ch, &recs, &set);
         let n = p.handed as f64;
         println!(
@@ -386,30 +391,35 @@ fn main() {
         live(&ch, setting("LIVE_RATE", 200), live_secs);
     }
     if stall_secs > 0.0 {
-        let bound = 16u64 << 20;
-        let set = Setup {
-            table: "cgmon.flows_stall",
-            compress: true,
-            rate,
-            secs: stall_secs,
-            spool_max: bound,
-            stall: true,
-        };
-        let p = phase(&ch, &recs, &set);
-        println!(
-            "server stopped, --spool-max 16M: handed {}, sent {}, dropped {}; most waiting {} \
-             records / {} KiB (bound {} KiB); RSS {} MiB before, {} at half time, {} at the \
-             end, {} MiB at most",
-            p.handed,
-            p.sent,
-            p.dropped,
-            p.most_waiting_records,
-            p.most_waiting_bytes >> 10,
-            bound >> 10,
-            p.rss_before_kb >> 10,
-            p.rss_middle_kb >> 10,
-            p.rss_end_kb >> 10,
-            p.rss_most_kb >> 10,
-        );
+        // Without a spool the queue is in memory, within --spool-max; with one, batches
+        // wait on disk and memory stays flat however much waits.
+        for (spool, bound) in [(true, 64u64 << 20), (false, 16 << 20)] {
+            let set = Setup {
+                table: "cgmon.flows_stall",
+                compress: true,
+                rate,
+                secs: stall_secs,
+                spool_max: bound,
+                stall: true,
+                spool,
+            };
+            let p = phase(&ch, &recs, &set);
+            println!(
+                "server stopped, --spool-max {}M{}: handed {}, sent {}, dropped {}; most \
+                 waiting {} records / {} KiB; RSS {} MiB before, {} at half time, {} at the \
+                 end, {} MiB at most",
+                bound >> 20,
+                if spool { " with --spool-dir" } else { ", no spool" },
+                p.handed,
+                p.sent,
+                p.dropped,
+                p.most_waiting_records,
+                p.most_waiting_bytes >> 10,
+                p.rss_before_kb >> 10,
+                p.rss_middle_kb >> 10,
+                p.rss_end_kb >> 10,
+                p.rss_most_kb >> 10,
+            );
+        }
     }
 }
