@@ -510,6 +510,20 @@ impl Collector for Exporter {
                 "Batches found already stored after a lost reply, so not sent twice",
                 k.found_stored.get(),
             )?;
+            // The last failure's text while failing (a gauge of 1, as `*_info` series are),
+            // clipped: one series at a time, gone once the sink delivers again.
+            let last =
+                k.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            if let Some(why) = last {
+                e.encode_descriptor(
+                    "cgmon_sink_last_error_info",
+                    "Always 1 while the ClickHouse sink fails; its last error is in the label",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_family(&[("error", crate::units::clip(&why).as_ref())])?
+                .encode_gauge(&1.0)?;
+            }
             let (sum, count, buckets) = k.batch_seconds.snapshot();
             e.encode_descriptor(
                 "cgmon_sink_batch_duration_seconds",
@@ -753,11 +767,19 @@ mod tests {
         // With the ClickHouse sink on, so its series are served too.
         let m = Arc::new(Metrics::default());
         m.sink.enabled.set(1);
+        *m.sink.last_error.lock().unwrap() = Some("connection refused \"x\"\n".into());
         let ex = Arc::new(
             Exporter::new(m, accounts, Arc::new(Mutex::new(Services::with_root(None))), 2)
                 .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
         );
         let text = to_prometheus_text(&render(&ex.registry()).unwrap());
+        // The error's quotes and newline are escaped in its label.
+        assert!(
+            text.contains(
+                "cgmon_sink_last_error_info{error=\"connection refused \\\"x\\\"\\n\"} 1"
+            ),
+            "{text}"
+        );
         let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
         let mut missing = Vec::new();
         for (i, _) in readme.match_indices("cgmon_") {
