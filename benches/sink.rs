@@ -331,6 +331,7 @@ fn live(ch: &clickhouse::ChServer, rate: u64, secs: f64) {
         flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
         records += text.iter().filter(|&&b| b == b'\n').count() as u64;
     }
+    assert!(status.success() && rows as u64 == records, "the table and the files differ");
     let per = on_disk / rows.max(1.0);
     println!(
         "the monitor over {made} loopback connections ({status}): {rows} rows in ClickHouse, {} \
@@ -345,9 +346,13 @@ fn live(ch: &clickhouse::ChServer, rate: u64, secs: f64) {
 }
 
 fn main() {
-    let rate: u64 = setting("RATE", 30_000);
-    let secs: f64 = setting("SECS", 60.0);
-    let stall_secs: f64 = setting("STALL_SECS", 20.0);
+    // `cargo test --all-targets` (CI) runs this too, without `--bench`, in a debug build:
+    // there it is a short check that every phase works, every record once, at a tenth of
+    // the rate.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let rate: u64 = setting("RATE", if quick { 3_000 } else { 30_000 });
+    let secs: f64 = setting("SECS", if quick { 2.0 } else { 60.0 });
+    let stall_secs: f64 = setting("STALL_SECS", if quick { 2.0 } else { 20.0 });
     let Some(ch) = clickhouse::ChServer::start(None, None) else { return };
     let recs = records();
     let raw: usize = recs.iter().map(|r| r.0.len()).sum();
@@ -385,8 +390,9 @@ fn main() {
             p.rss_before_kb >> 10,
             p.rss_most_kb >> 10,
         );
+        assert!(p.stored == p.handed && p.dropped == 0, "gzip {compress}: not every record once");
     }
-    let live_secs: f64 = setting("LIVE_SECS", 30.0);
+    let live_secs: f64 = setting("LIVE_SECS", if quick { 2.0 } else { 30.0 });
     if live_secs > 0.0 {
         live(&ch, setting("LIVE_RATE", 200), live_secs);
     }
