@@ -12,7 +12,8 @@
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Flow, Retained, prefetch_line};
+use super::prefetch::prefetch_line;
+use crate::record::Retained;
 
 /// Retained samples per stage and per block (see [`Stage`]).
 pub(super) const STAGED: usize = 4;
@@ -48,7 +49,7 @@ struct Stage([Retained; STAGED]);
 ///
 /// The list of full blocks is a boxed slice and a `u32` length, rather than a `Vec<u32>`
 /// (24 bytes): with a `Vec`, a flow took six cache lines instead of five, and what a
-/// changed sample touches took four instead of three (both asserted below [`Flow`]).
+/// changed sample touches took four instead of three (both asserted below [`Flow`](super::Flow)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageRef {
     /// Its slot in the stage pool; `u32::MAX` when it has none.
@@ -304,15 +305,14 @@ impl StagePool {
     /// Moves the flow's blocks and staged samples, in order, to the end of `f.samples`, for
     /// a view of a flow still tracked; the blocks go back to the pool, the stage stays the
     /// flow's.
-    pub(super) fn flush(&mut self, f: &mut Flow) {
-        if let Some(h) = self.detach(f) {
-            f.samples = h.gather(&f.samples, Vec::new());
+    pub(super) fn flush(&mut self, st: &mut StageRef, samples: &mut Vec<Retained>) {
+        if let Some(h) = self.detach(st, samples) {
+            *samples = h.gather(samples, Vec::new());
         }
     }
 
     /// The flow's newest retained sample, read in place.
-    pub(super) fn latest(&self, f: &Flow) -> Option<Retained> {
-        let st = &f.stage;
+    pub(super) fn latest(&self, st: &StageRef, samples: &[Retained]) -> Option<Retained> {
         if st.idx != u32::MAX {
             if st.staged > 0 {
                 return Some(self.slots.get(st.idx).0[usize::from(st.staged) - 1]);
@@ -321,13 +321,12 @@ impl StagePool {
                 return self.blocks.slots.get(b).0.last().copied();
             }
         }
-        f.samples.last().copied()
+        samples.last().copied()
     }
 
     /// The flow's `n` newest retained samples, oldest first, read in place: a view of one
     /// flow copies only what it shows, and the flow's blocks and stage stay as they are.
-    pub(super) fn newest(&self, f: &Flow, n: usize) -> Vec<Retained> {
-        let st = &f.stage;
+    pub(super) fn newest(&self, st: &StageRef, samples: &[Retained], n: usize) -> Vec<Retained> {
         let mut parts: Vec<&[Retained]> = Vec::new();
         let mut have = 0;
         if st.idx != u32::MAX {
@@ -346,7 +345,7 @@ impl StagePool {
             }
         }
         if have < n {
-            parts.push(&f.samples);
+            parts.push(samples);
         }
         let mut out: Vec<Retained> = parts.iter().rev().flat_map(|p| p.iter().copied()).collect();
         let extra = out.len().saturating_sub(n);
@@ -358,8 +357,11 @@ impl StagePool {
     /// on (or to be gathered at once, for a view): its older samples (`samples`) and its blocks go into the [`Held`], and its staged
     /// samples into `samples`, where a sample added later follows them. Without blocks, no
     /// [`Held`]: the staged samples join `samples`. The stage stays the flow's.
-    pub(super) fn detach(&mut self, f: &mut Flow) -> Option<Held> {
-        let st = &mut f.stage;
+    pub(super) fn detach(
+        &mut self,
+        st: &mut StageRef,
+        samples: &mut Vec<Retained>,
+    ) -> Option<Held> {
         if st.idx == u32::MAX {
             return None;
         }
@@ -368,12 +370,12 @@ impl StagePool {
         let room = match st.room.take() {
             Some(room) if st.full_len > 0 => room,
             _ => {
-                f.samples.extend_from_slice(staged);
+                samples.extend_from_slice(staged);
                 return None;
             }
         };
         let held = Held {
-            head: std::mem::replace(&mut f.samples, staged.to_vec()),
+            head: std::mem::replace(samples, staged.to_vec()),
             room,
             blocks: st.full_len,
             store: Arc::clone(&self.blocks.slots.store),
@@ -389,12 +391,16 @@ impl StagePool {
     }
 
     /// Detaches the flow's samples (see [`detach`](Self::detach)) and gives its stage back.
-    pub(super) fn release(&mut self, f: &mut Flow) -> Option<Held> {
-        let held = self.detach(f);
-        if f.stage.idx != u32::MAX {
-            self.free.push(f.stage.idx);
+    pub(super) fn release(
+        &mut self,
+        st: &mut StageRef,
+        samples: &mut Vec<Retained>,
+    ) -> Option<Held> {
+        let held = self.detach(st, samples);
+        if st.idx != u32::MAX {
+            self.free.push(st.idx);
         }
-        f.stage = StageRef::NONE;
+        *st = StageRef::NONE;
         held
     }
 }

@@ -1,8 +1,9 @@
 //! Tracker tests on built samples: no kernel.
 
+use super::pool::STAGED;
 use super::*;
 use crate::wire::build::SockBuilder;
-use crate::wire::sock::batch;
+use crate::wire::sock::{SockKey, batch};
 use crate::wire::tcp_info::{TCPI_OPT_ECN, TCPI_OPT_ECN_SEEN, TCPI_OPT_SACK};
 
 const S: u64 = 1_000_000_000;

@@ -5,7 +5,7 @@
 
 use tokio::sync::oneshot;
 
-use super::Flow;
+use super::{Flow, sync};
 use crate::chart::flow::Point;
 use crate::record::{ABSENT_U64, mbps};
 
@@ -171,5 +171,125 @@ pub fn header(f: &Flow) -> Flow {
         samples: Vec::new(),
         counted: f.counted,
         first_chrono: f.first_chrono,
+    }
+}
+
+impl super::Tracker {
+    /// The host view ([`Overview`]): the flows `offset..offset + limit` in `order`,
+    /// largest first, each with its `keep` newest samples, and every flow briefly. Only
+    /// the page's flows are copied; the others are read in place.
+    pub fn overview(
+        &self,
+        order: Order,
+        offset: usize,
+        limit: usize,
+        keep: usize,
+        netns: Option<u32>,
+    ) -> Overview {
+        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(self.hot.len());
+        let mut all = Vec::with_capacity(self.hot.len());
+        for (slot, (f, h)) in self.slab.iter().zip(&self.hot).enumerate() {
+            if netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
+                continue;
+            }
+            let latest = self.stages.latest(&f.stage, &f.samples);
+            let l = &f.last;
+            let rtt_us = latest.map_or(0, |r| r.rtt_us);
+            let key = match order {
+                Order::Rate => latest.map_or(0, |r| r.delivery_rate().wrapping_add(1)),
+                Order::Rtt => u64::from(rtt_us),
+                Order::Retrans => u64::from(l.total_retrans),
+                Order::Age => u64::MAX - f.first_ts_ns,
+            };
+            keyed.push((key, slot as u32));
+            let [b0, r0, s0] = f.first_chrono;
+            all.push(Brief {
+                slot: f.counted.slot,
+                rtt_us,
+                chrono_ms: (l.busy_ms != u32::MAX).then(|| {
+                    [
+                        l.busy_ms.saturating_sub(b0),
+                        l.rwnd_limited_ms.saturating_sub(r0),
+                        l.sndbuf_limited_ms.saturating_sub(s0),
+                    ]
+                }),
+                span_ms: h.last_ts_ns.saturating_sub(f.first_ts_ns) / 1_000_000,
+            });
+        }
+        // Largest first; ties by slot, so a page is stable between two requests.
+        let cmp = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let end = offset.saturating_add(limit).min(keyed.len());
+        if end < keyed.len() && end > 0 {
+            keyed.select_nth_unstable_by(end - 1, cmp);
+        }
+        keyed.truncate(end);
+        keyed.sort_unstable_by(cmp);
+        let page: Vec<Flow> = keyed
+            .iter()
+            .skip(offset)
+            .map(|&(_, slot)| self.view_slot(slot as usize, keep))
+            .collect();
+        let netns = page.iter().map(|f| self.netns_of(f.key.cookie)).collect();
+        Overview { page, netns, all }
+    }
+
+    /// A copy of the active flow `cookie` with its `keep` newest samples (and its
+    /// `Samples` count in `stage.window`), found by its index; nothing else is touched.
+    pub fn view_one(&self, cookie: u64, keep: usize) -> Option<Flow> {
+        let slot = *self.index.get(&cookie)? as usize;
+        Some(self.view_slot(slot, keep))
+    }
+
+    /// The active flows with a cookie above `after`, the `limit` smallest in cookie order
+    /// (a stable order for paging), each with its `keep` newest samples; and how many flows
+    /// are active in all. Only the flows on the page are copied.
+    /// With `netns`, only the flows of that namespace count, on the page and in all.
+    pub fn view_page(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+        keep: usize,
+        netns: Option<u32>,
+    ) -> (Vec<Flow>, usize) {
+        let in_ns = |c: u64| netns.is_none_or(|n| self.netns_of(c) == n);
+        let total = match netns {
+            Some(_) => self.hot.iter().filter(|h| in_ns(h.cookie)).count(),
+            None => self.hot.len(),
+        };
+        let mut cookies: Vec<u64> = self
+            .hot
+            .iter()
+            .map(|h| h.cookie)
+            .filter(|&c| after.is_none_or(|a| c > a) && in_ns(c))
+            .collect();
+        if cookies.len() > limit {
+            cookies.select_nth_unstable(limit);
+            cookies.truncate(limit);
+        }
+        cookies.sort_unstable();
+        let page = cookies
+            .iter()
+            .filter_map(|c| self.index.get(c))
+            .map(|&slot| self.view_slot(slot as usize, keep))
+            .collect();
+        (page, total)
+    }
+
+    pub(super) fn view_slot(&self, slot: usize, keep: usize) -> Flow {
+        let (f, h) = (&self.slab[slot], &self.hot[slot]);
+        let mut v = header(f);
+        sync(&mut v, h);
+        v.stage.window = f.stage.window.max(f.samples.len() as u32);
+        v.samples = self.stages.newest(&f.stage, &f.samples, keep);
+        v
+    }
+
+    /// The active flows, brought up to date with their latest samples.
+    pub fn flows(&mut self) -> impl Iterator<Item = &Flow> {
+        for (f, h) in self.slab.iter_mut().zip(&self.hot) {
+            self.stages.flush(&mut f.stage, &mut f.samples);
+            sync(f, h);
+        }
+        self.slab.iter()
     }
 }
