@@ -15,7 +15,7 @@
 //! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
 //!   `logging`, `metrics` (shared counters), `http` (status page).
 //! - The stages: `tracker::task`, `analyzer::run`, `writer`; `sink` (the fleet sink to
-//!   ClickHouse: its pure core so far, not yet wired into the program).
+//!   ClickHouse, beside the writer on threads of its own).
 //! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
 //!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
@@ -31,10 +31,12 @@ pub mod chart;
 pub mod cli;
 pub mod clock;
 pub mod diagnose;
-pub mod dumpcmd;
 pub mod edges;
 pub mod filter;
 pub mod http;
+/// Real TCP over a path with known delay, loss and rate, in network namespaces: equipment
+/// for the lab tests and `examples/lab.rs` (the `testkit` feature), not in the monitor.
+#[cfg(any(test, feature = "testkit"))]
 pub mod lab;
 pub mod logging;
 pub mod metrics;

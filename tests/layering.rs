@@ -30,7 +30,6 @@ const RANKS: &[(&str, u32)] = &[
     ("writer", 6),
     ("sink", 6),
     ("http", 7),
-    ("dumpcmd", 7),
     ("cli", 8),
     ("logging", 8),
     ("report", 8),

@@ -1,5 +1,8 @@
 //! A sample's values as the tracker keeps them: read from `tcp_info` once, field by field,
 //! into the retained sample and the flow's latest values.
+//!
+//! Its small functions are marked `#[inline]`: they were split out of `tracker.rs`, and
+//! the changed path must not pay a call for them (benches/compare.sh against the split).
 
 use super::flow::{CcName, Flow, Last};
 use crate::record::{ABSENT_U64, INFINITE_SSTHRESH, Retained};
@@ -15,11 +18,13 @@ pub(super) struct Snap {
 }
 
 /// busy_time in ms, 0 when absent.
+#[inline]
 pub(super) fn l_busy(l: &Last) -> u32 {
     if l.busy_ms == u32::MAX { 0 } else { l.busy_ms }
 }
 
 /// µs → ms, saturating below u32::MAX (the "absent" mark).
+#[inline]
 pub(super) fn ms(us: u64) -> u32 {
     (us / 1000).min(u64::from(u32::MAX - 1)) as u32
 }
@@ -29,6 +34,7 @@ pub(super) fn ms(us: u64) -> u32 {
 pub(super) const DECODE_INFO_LEN: usize = 248;
 
 /// A sample's values, for a flow that has none yet.
+#[inline]
 pub(super) fn snap(s: &Sample<'_>, t: &TcpInfo<'_>) -> Snap {
     let mut sn = Snap { retained: Retained::default(), last: Last::default(), options: 0 };
     decode_into(&mut sn.retained, &mut sn.last, s, t);
@@ -100,6 +106,7 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
 /// The congestion control, read only when a sample is retained: it rarely changes, so the
 /// raw attribute is compared with the name held first, and the NUL looked for only when they
 /// differ, which is cheaper per changed socket (benches/RESULTS.md, D4).
+#[inline]
 pub(super) fn refresh_attrs(f: &mut Flow, s: &Sample<'_>) {
     if let Some(raw) = s.cong_raw()
         && raw != u128::from_le_bytes(f.cc.0)

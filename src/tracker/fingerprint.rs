@@ -1,5 +1,8 @@
 //! Hashes that let a sample be compared without reading its flow: the fingerprint of
 //! everything dedup compares, and the 4-tuple's hash.
+//!
+//! Its small functions are marked `#[inline]`: they were split out of `tracker.rs`, and
+//! the changed path must not pay a call for them (benches/compare.sh against the split).
 
 use super::decode::snap;
 use crate::wire::sock::{Sample, SockKey};
@@ -117,6 +120,7 @@ pub(super) fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
 }
 
 /// The socket's 4-tuple and family equal the flow's (the cookie already matched).
+#[inline]
 pub(super) fn same_socket(k: &SockKey, s: &Sample<'_>) -> bool {
     let m = s.msg();
     k.sport == m.sport()

@@ -456,7 +456,7 @@ impl SockBatch {
     }
 }
 
-/// One JSON object per socket, for `examples/dump.rs` and the samples stream: every field
+/// One JSON object per socket, for `examples/dump/` and the samples stream: every field
 /// the kernel sent, kernel member names without prefixes, absent fields left out.
 impl Serialize for Sample<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

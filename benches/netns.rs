@@ -1,7 +1,8 @@
 //! The namespaces benchmark (issue targets; figures in benches/RESULTS.md). Needs root.
 //!
 //! ```text
-//! cargo build --release && cargo run --release --example netns_bench -- [ROUNDS] [SECS]
+//! sudo cargo bench --bench netns -- [ROUNDS] [SECS]
+//! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
 //! 1. CPU per tick: 10 namespaces × 2,000 idle sockets (`--netns` naming the ten) against
 //!    one namespace × 20,000 (`--netns own`), both loads held at once, the two monitors run
@@ -35,7 +36,7 @@ fn proc_cpu_s(pid: u32) -> f64 {
 
 /// CPU ms per tick of the monitor run with `args` for `secs`.
 fn per_tick(args: &[String], secs: u64) -> f64 {
-    run_monitor("target/release/cgmon-rs", args, "0", secs).0
+    run_monitor(env!("CARGO_BIN_EXE_cgmon-rs"), args, "0", secs).0
 }
 
 /// Runs `bin` with `args` and `budget` for `secs` (100 ms ticks): CPU ms per tick, and
@@ -108,9 +109,12 @@ fn holder(path: &str, n: usize) -> std::process::Child {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     if args.first().is_some_and(|a| a == "hold") {
         return hold(&args[1], args[2].parse().unwrap());
+    }
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --all-targets`: a benchmark that needs root, not a test
     }
     if args.first().is_some_and(|a| a == "rescan") {
         return rescan();
@@ -155,7 +159,8 @@ fn main() {
     println!("default budget (2 %): CPU ms per tick, full-dump interval achieved, walks left out");
     println!("round | binary | 10 × 2,000 | 1 × 20,000 | ratio");
     let old = std::env::var("OLD").ok();
-    let bins: Vec<&str> = ["target/release/cgmon-rs"].into_iter().chain(old.as_deref()).collect();
+    let bins: Vec<&str> =
+        [env!("CARGO_BIN_EXE_cgmon-rs")].into_iter().chain(old.as_deref()).collect();
     for r in 1..=rounds {
         for bin in &bins {
             let (x, mx) = run_monitor(bin, &ten, "2", secs);

@@ -1,14 +1,14 @@
-//! The command line of `examples/dump.rs`: dumps sockets as JSON lines, one object per
+//! The command line of this example: dumps sockets as JSON lines, one object per
 //! socket per dump, like a machine-readable `ss -tni`. (The `cgmon-rs` program's own command
-//! line is `cli`.)
+//! line is `cgmon_rs::cli`.)
 
 use std::io::Write;
 use std::time::Duration;
 
-use crate::filter;
-use crate::sampler::source::{NetlinkSource, SocketOptions};
-use crate::sampler::{DumpMode, Sampler, SamplerConfig};
-use crate::states::StateSet;
+use cgmon_rs::filter;
+use cgmon_rs::sampler::source::{NetlinkSource, SocketOptions};
+use cgmon_rs::sampler::{DumpMode, Sampler, SamplerConfig};
+use cgmon_rs::states::StateSet;
 
 /// Usage text.
 pub const USAGE: &str = "\

@@ -11,7 +11,7 @@
 
 use std::process::ExitCode;
 
-use cgmon_rs::dumpcmd;
+mod dumpcmd;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
