@@ -1,4 +1,7 @@
+use std::time::Duration;
+
 use super::*;
+use crate::stats::summary::QuantileKind;
 use crate::writer::Target;
 
 fn run(args: &[&str]) -> Result<Config, UsageError> {
