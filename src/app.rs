@@ -22,16 +22,15 @@ use crate::analyzer;
 use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
+use crate::poll::namespaces;
+use crate::poll::{self as task, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{NetlinkSource, Source};
 use crate::tracker::Tracker;
-use crate::tracker::task::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
-
-pub mod namespaces;
 
 pub use crate::cli::EXIT_USAGE;
 /// Exit status for a run-time failure.

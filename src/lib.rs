@@ -3,7 +3,7 @@
 //! Pipeline:
 //!
 //! ```text
-//! tracker task: DumpSource → Sampler::dump_with → Tracker::observe     (tracker::task)
+//! poll task:    DumpSource → Sampler::dump_with → Tracker::observe     (poll)
 //!               DestroyListener → Tracker::destroyed
 //!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: gather, analyze      (analyzer::run)
 //!     (an ended flow's samples still lie in the tracker's pool blocks; the analyzer
@@ -14,7 +14,7 @@
 //! Layers:
 //! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
 //!   `logging`, `metrics` (shared counters), `http` (status page).
-//! - The stages: `tracker::task`, `analyzer::run`, `writer`; `sink` (the fleet sink to
+//! - The stages: `poll` (polls the kernel, feeds the tracker), `analyzer::run`, `writer`; `sink` (the fleet sink to
 //!   ClickHouse, beside the writer on threads of its own).
 //! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
 //!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
@@ -41,6 +41,7 @@ pub mod lab;
 pub mod logging;
 pub mod metrics;
 pub mod netns;
+pub mod poll;
 
 pub mod recent;
 pub mod record;

@@ -668,11 +668,9 @@ mod decode;
 mod ending;
 mod fingerprint;
 mod flow;
-pub mod pace;
 mod pool;
 mod prefetch;
 mod spaces;
-pub mod task;
 mod tiers;
 pub mod views;
 

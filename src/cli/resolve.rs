@@ -7,10 +7,10 @@ use std::time::Duration;
 use super::Cli;
 use crate::analyzer::{AnalyzerConfig, StageConfig};
 use crate::filter::Expr;
+use crate::poll::TaskConfig;
 use crate::sampler::SamplerConfig;
 use crate::sampler::source::SocketOptions;
 use crate::tracker::TrackerConfig;
-use crate::tracker::task::TaskConfig;
 use crate::writer::file::FileConfig;
 use crate::writer::{Target, WriterConfig};
 

@@ -284,7 +284,7 @@ fn log_switches_resolve_to_directives() {
 #[test]
 fn cpu_budget_is_a_percentage_of_one_core_and_zero_turns_tiers_off() {
     let c = run(&[]).unwrap();
-    assert_eq!(c.settings.task.cpu_budget, crate::tracker::pace::DEFAULT_CPU_BUDGET);
+    assert_eq!(c.settings.task.cpu_budget, crate::poll::pace::DEFAULT_CPU_BUDGET);
     assert!(c.settings.tracker.tiers);
     for (arg, want) in [("5", 0.05), ("0.5%", 0.005), ("100", 1.0)] {
         let c = run(&["-cpu-budget", arg]).unwrap();

@@ -8,7 +8,7 @@
 //! received since its last walk holds nothing new to find: no socket can have opened or
 //! changed what it would record. Its TCP MIB (`InSegs`, `OutSegs`, both families) tells,
 //! for the price of reading one small file, so the sampling task walks only namespaces that
-//! moved (`tracker/task/spaces.rs`).
+//! moved (`poll/spaces.rs`).
 //!
 //! The counters come from `/proc/thread-self/net/snmp` opened by a thread inside the
 //! namespace: the file stays bound to that namespace after the thread leaves, and is read

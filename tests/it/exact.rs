@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use cgmon_rs::filter;
 use cgmon_rs::metrics::Metrics;
+use cgmon_rs::poll::{self as task, StageError, TaskConfig, Wiring};
 use cgmon_rs::sampler::destroy::DestroyListener;
-use cgmon_rs::tracker::task::{self, StageError, TaskConfig, Wiring};
 use cgmon_rs::tracker::{Close, EndReason, EndedFlow, Tracker, TrackerConfig, TrackerStats};
 use tokio::sync::{mpsc, watch};
 

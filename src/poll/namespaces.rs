@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::{Space, SpaceUpdate};
 use crate::metrics::Metrics;
 use crate::netns::{self, Netns, NsId, Roots, Which};
 use crate::record::NetnsLabel;
@@ -22,7 +23,6 @@ use crate::sampler::activity::{self, Activity};
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{NetlinkSource, SocketOptions, Source};
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::tracker::task::{Space, SpaceUpdate};
 
 /// What records say about a namespace.
 pub fn label(n: &Netns) -> NetnsLabel {

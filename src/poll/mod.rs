@@ -1,5 +1,6 @@
-//! The tracker stage. It owns the sampler. Each dump is read in one task, and each socket is
-//! applied to the flow table while its datagram is still in cache (`Sampler::dump_with`).
+//! The poll stage: it polls the kernel and feeds the tracker. It owns the sampler. Each
+//! dump is read in one task, and each socket is applied to the flow table while its
+//! datagram is still in cache (`Sampler::dump_with`).
 //! Destroy events are applied between dumps. Ended flows go on to the analyzer through a
 //! bounded channel, one batch per dump: the flows destroy events ended wait for the next.
 //!
@@ -25,10 +26,6 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use super::accounts::Account;
-use super::pace::{Pacer, Plan, Why};
-use super::views::{self, Query};
-use super::{EndedFlow, Tracker, TrackerStats};
 use crate::clock::cpu_timed;
 pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::metrics::{Metrics, Stage};
@@ -36,6 +33,10 @@ use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::exact::ExactPoll;
 use crate::sampler::source::DumpSource;
 use crate::sampler::{SampleError, Sampler};
+use crate::tracker::accounts::Account;
+use crate::tracker::views::{self, Query};
+use crate::tracker::{EndedFlow, Tracker, TrackerStats};
+use pace::{Pacer, Plan, Why};
 
 /// Longest back-off between failed dumps, however many failed.
 pub const MAX_ERROR_DELAY: Duration = Duration::from_secs(300);
@@ -580,6 +581,8 @@ fn hand_off(
     Ok(())
 }
 
+pub mod namespaces;
+pub mod pace;
 mod spaces;
 pub use spaces::{Space, SpaceUpdate, Walk};
 
