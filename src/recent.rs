@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use crate::chart::flow::Point;
 use crate::record::FlowStats;
+use crate::record::Point;
 
 /// Default `--recent-flows`.
 pub const DEFAULT_RECENT: usize = 100;

@@ -13,8 +13,9 @@ use std::time::Instant;
 use clap::Parser;
 use serde_json::Value;
 
-use crate::chart::flow::{Point, STYLE, charts, num, standalone};
+use crate::chart::flow::{STYLE, charts, num, standalone};
 use crate::chart::{Axis, Chart, Series, Unit, esc, value_axis};
+use crate::record::Point;
 
 /// Reads JSON lines from `path` (gzip when it starts with gzip's magic bytes), calling
 /// `each` with every object; `progress` reports on stderr every two seconds.

@@ -279,7 +279,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
         let mut e = flow(&[(1_000_000_000, b.clone()), (2_000_000_000, b)]);
         let rec = analyze(&mut e, &AnalyzerConfig::default());
         let points = (0..MAX_POINTS * 4 + usize::try_from(cookie).unwrap())
-            .map(|i| crate::chart::flow::Point {
+            .map(|i| crate::record::Point {
                 unix_s: i as f64,
                 rtt_ms: Some(1.0),
                 ..Default::default()
@@ -302,8 +302,8 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
 #[test]
 fn a_recent_entry_is_about_43_kb() {
     // The figure `--recent-flows`' help and the README give: the points dominate.
-    use crate::chart::flow::Point;
     use crate::recent::{Ended, MAX_POINTS};
+    use crate::record::Point;
     let bytes = size_of::<Ended>() + size_of::<FlowStats>() + MAX_POINTS * size_of::<Point>();
     // 42,248 B when measured, plus its strings (times, addresses, names: a few hundred).
     assert!((41_500..=43_000).contains(&bytes), "{bytes} B: update the figure");

@@ -4,27 +4,7 @@
 //! into [`Point`]s first.
 
 use super::{Chart, Mark, Series, Unit, clock_text, max_gap, runs, time_axis, value_axis};
-
-/// One sample, in the units of the records. `None`: the kernel did not give the value.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Point {
-    /// Wall-clock time, seconds since the Unix epoch.
-    pub unix_s: f64,
-    /// Smoothed RTT, ms.
-    pub rtt_ms: Option<f64>,
-    /// Congestion window, bytes.
-    pub cwnd_bytes: Option<f64>,
-    /// Slow-start threshold, bytes (`None` while it is still "infinite").
-    pub ssthresh_bytes: Option<f64>,
-    /// Pacing rate, Mbit/s.
-    pub pacing_mbps: Option<f64>,
-    /// Delivery rate, Mbit/s.
-    pub delivery_mbps: Option<f64>,
-    /// Cumulative retransmitted segments.
-    pub retrans: Option<f64>,
-    /// Cumulative busy, receiver-window-limited and send-buffer-limited time, ms.
-    pub chrono_ms: Option<[f64; 3]>,
-}
+use crate::record::Point;
 
 /// The chart ids, in page order.
 pub const CHART_IDS: [&str; 5] = ["rtt", "cwnd", "rate", "retrans", "shares"];

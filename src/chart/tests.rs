@@ -1,5 +1,6 @@
-use super::flow::{CHART_IDS, Point, charts};
+use super::flow::{CHART_IDS, charts};
 use super::*;
+use crate::record::Point;
 
 /// Unix time of the tests' first sample: 2026-11-24 00:00:00 UTC.
 const T0: f64 = 1_795_478_400.0;

@@ -9,9 +9,10 @@
 
 use std::fmt::Write as _;
 
-use crate::chart::flow::{Point, STYLE as CHART_STYLE, charts, num};
+use crate::chart::flow::{STYLE as CHART_STYLE, charts, num};
 use crate::chart::{esc, sparkline};
 use crate::recent::Ended;
+use crate::record::Point;
 use crate::tracker::views::Order;
 
 /// Rows of `/` per page unless told (`?limit=`).

@@ -6,7 +6,7 @@
 use tokio::sync::oneshot;
 
 use super::{Flow, sync};
-use crate::chart::flow::Point;
+use crate::record::Point;
 use crate::record::{ABSENT_U64, mbps};
 
 /// Most samples `/flows/{cookie}` returns (the newest), so that a long flow's answer

@@ -1,0 +1,175 @@
+//! A retained sample as the tracker keeps it (48 bytes, packed), the chrono counters
+//! unwrapped over a flow's samples, and a sample as charts read it ([`Point`]).
+
+/// One retained sample: what the analysis and the charts need of one poll, in 48 bytes.
+///
+/// Packed to stay at 48 bytes (a flow keeps thousands): the congestion window and ssthresh
+/// are kept in segments beside the MSS (bytes are their product, in u64 as before), the
+/// two rates in 40 bits each (up to 8.8 Tbit/s; larger rates are stored as that), and the
+/// chrono counters as their low 16 bits in ms ([`unwrap_chrono`] recovers them: between
+/// two retained samples of a busy flow they grow by far less than 65 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retained {
+    /// CLOCK_MONOTONIC ns the sample's datagram arrived.
+    pub ts_ns: u64,
+    /// Smoothed RTT, µs; 0 when no RTT was measured yet.
+    pub rtt_us: u32,
+    /// RTT variance, µs (meaningless while `rtt_us` is 0).
+    pub rttvar_us: u32,
+    /// Cumulative retransmitted segments.
+    pub total_retrans: u32,
+    /// tcpi_snd_cwnd, segments.
+    pub snd_cwnd: u32,
+    /// tcpi_snd_ssthresh, segments ([`INFINITE_SSTHRESH`] and above: not yet set).
+    pub ssthresh: u32,
+    /// Low 32 bits of the pacing and delivery rates, bytes/s.
+    rates_lo: [u32; 2],
+    /// tcpi_snd_mss, bytes (TCP's MSS option is 16 bits wide).
+    pub snd_mss: u16,
+    /// Bits 32..40 of the pacing and delivery rates.
+    rates_hi: [u8; 2],
+    /// tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited in ms, modulo 2^16.
+    pub chrono16: [u16; 3],
+    /// TCP state.
+    pub state: u8,
+}
+
+// The packing above exists to keep this: a flow keeps thousands of samples.
+const _: () = assert!(std::mem::size_of::<Retained>() == 48);
+
+/// The kernel's ssthresh before the first loss (`TCP_INFINITE_SSTHRESH`).
+pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// A rate as stored: 40 bits, all ones for [`ABSENT_U64`].
+const RATE_BITS_MAX: u64 = (1 << 40) - 1;
+
+fn pack_rate(v: u64) -> (u32, u8) {
+    let v = if v == ABSENT_U64 { RATE_BITS_MAX } else { v.min(RATE_BITS_MAX - 1) };
+    (v as u32, (v >> 32) as u8)
+}
+
+fn unpack_rate(lo: u32, hi: u8) -> u64 {
+    let v = u64::from(hi) << 32 | u64::from(lo);
+    if v == RATE_BITS_MAX { ABSENT_U64 } else { v }
+}
+
+impl Retained {
+    /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
+    #[inline]
+    pub fn cwnd_bytes(&self) -> u64 {
+        u64::from(self.snd_cwnd) * u64::from(self.snd_mss)
+    }
+
+    /// `snd_ssthresh × snd_mss`, bytes; `None` while ssthresh is still infinite.
+    pub fn ssthresh_bytes(&self) -> Option<u64> {
+        (self.ssthresh < INFINITE_SSTHRESH)
+            .then(|| u64::from(self.ssthresh) * u64::from(self.snd_mss))
+    }
+
+    /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
+    #[inline]
+    pub fn pacing_rate(&self) -> u64 {
+        unpack_rate(self.rates_lo[0], self.rates_hi[0])
+    }
+
+    /// Delivery rate, bytes/s; [`ABSENT_U64`] when not sent or not measured yet (0).
+    #[inline]
+    pub fn delivery_rate(&self) -> u64 {
+        unpack_rate(self.rates_lo[1], self.rates_hi[1])
+    }
+
+    /// Sets the pacing rate (bytes/s, or [`ABSENT_U64`]).
+    #[inline]
+    pub fn set_pacing_rate(&mut self, v: u64) {
+        (self.rates_lo[0], self.rates_hi[0]) = pack_rate(v);
+    }
+
+    /// Sets the delivery rate (bytes/s, or [`ABSENT_U64`]).
+    #[inline]
+    pub fn set_delivery_rate(&mut self, v: u64) {
+        (self.rates_lo[1], self.rates_hi[1]) = pack_rate(v);
+    }
+}
+
+/// The chrono counters (busy, rwnd-limited, sndbuf-limited; ms) of each of `samples`,
+/// recovered from their low 16 bits going back from the newest, whose full values are
+/// `newest` (the flow's latest values, which the tracker keeps whole). Any run of a flow's
+/// newest samples works: nothing before it is read.
+pub fn unwrap_chrono(samples: &[Retained], newest: [u32; 3]) -> Vec<[u32; 3]> {
+    let mut out = vec![[0u32; 3]; samples.len()];
+    let mut cur = newest;
+    for i in (0..samples.len()).rev() {
+        out[i] = cur;
+        if i > 0 {
+            for (k, c) in cur.iter_mut().enumerate() {
+                let step = samples[i].chrono16[k].wrapping_sub(samples[i - 1].chrono16[k]);
+                *c = c.saturating_sub(u32::from(step));
+            }
+        }
+    }
+    out
+}
+
+/// Marks a rate the kernel did not give.
+pub const ABSENT_U64: u64 = u64::MAX;
+
+/// One sample as the charts read it, in the units of the records. `None`: the kernel did not give the value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Point {
+    /// Wall-clock time, seconds since the Unix epoch.
+    pub unix_s: f64,
+    /// Smoothed RTT, ms.
+    pub rtt_ms: Option<f64>,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: Option<f64>,
+    /// Slow-start threshold, bytes (`None` while it is still "infinite").
+    pub ssthresh_bytes: Option<f64>,
+    /// Pacing rate, Mbit/s.
+    pub pacing_mbps: Option<f64>,
+    /// Delivery rate, Mbit/s.
+    pub delivery_mbps: Option<f64>,
+    /// Cumulative retransmitted segments.
+    pub retrans: Option<f64>,
+    /// Cumulative busy, receiver-window-limited and send-buffer-limited time, ms.
+    pub chrono_ms: Option<[f64; 3]>,
+}
+
+#[cfg(test)]
+mod packing_tests {
+    use super::*;
+
+    #[test]
+    fn rates_keep_40_bits_absent_stays_absent_and_more_saturates() {
+        let mut r = Retained::default();
+        for v in [0, 1, u64::from(u32::MAX) + 7, RATE_BITS_MAX - 1] {
+            r.set_pacing_rate(v);
+            r.set_delivery_rate(v / 2);
+            assert_eq!((r.pacing_rate(), r.delivery_rate()), (v, v / 2));
+        }
+        r.set_pacing_rate(ABSENT_U64);
+        assert_eq!(r.pacing_rate(), ABSENT_U64);
+        r.set_pacing_rate(RATE_BITS_MAX + 5);
+        assert_eq!(r.pacing_rate(), RATE_BITS_MAX - 1, "too fast for 40 bits: the largest kept");
+        r.ssthresh = INFINITE_SSTHRESH;
+        assert_eq!(r.ssthresh_bytes(), None);
+        (r.ssthresh, r.snd_mss, r.snd_cwnd) = (20, 1448, u32::MAX);
+        assert_eq!(r.ssthresh_bytes(), Some(28_960));
+        assert_eq!(r.cwnd_bytes(), u64::from(u32::MAX) * 1448, "no u32 wrap (B9)");
+    }
+
+    #[test]
+    fn chrono_counters_unwrap_across_16_bit_wraps() {
+        // Busy time 65,000 → 66,000 → 200,000 ms: the low 16 bits wrap twice.
+        let full = [[65_000u32, 10, 0], [66_000, 10, 0], [200_000, 70_000, 5]];
+        let s: Vec<Retained> = full
+            .iter()
+            .map(|c| Retained { chrono16: c.map(|v| v as u16), ..Retained::default() })
+            .collect();
+        // From the newest back, every step under 65.5 s is recovered; the last step grew
+        // busy time by 134 s and rwnd-limited time by 70 s between two samples, which 16
+        // bits cannot hold (they come back short by multiples of 65,536 ms).
+        let got = unwrap_chrono(&s, full[2]);
+        assert_eq!(got[1], [200_000 - 134_000 % 65_536, 70_000 - 69_990 % 65_536, 0]);
+        assert_eq!(unwrap_chrono(&s[..2], full[1]), full[..2].to_vec());
+    }
+}

@@ -1,0 +1,32 @@
+//! Addresses, endpoints and rates as text, as records and pages show them.
+
+use std::net::IpAddr;
+
+use super::FlowId;
+use crate::wire::inet_diag::AF_INET;
+
+/// A rate in bytes/s as Mbit/s.
+pub fn mbps(bytes_per_s: u64) -> f64 {
+    bytes_per_s as f64 * 8.0 / 1e6
+}
+
+/// `addr:port`, an IPv6 address in brackets.
+pub fn endpoint_text(ip: &str, port: u16) -> String {
+    if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
+}
+
+/// `src:port → dst:port`, IPv6 addresses in brackets.
+pub fn tuple_text(id: &FlowId) -> String {
+    let (src, dst) =
+        (endpoint_text(&id.src_ip, id.src_port), endpoint_text(&id.dst_ip, id.dst_port));
+    format!("{src} → {dst}")
+}
+
+/// An address as text: IPv4 from the first four bytes, else IPv6.
+pub fn ip(family: u8, raw: &[u8; 16]) -> String {
+    if family == AF_INET {
+        IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
+    } else {
+        IpAddr::from(*raw).to_string()
+    }
+}
