@@ -1,0 +1,106 @@
+//! Label values for the flow families: services, ports and namespaces, each bounded (the
+//! first ones keep their own value, later ones share `other`).
+
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::services::Services;
+use crate::tracker::accounts::{NO_UID, OVERFLOW_CGROUP};
+
+/// Distinct `port` label values before the rest share `other`.
+pub const MAX_PORT_LABELS: usize = 64;
+
+/// Default distinct `service` label values (`--metrics-top-services`).
+pub const DEFAULT_TOP_SERVICES: usize = 20;
+
+/// The service an account's owner belongs to: its cgroup's, or with none, its sockets'
+/// uid's; the overflow account is `other`. (`/metrics` and the web view name services
+/// alike.)
+pub(crate) fn owner_name(services: &mut Services, cgroup_id: u64, uid: u32) -> String {
+    if cgroup_id == OVERFLOW_CGROUP {
+        "other".into()
+    } else if cgroup_id == 0 && uid != NO_UID {
+        services.name_of_uid(uid)
+    } else {
+        services.name(cgroup_id)
+    }
+}
+
+/// Decides label values, once per cgroup and port.
+#[derive(Debug)]
+pub(super) struct Labeler {
+    services: Arc<Mutex<Services>>,
+    by_owner: FxHashMap<(u64, u32), String>,
+    given: FxHashSet<String>,
+    top: usize,
+    ports: FxHashSet<u16>,
+    netns_given: FxHashSet<String>,
+}
+
+impl Labeler {
+    /// Gives no label yet; the first `top` services keep their own.
+    pub(super) fn new(services: Arc<Mutex<Services>>, top: usize) -> Self {
+        Self {
+            services,
+            by_owner: FxHashMap::default(),
+            given: FxHashSet::default(),
+            top,
+            ports: FxHashSet::default(),
+            netns_given: FxHashSet::default(),
+        }
+    }
+
+    /// The label of an account's owner: its cgroup, or with none, its sockets' uid.
+    pub(super) fn service(&mut self, cgroup_id: u64, uid: u32) -> String {
+        if let Some(s) = self.by_owner.get(&(cgroup_id, uid)) {
+            return s.clone();
+        }
+        let name = {
+            let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+            owner_name(&mut s, cgroup_id, uid)
+        };
+        let label = if self.given.contains(&name) || self.given.len() < self.top {
+            self.given.insert(name.clone());
+            name
+        } else {
+            "other".into()
+        };
+        self.by_owner.insert((cgroup_id, uid), label.clone());
+        label
+    }
+
+    /// A namespace's label: its name while fewer than `top` names were given, else `other`;
+    /// a name given keeps its label.
+    pub(super) fn netns(&mut self, name: &str) -> String {
+        if self.netns_given.contains(name) || self.netns_given.len() < self.top {
+            self.netns_given.insert(name.to_string());
+            name.to_string()
+        } else {
+            "other".into()
+        }
+    }
+
+    pub(super) fn port(&mut self, p: u16) -> String {
+        if p == 0 {
+            return "0".into();
+        }
+        if self.ports.contains(&p) || self.ports.len() < MAX_PORT_LABELS {
+            self.ports.insert(p);
+            p.to_string()
+        } else {
+            "other".into()
+        }
+    }
+}
+
+/// A flow aggregate's labels: `netns` only when namespaces are told apart.
+pub(super) fn labels<'a>(ns: &'a str, svc: &'a str, port: &'a str) -> Vec<(&'static str, &'a str)> {
+    let mut v = Vec::with_capacity(3);
+    if !ns.is_empty() {
+        v.push(("netns", ns));
+    }
+    v.push(("service", svc));
+    v.push(("port", port));
+    v
+}
