@@ -51,7 +51,22 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
         );
     }
     p.push_str("</table>\n<h3>Counters</h3>\n<table class=\"num\">\n");
-    let rows: [(&str, String); 19] = [
+    for (k, v) in counter_rows(m, up) {
+        let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
+    }
+    p.push_str("</table>\n");
+    if let Some(names) = netns {
+        netns_table(&mut p, m, names);
+    }
+    p.push_str("<p><a href=\"/\">Host view</a> · <a href=\"/metrics\">/metrics</a> · \
+                <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
+                <a href=\"/healthz\">/healthz</a></p></section>\n");
+    p
+}
+
+/// The counters' rows: what the status page shows beside the stage times.
+fn counter_rows(m: &Metrics, up: f64) -> Vec<(&'static str, String)> {
+    let rows: [(&'static str, String); 19] = [
         ("dumps", m.dumps.get().to_string()),
         ("failed dumps (netlink errors)", m.dump_errors.get().to_string()),
         ("incomplete dumps", m.dumps_incomplete.get().to_string()),
@@ -151,28 +166,26 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
             ),
         ]);
     }
-    for (k, v) in rows {
-        let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(k), escape(&v));
+    rows
+}
+
+/// The sampled namespaces (names by index), each with its active flows and a link to them.
+fn netns_table(p: &mut String, m: &Metrics, names: &[String]) {
+    use std::fmt::Write as _;
+    let flows = m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    p.push_str(
+        "<h3>Network namespaces</h3>\n<table><tr><th>namespace</th><th>active flows</th></tr>\n",
+    );
+    for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+        let _ = writeln!(
+            p,
+            "<tr><td><a href=\"/flows?netns={}\">{}</a></td><td>{}</td></tr>",
+            escape(&super::url_escape(name)),
+            escape(name),
+            flows.get(i).copied().unwrap_or(0)
+        );
     }
     p.push_str("</table>\n");
-    if let Some(names) = netns {
-        let flows = m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        p.push_str("<h3>Network namespaces</h3>\n<table><tr><th>namespace</th><th>active flows</th></tr>\n");
-        for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
-            let _ = writeln!(
-                p,
-                "<tr><td><a href=\"/flows?netns={}\">{}</a></td><td>{}</td></tr>",
-                escape(&super::url_escape(name)),
-                escape(name),
-                flows.get(i).copied().unwrap_or(0)
-            );
-        }
-        p.push_str("</table>\n");
-    }
-    p.push_str("<p><a href=\"/\">Host view</a> · <a href=\"/metrics\">/metrics</a> · \
-                <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
-                <a href=\"/healthz\">/healthz</a></p></section>\n");
-    p
 }
 
 fn escape(s: &str) -> String {
