@@ -181,30 +181,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     // Which end sent. A flow that mostly received was limited by its peer's sending, which
     // its own counters do not show; one that sent too little to leave slow start shows no
     // limit at all. Neither gets a sender's verdict.
-    let (sent, received) = (l.bytes_acked, l.bytes_received);
-    if received > sent && received >= MIN_JUDGED_BYTES {
-        let finding = match x.recv_throughput_mbps {
-            Some(r) => format!(
-                "received {} at {}; the sender is the peer",
-                crate::units::si_bytes(received),
-                crate::units::si_rate_mbps(r)
-            ),
-            None => format!(
-                "received {} (one sample: no rate); the sender is the peer",
-                crate::units::si_bytes(received)
-            ),
-        };
-        return Some(Diagnosis {
-            shares,
-            caps,
-            signals: sig,
-            achieved_mbps: got,
-            verdict: UNKNOWN,
-            finding,
-        });
-    }
-    if sent < MIN_JUDGED_BYTES {
-        let finding = format!("too short to judge: {} sent", crate::units::si_bytes(sent));
+    if let Some(finding) = unjudged(l, &x) {
         return Some(Diagnosis {
             shares,
             caps,
@@ -220,8 +197,44 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     if verdict == "network" && shares.send_buffer >= SNDBUF_MIN_SHARE_PCT && near_sndbuf_cap {
         verdict = "send-buffer";
     }
+    let finding = finding(verdict, l, &x, &shares, &caps, &sig, got);
+    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, finding })
+}
+
+/// Why a flow gets no sender's verdict, if it gets none: one that mostly received was
+/// limited by its peer's sending, which its own counters do not show; one that sent too
+/// little to leave slow start shows no limit at all.
+fn unjudged(l: &Last, x: &Inputs) -> Option<String> {
+    let (sent, received) = (l.bytes_acked, l.bytes_received);
+    if received > sent && received >= MIN_JUDGED_BYTES {
+        return Some(match x.recv_throughput_mbps {
+            Some(r) => format!(
+                "received {} at {}; the sender is the peer",
+                crate::units::si_bytes(received),
+                crate::units::si_rate_mbps(r)
+            ),
+            None => format!(
+                "received {} (one sample: no rate); the sender is the peer",
+                crate::units::si_bytes(received)
+            ),
+        });
+    }
+    (sent < MIN_JUDGED_BYTES)
+        .then(|| format!("too short to judge: {} sent", crate::units::si_bytes(sent)))
+}
+
+/// The finding that explains `verdict` in the flow's own figures.
+fn finding(
+    verdict: &str,
+    l: &Last,
+    x: &Inputs,
+    shares: &TimeShares,
+    caps: &Caps,
+    sig: &Signals,
+    got: f64,
+) -> String {
     let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), |v| format!("{v:.1} Mbit/s"));
-    let finding = match verdict {
+    match verdict {
         "receiver-window" => format!(
             "receiver window {} at {} ms RTT caps this flow at {}; it reached {got:.1} \
              ({:.0} % of the time receiver-window limited)",
@@ -279,8 +292,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
              reached {got:.1} Mbit/s",
             shares.application
         ),
-    };
-    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, finding })
+    }
 }
 
 #[cfg(test)]

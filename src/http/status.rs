@@ -140,33 +140,37 @@ fn counter_rows(m: &Metrics, up: f64) -> Vec<(&'static str, String)> {
         ),
     ];
     let mut rows = rows.to_vec();
-    let k = &m.sink;
-    if k.enabled.get() != 0 {
-        let last = k.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        rows.extend([
-            (
-                "ClickHouse sink: records sent / dropped",
-                format!("{} / {}", k.sent.get(), k.dropped.get()),
-            ),
-            (
-                "ClickHouse sink: waiting (records, bytes, spooled batches)",
-                format!(
-                    "{}, {} B, {}",
-                    k.waiting_records.get(),
-                    k.waiting_bytes.get(),
-                    k.spooled_batches.get()
-                ),
-            ),
-            (
-                "ClickHouse sink: state",
-                match last {
-                    Some(e) => format!("failing: {e}"),
-                    None => "delivering".into(),
-                },
-            ),
-        ]);
+    if m.sink.enabled.get() != 0 {
+        rows.extend(sink_rows(&m.sink));
     }
     rows
+}
+
+/// The ClickHouse sink's rows, when it is on.
+fn sink_rows(k: &crate::metrics::SinkMetrics) -> [(&'static str, String); 3] {
+    let last = k.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    [
+        (
+            "ClickHouse sink: records sent / dropped",
+            format!("{} / {}", k.sent.get(), k.dropped.get()),
+        ),
+        (
+            "ClickHouse sink: waiting (records, bytes, spooled batches)",
+            format!(
+                "{}, {} B, {}",
+                k.waiting_records.get(),
+                k.waiting_bytes.get(),
+                k.spooled_batches.get()
+            ),
+        ),
+        (
+            "ClickHouse sink: state",
+            match last {
+                Some(e) => format!("failing: {e}"),
+                None => "delivering".into(),
+            },
+        ),
+    ]
 }
 
 /// The sampled namespaces (names by index), each with its active flows and a link to them.
