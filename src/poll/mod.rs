@@ -223,43 +223,23 @@ pub async fn run<S: DumpSource, D: DumpSource>(
 /// # Errors
 /// As for [`run`].
 pub async fn run_spaces<S: DumpSource, D: DumpSource>(
-    mut tracker: Tracker,
-    mut spaces: Vec<Space<S, D>>,
+    tracker: Tracker,
+    spaces: Vec<Space<S, D>>,
     mut updates: Option<tokio::sync::mpsc::Receiver<SpaceUpdate<S, D>>>,
     cfg: TaskConfig,
     wiring: Wiring,
     mut on_dump: impl FnMut(DumpOutcome) + Send,
 ) -> Result<TrackerStats, StageError> {
-    for sp in &spaces {
-        if let Some(l) = &sp.label {
-            tracker.set_label(sp.ns, l.clone());
-        }
-    }
     let Wiring { mut stop, ended_tx, metrics, accounts, mut queries } = wiring;
-    let accounts = accounts.as_deref();
-    let mut last_dump_start: Option<tokio::time::Instant> = None;
-    let grid0 = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval_at(grid0, cfg.interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let (mut overrun_warn, mut drop_warn) = (RateLimited::default(), RateLimited::default());
-    let mut errors = 0u32;
-    let mut pacer = Pacer::new(cfg.interval, cfg.cpu_budget);
-    let mut last_plan = None;
-    metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
-    metrics.netns_sampled.set(spaces.len() as u64);
-    let mut backoff_until: Option<tokio::time::Instant> = None;
-    // Flows ended since the last hand-off. Those that destroy events end wait here for the
-    // next tick, so the analyzer gets one batch per dump: the channel's capacity counts
-    // batches, and at a thousand closes a second, a batch per event burst filled it within
-    // a second of any stall downstream.
-    let mut out = Vec::new();
+    let mut p = Poll::new(tracker, spaces, cfg, metrics, accounts);
     loop {
         if *stop.borrow() {
             break;
         }
         let mut hand_on = false;
-        let backoff = async {
-            match backoff_until {
+        let until = p.backoff_until;
+        let backoff = async move {
+            match until {
                 Some(t) => tokio::time::sleep_until(t).await,
                 None => std::future::pending().await,
             }
@@ -272,107 +252,206 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 }
             }
             () = backoff => {
-                backoff_until = None;
-                tick.reset_immediately();
+                p.backoff_until = None;
+                p.tick.reset_immediately();
             }
-            due = tick.tick(), if backoff_until.is_none() => {
+            due = p.tick.tick(), if p.backoff_until.is_none() => {
                 hand_on = true;
-                // tokio's clock (the same as std's outside paused-time tests).
-                let start = tokio::time::Instant::now();
-                metrics.tick_lateness.observe(start.saturating_duration_since(due));
-                let now_ns = start.duration_since(grid0).as_nanos() as u64;
-                let plan = pacer.plan(now_ns, tracker.hot_len());
-                last_plan = Some(plan);
-                let r = match plan {
-                    Plan::Exact => exact_poll(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer).await,
-                    Plan::Full(why) => {
-                        full_dump(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer, now_ns, why).await
-                    }
-                };
-                spaces::drain_all(&mut spaces, &mut tracker, &mut out, &metrics);
-                match r {
-                    Ok(d) => {
-                        errors = 0;
-                        if let Some(d) = d {
-                            dump_done(&d, &mut tracker, &mut out, &metrics, start);
-                        }
-                        on_dump(DumpOutcome::Ok);
-                    }
-                    Err(e) => {
-                        if plan != Plan::Exact {
-                            tracker.end_dump(false, 0, &mut out);
-                        }
-                        errors += 1;
-                        let delay = dump_failed(e, errors, &cfg, &metrics)?;
-                        backoff_until = Some(tokio::time::Instant::now() + delay);
-                        on_dump(DumpOutcome::Failed);
-                    }
-                }
-                let st = publish(&tracker, &metrics, accounts);
-                if let Some(prev) = last_dump_start.replace(start) {
-                    let mut c = metrics.last_churn.lock().unwrap_or_else(|e| e.into_inner());
-                    *c = (out.len() as u64, start.duration_since(prev).as_nanos() as u64);
-                }
-                tracing::debug!(target: "cgmon_rs::tracker", active = tracker.active(), ended = out.len(),
-                    opened = st.flows_opened, refused = st.flows_refused, retained = st.samples_retained,
-                    deduped = st.samples_deduped, "tracker dump");
-                let took = start.elapsed();
-                if plan == Plan::Exact {
-                    metrics.time(Stage::Exact, took);
-                } else {
-                    metrics.time(Stage::Dump, took);
-                    metrics.dump_seconds.observe(took);
-                }
-                metrics.hot_flows.set(tracker.hot_len() as u64);
-                metrics.full_dump_interval_planned_ns.set(pacer.full_interval_ns(tracker.hot_len()));
-                if took > cfg.interval {
-                    skip_missed_ticks(&mut tick, grid0, &cfg, took, &metrics, &mut overrun_warn);
-                }
+                p.on_tick(due, &mut on_dump).await?;
             }
-            (ns, b) = spaces::next_destroy_any(&mut spaces) => match b {
-                Ok(b) => {
-                    tracker.set_netns(ns);
-                    apply_destroyed(&mut tracker, &b, &mut out, &metrics);
-                    publish(&tracker, &metrics, accounts);
-                }
-                Err(e) => tracing::warn!(netns = ns, error = %e, "reading destroy events"),
-            },
+            (ns, b) = spaces::next_destroy_any(&mut p.spaces) => p.on_destroy(ns, b),
             Some(u) = next_update(&mut updates) => {
-                spaces::update(&mut spaces, u, &mut tracker, &mut out);
-                metrics.netns_sampled.set(spaces.len() as u64);
+                spaces::update(&mut p.spaces, u, &mut p.tracker, &mut p.out);
+                p.metrics.netns_sampled.set(p.spaces.len() as u64);
                 hand_on = true;
             }
-            Some(q) = next_query(&mut queries) => answer(&tracker, q),
+            Some(q) = next_query(&mut queries) => answer(&p.tracker, q),
         }
-        if hand_on && !out.is_empty() {
-            resolve_sides(&mut tracker, &mut spaces, &mut out).await;
-            hand_off(&mut out, &ended_tx, &metrics, &mut drop_warn)?;
+        if hand_on && !p.out.is_empty() {
+            resolve_sides(&mut p.tracker, &mut p.spaces, &mut p.out).await;
+            hand_off(&mut p.out, &ended_tx, &p.metrics, &mut p.drop_warn)?;
         }
     }
-    // Flows that began since the last full dump are not known yet: one more dump finds
-    // them, so that every flow open at the stop is handed on (as partial).
-    if last_plan == Some(Plan::Exact) {
-        let now_ns = tokio::time::Instant::now().duration_since(grid0).as_nanos() as u64;
+    p.finish(&ended_tx).await
+}
+
+/// The loop's state between ticks: the flow table, the namespaces' samplers, the flows
+/// ended since the last hand-off, the schedule and its pace.
+struct Poll<S, D> {
+    tracker: Tracker,
+    spaces: Vec<Space<S, D>>,
+    /// Flows ended since the last hand-off. Those that destroy events end wait here for the
+    /// next tick, so the analyzer gets one batch per dump: the channel's capacity counts
+    /// batches, and at a thousand closes a second, a batch per event burst filled it within
+    /// a second of any stall downstream.
+    out: Vec<EndedFlow>,
+    cfg: TaskConfig,
+    metrics: Arc<Metrics>,
+    accounts: Option<Arc<std::sync::Mutex<Vec<Account>>>>,
+    /// The interval's grid starts here.
+    grid0: tokio::time::Instant,
+    tick: tokio::time::Interval,
+    pacer: Pacer,
+    last_plan: Option<Plan>,
+    last_dump_start: Option<tokio::time::Instant>,
+    /// Failed dumps in a row, and when the next may be tried.
+    errors: u32,
+    backoff_until: Option<tokio::time::Instant>,
+    overrun_warn: RateLimited,
+    drop_warn: RateLimited,
+}
+
+impl<S: DumpSource, D: DumpSource> Poll<S, D> {
+    fn new(
+        mut tracker: Tracker,
+        spaces: Vec<Space<S, D>>,
+        cfg: TaskConfig,
+        metrics: Arc<Metrics>,
+        accounts: Option<Arc<std::sync::Mutex<Vec<Account>>>>,
+    ) -> Self {
+        for sp in &spaces {
+            if let Some(l) = &sp.label {
+                tracker.set_label(sp.ns, l.clone());
+            }
+        }
+        let grid0 = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval_at(grid0, cfg.interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
+        metrics.netns_sampled.set(spaces.len() as u64);
+        Self {
+            tracker,
+            spaces,
+            out: Vec::new(),
+            pacer: Pacer::new(cfg.interval, cfg.cpu_budget),
+            cfg,
+            metrics,
+            accounts,
+            grid0,
+            tick,
+            last_plan: None,
+            last_dump_start: None,
+            errors: 0,
+            backoff_until: None,
+            overrun_warn: RateLimited::default(),
+            drop_warn: RateLimited::default(),
+        }
+    }
+
+    /// A tick: plan a full dump or exact polls, poll, then the events that came meanwhile.
+    async fn on_tick(
+        &mut self,
+        due: tokio::time::Instant,
+        on_dump: &mut (impl FnMut(DumpOutcome) + Send),
+    ) -> Result<(), StageError> {
+        // tokio's clock (the same as std's outside paused-time tests).
         let start = tokio::time::Instant::now();
-        match full_dump(&mut tracker, &mut spaces, &mut out, &metrics, &mut pacer, now_ns, Why::Due)
-            .await
-        {
-            Ok(Some(d)) => dump_done(&d, &mut tracker, &mut out, &metrics, start),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "the last full dump, at the stop, failed"),
+        self.metrics.tick_lateness.observe(start.saturating_duration_since(due));
+        let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
+        let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
+        self.last_plan = Some(plan);
+        let (t, sp, out, m, pacer) =
+            (&mut self.tracker, &mut self.spaces, &mut self.out, &self.metrics, &mut self.pacer);
+        let r = match plan {
+            Plan::Exact => exact_poll(t, sp, out, m, pacer).await,
+            Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
+        };
+        spaces::drain_all(&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        match r {
+            Ok(d) => {
+                self.errors = 0;
+                if let Some(d) = d {
+                    dump_done(&d, &mut self.tracker, &mut self.out, &self.metrics, start);
+                }
+                on_dump(DumpOutcome::Ok);
+            }
+            Err(e) => {
+                if plan != Plan::Exact {
+                    self.tracker.end_dump(false, 0, &mut self.out);
+                }
+                self.errors += 1;
+                let delay = dump_failed(e, self.errors, &self.cfg, &self.metrics)?;
+                self.backoff_until = Some(tokio::time::Instant::now() + delay);
+                on_dump(DumpOutcome::Failed);
+            }
+        }
+        self.after_tick(plan, start);
+        Ok(())
+    }
+
+    /// The tick's figures: published accounts, churn, stage times, the pace, overruns.
+    fn after_tick(&mut self, plan: Plan, start: tokio::time::Instant) {
+        let (tracker, metrics) = (&self.tracker, &self.metrics);
+        let st = publish(tracker, metrics, self.accounts.as_deref());
+        if let Some(prev) = self.last_dump_start.replace(start) {
+            let mut c = metrics.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+            *c = (self.out.len() as u64, start.duration_since(prev).as_nanos() as u64);
+        }
+        tracing::debug!(target: "cgmon_rs::tracker", active = tracker.active(),
+            ended = self.out.len(), opened = st.flows_opened, refused = st.flows_refused,
+            retained = st.samples_retained, deduped = st.samples_deduped, "tracker dump");
+        let took = start.elapsed();
+        if plan == Plan::Exact {
+            metrics.time(Stage::Exact, took);
+        } else {
+            metrics.time(Stage::Dump, took);
+            metrics.dump_seconds.observe(took);
+        }
+        metrics.hot_flows.set(tracker.hot_len() as u64);
+        metrics.full_dump_interval_planned_ns.set(self.pacer.full_interval_ns(tracker.hot_len()));
+        if took > self.cfg.interval {
+            let (grid0, cfg) = (self.grid0, &self.cfg);
+            skip_missed_ticks(&mut self.tick, grid0, cfg, took, metrics, &mut self.overrun_warn);
         }
     }
-    // Connections that closed before the stop have their events queued, unread: applied,
-    // they end as closed, with their final counters. Left, they ended as cut off by the
-    // shutdown, and without -writer-partial their records were not written at all.
-    spaces::drain_all(&mut spaces, &mut tracker, &mut out, &metrics);
-    resolve_sides(&mut tracker, &mut spaces, &mut out).await;
-    tracker.finish(&mut out);
-    let st = publish(&tracker, &metrics, accounts);
-    if !out.is_empty() {
-        ended_tx.send(out).await.map_err(|_| StageError::DownstreamGone)?;
+
+    /// Destroy events from namespace `ns`.
+    fn on_destroy(&mut self, ns: u32, b: Result<DestroyBatch, SampleError>) {
+        match b {
+            Ok(b) => {
+                self.tracker.set_netns(ns);
+                apply_destroyed(&mut self.tracker, &b, &mut self.out, &self.metrics);
+                publish(&self.tracker, &self.metrics, self.accounts.as_deref());
+            }
+            Err(e) => tracing::warn!(netns = ns, error = %e, "reading destroy events"),
+        }
     }
-    Ok(st)
+
+    /// At the stop: one more full dump when the last was exact polls (flows that began since
+    /// the last full dump are not known yet), the queued destroy events, and every flow
+    /// still open handed on (as partial).
+    async fn finish(
+        mut self,
+        ended_tx: &Sender<Vec<EndedFlow>>,
+    ) -> Result<TrackerStats, StageError> {
+        if self.last_plan == Some(Plan::Exact) {
+            let start = tokio::time::Instant::now();
+            let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
+            let (t, sp, out, m, pacer) = (
+                &mut self.tracker,
+                &mut self.spaces,
+                &mut self.out,
+                &self.metrics,
+                &mut self.pacer,
+            );
+            match full_dump(t, sp, out, m, pacer, now_ns, Why::Due).await {
+                Ok(Some(d)) => dump_done(&d, t, out, m, start),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "the last full dump, at the stop, failed"),
+            }
+        }
+        // Connections that closed before the stop have their events queued, unread: applied,
+        // they end as closed, with their final counters. Left, they ended as cut off by the
+        // shutdown, and without -writer-partial their records were not written at all.
+        spaces::drain_all(&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        resolve_sides(&mut self.tracker, &mut self.spaces, &mut self.out).await;
+        self.tracker.finish(&mut self.out);
+        let st = publish(&self.tracker, &self.metrics, self.accounts.as_deref());
+        if !self.out.is_empty() {
+            ended_tx.send(self.out).await.map_err(|_| StageError::DownstreamGone)?;
+        }
+        Ok(st)
+    }
 }
 
 /// A full dump: every socket of the namespaces it walks (all of them, unless the budget
