@@ -223,7 +223,16 @@ fn verdict_bar(v: &[usize; 5]) -> String {
 pub fn host_page(h: &Host) -> String {
     let mut b = String::with_capacity(64 * 1024 + h.rows.len() * 2048);
     let _ = write!(b, "<main id=\"live\" data-live=\"\" data-kind=\"host\">");
-    // Active flows.
+    active_flows(&mut b, h);
+    services(&mut b, h);
+    recently_ended(&mut b, h);
+    b.push_str("</section></main>\n");
+    b.push_str(&h.health);
+    layout("cgmon-rs: host", &b)
+}
+
+/// The host page's active flows: the orders, the pages, the table.
+fn active_flows(b: &mut String, h: &Host) {
     let first = if h.rows.is_empty() { 0 } else { h.offset + 1 };
     let (within, filter) = match &h.netns_filter {
         Some(n) => {
@@ -299,7 +308,10 @@ pub fn host_page(h: &Host) -> String {
         b.push_str("<tr><td colspan=\"11\">No active flows.</td></tr>\n");
     }
     b.push_str("</tbody></table></section>\n");
-    // Services.
+}
+
+/// The host page's services, each with its verdicts' shares.
+fn services(b: &mut String, h: &Host) {
     b.push_str(
         "<section><h2>Services</h2><table id=\"services\" class=\"num\"><thead><tr><th>service</th><th>port</th>\
          <th>flows</th><th>traffic (acked + received)</th><th>RTT median (ms)</th><th>RTT p98 (ms)</th>\
@@ -323,7 +335,10 @@ pub fn host_page(h: &Host) -> String {
         let _ = write!(b, "<span class=\"key v-{v}\"></span>{v} ");
     }
     b.push_str("</p></section>\n");
-    // Recently ended.
+}
+
+/// The host page's recently ended flows.
+fn recently_ended(b: &mut String, h: &Host) {
     b.push_str("<section id=\"ended\"><h2>Recently ended</h2>");
     match &h.ended {
         None => b.push_str("<p>Not kept (<code>--recent-flows 0</code>).</p>"),
@@ -349,9 +364,6 @@ pub fn host_page(h: &Host) -> String {
             b.push_str("</tbody></table>");
         }
     }
-    b.push_str("</section></main>\n");
-    b.push_str(&h.health);
-    layout("cgmon-rs: host", &b)
 }
 
 /// What a flow page shows.
