@@ -343,8 +343,6 @@ impl Chart {
     pub fn svg(&self) -> String {
         let (w, h) = (WIDTH, HEIGHT);
         let (pw, ph) = (w - LEFT - RIGHT, h - TOP - BOTTOM);
-        let xs = |t: f64| LEFT + (t - self.x.min) / (self.x.max - self.x.min).max(1e-12) * pw;
-        let ys = |v: f64| TOP + ph - (v - self.y.min) / (self.y.max - self.y.min).max(1e-12) * ph;
         let id = esc(&self.id);
         let mut s = String::with_capacity(4096);
         let _ = write!(
@@ -354,7 +352,35 @@ impl Chart {
             esc(&self.desc)
         );
         let _ = write!(s, r#"<text class="title" x="{LEFT}" y="18">{}</text>"#, esc(&self.title));
-        // Legend, right-aligned on the title line.
+        self.legend(&mut s);
+        self.axes(&mut s);
+        self.plot(&mut s);
+        if self.series.iter().all(|x| x.runs.is_empty()) {
+            let _ = write!(
+                s,
+                r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no samples</text>"#,
+                LEFT + pw / 2.0,
+                TOP + ph / 2.0
+            );
+        }
+        s.push_str("</svg>");
+        s
+    }
+    /// Where time `t` falls, in pixels from the left.
+    fn x_px(&self, t: f64) -> f64 {
+        let pw = WIDTH - LEFT - RIGHT;
+        LEFT + (t - self.x.min) / (self.x.max - self.x.min).max(1e-12) * pw
+    }
+
+    /// Where value `v` falls, in pixels from the top.
+    fn y_px(&self, v: f64) -> f64 {
+        let ph = HEIGHT - TOP - BOTTOM;
+        TOP + ph - (v - self.y.min) / (self.y.max - self.y.min).max(1e-12) * ph
+    }
+
+    /// The legend, right-aligned on the title line.
+    fn legend(&self, s: &mut String) {
+        let w = WIDTH;
         let mut lx = w - RIGHT;
         for (name, key, dashed) in self
             .series
@@ -377,10 +403,15 @@ impl Chart {
             );
             lx -= 34.0;
         }
-        // Axes and grid.
+    }
+
+    /// Axes, grid, ticks and axis titles.
+    fn axes(&self, s: &mut String) {
+        let (w, h) = (WIDTH, HEIGHT);
+        let (pw, ph) = (w - LEFT - RIGHT, h - TOP - BOTTOM);
         let _ = write!(s, r#"<g class="axis">"#);
         for (v, text) in &self.y.ticks {
-            let y = ys(*v);
+            let y = self.y_px(*v);
             let _ = write!(
                 s,
                 r#"<line class="grid" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
@@ -391,7 +422,7 @@ impl Chart {
             );
         }
         for (t, text) in &self.x.ticks {
-            let x = xs(*t);
+            let x = self.x_px(*t);
             let _ = write!(
                 s,
                 r#"<line class="tick" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
@@ -422,8 +453,14 @@ impl Chart {
             -(TOP + ph / 2.0),
             esc(&self.y.title)
         );
+    }
+
+    /// The marks, then each series' runs (a run of one sample as a dot).
+    fn plot(&self, s: &mut String) {
+        let w = WIDTH;
+        let pw = w - LEFT - RIGHT;
         for m in &self.marks {
-            let y = ys(m.value / self.y_div);
+            let y = self.y_px(m.value / self.y_div);
             let _ = write!(
                 s,
                 r#"<line class="s-{}" data-mark="{}" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke-dasharray="4 3"/>"#,
@@ -440,10 +477,11 @@ impl Chart {
                     r#"<polyline class="s-{}" data-series="{}"{dash} points=""#,
                     x.key, x.key
                 );
-                let drawn = thin(run, pw, xs);
+                let drawn = thin(run, pw, |t| self.x_px(t));
                 for (i, &(t, v)) in drawn.iter().enumerate() {
                     let sep = if i == 0 { "" } else { " " };
-                    let _ = write!(s, "{sep}{},{}", Px(xs(t)), Px(ys(v / self.y_div)));
+                    let _ =
+                        write!(s, "{sep}{},{}", Px(self.x_px(t)), Px(self.y_px(v / self.y_div)));
                 }
                 s.push_str("\"/>");
                 // A run of one sample would draw nothing as a line: a dot shows it.
@@ -453,22 +491,12 @@ impl Chart {
                         r#"<circle class="s-{}" data-dot="{}" cx="{:.1}" cy="{:.1}" r="2.5"/>"#,
                         x.key,
                         x.key,
-                        xs(t),
-                        ys(v / self.y_div)
+                        self.x_px(t),
+                        self.y_px(v / self.y_div)
                     );
                 }
             }
         }
-        if self.series.iter().all(|x| x.runs.is_empty()) {
-            let _ = write!(
-                s,
-                r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no samples</text>"#,
-                LEFT + pw / 2.0,
-                TOP + ph / 2.0
-            );
-        }
-        s.push_str("</svg>");
-        s
     }
 }
 
