@@ -280,6 +280,39 @@ fn rate_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RateFigures {
     }
 }
 
+/// The record's send and receive rates and their basis (`None`: the span sampled).
+///
+/// A flow of one sample (mostly: seen only in its destroy event) has no span. Its send
+/// rate is its lifetime bytes over the kernel's busy time, the time it had data in
+/// flight; with no busy time (before Linux 4.10), and on the receive side always, there
+/// is no duration to divide by, and the record says so instead of giving 0.
+fn throughputs(f: &crate::tracker::Flow) -> (f64, f64, Option<&'static str>) {
+    let (span, last) = (f.span_ns(), &f.last);
+    if span > 0 {
+        let recv = last.bytes_received.saturating_sub(f.first_bytes_received);
+        (
+            throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span),
+            throughput_mbps(recv, span),
+            None,
+        )
+    } else if last.busy_ms != u32::MAX && last.busy_ms > 0 {
+        let busy_ns = u64::from(last.busy_ms) * 1_000_000;
+        (throughput_mbps(last.bytes_acked, busy_ns), UNKNOWN_RATE, Some("busy-time"))
+    } else {
+        (UNKNOWN_RATE, UNKNOWN_RATE, Some("unknown"))
+    }
+}
+
+/// `EndReason` as records name it.
+fn end_reason(r: EndReason) -> &'static str {
+    match r {
+        EndReason::Destroyed => "destroyed",
+        EndReason::Gone => "gone",
+        EndReason::Shutdown => "shutdown",
+        EndReason::Window => "window",
+    }
+}
+
 /// The record of `e` from its figures.
 fn record(
     e: &EndedFlow,
@@ -296,23 +329,7 @@ fn record(
     let (c_pacing, c_retrans) = (rates.pacing_corr, rates.retrans_corr);
     let span = f.span_ns();
     let last = &f.last;
-    // A flow of one sample (mostly: seen only in its destroy event) has no span. Its send
-    // rate is its lifetime bytes over the kernel's busy time, the time it had data in
-    // flight; with no busy time (before Linux 4.10), and on the receive side always, there
-    // is no duration to divide by, and the record says so instead of giving 0.
-    let (send_throughput_mbps, recv_throughput_mbps, throughput_basis) = if span > 0 {
-        let recv = last.bytes_received.saturating_sub(f.first_bytes_received);
-        (
-            throughput_mbps(last.bytes_acked.saturating_sub(f.first_bytes_acked), span),
-            throughput_mbps(recv, span),
-            None,
-        )
-    } else if last.busy_ms != u32::MAX && last.busy_ms > 0 {
-        let busy_ns = u64::from(last.busy_ms) * 1_000_000;
-        (throughput_mbps(last.bytes_acked, busy_ns), UNKNOWN_RATE, Some("busy-time"))
-    } else {
-        (UNKNOWN_RATE, UNKNOWN_RATE, Some("unknown"))
-    };
+    let (send_throughput_mbps, recv_throughput_mbps, throughput_basis) = throughputs(f);
     let cwnd_summary = seven_number_sorted(&b.cwnd, wq, &b.o_cwnd, kind).unwrap_or([0.0; 7]);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
@@ -366,12 +383,7 @@ fn record(
         partial_start: f.partial_start,
         partial_end,
         seq: f.seq,
-        end_reason: match e.reason {
-            EndReason::Destroyed => "destroyed",
-            EndReason::Gone => "gone",
-            EndReason::Shutdown => "shutdown",
-            EndReason::Window => "window",
-        },
+        end_reason: end_reason(e.reason),
         close: e.close.map(crate::tracker::Close::as_str),
         cwnd_summary,
         pacing_rate_summary: rates.pacing_summary,
