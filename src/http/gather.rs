@@ -96,12 +96,9 @@ pub(super) async fn host(
         Ok(Query_(q)) => q,
         Err(e) => return bad(format!("{e}")),
     };
-    let order = match q.order.as_deref() {
-        None => Order::Rate,
-        Some(name) => match Order::ALL.into_iter().find(|o| o.name() == name) {
-            Some(o) => o,
-            None => return bad(format!("invalid order {name:?}: rate, rtt, retrans or age")),
-        },
+    let order = match parse_order(q.order.as_deref()) {
+        Ok(o) => o,
+        Err(msg) => return bad(msg),
     };
     let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
     if limit == 0 || limit > web::MAX_ROWS {
@@ -160,6 +157,35 @@ pub(super) async fn host(
         }
     }
     drop(services);
+    let services = service_rows(groups);
+    let h = Host {
+        rows,
+        total: ov.all.len(),
+        order,
+        offset,
+        limit,
+        netns_filter: q.netns,
+        services,
+        ended: c.recent.enabled().then(|| c.recent.list()),
+        netns: names.is_some(),
+        health: super::status::status_section(&c.metrics, names.as_deref()),
+    };
+    Html(web::host_page(&h)).into_response()
+}
+
+/// `?order=`: by delivery rate when not given.
+fn parse_order(name: Option<&str>) -> Result<Order, String> {
+    match name {
+        None => Ok(Order::Rate),
+        Some(name) => Order::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| format!("invalid order {name:?}: rate, rtt, retrans or age")),
+    }
+}
+
+/// The services' rows, each with its RTT quantiles, the busiest first.
+fn service_rows(groups: Groups) -> Vec<ServiceRow> {
     let mut services: Vec<ServiceRow> = groups
         .into_values()
         .map(|(mut s, mut rtts)| {
@@ -175,19 +201,7 @@ pub(super) async fn host(
             .then(b.flows.cmp(&a.flows))
             .then(a.name.cmp(&b.name))
     });
-    let h = Host {
-        rows,
-        total: ov.all.len(),
-        order,
-        offset,
-        limit,
-        netns_filter: q.netns,
-        services,
-        ended: c.recent.enabled().then(|| c.recent.list()),
-        netns: names.is_some(),
-        health: super::status::status_section(&c.metrics, names.as_deref()),
-    };
-    Html(web::host_page(&h)).into_response()
+    services
 }
 
 /// The view of active flow copy `f`: its charts, and the record it would have if it ended
