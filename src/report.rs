@@ -292,8 +292,16 @@ pub fn report_html(
     );
     b.push_str(&cdf("cdf-rtt", "Median RTT per flow", "median RTT", Unit::Ms, rtt).svg());
     b.push_str("</div>");
-    // Verdicts per service: by service (or cgroup id, in records written before they named
-    // services), namespace and port as the records name them.
+    verdicts_per_service(&mut b, records);
+    slowest_flows(&mut b, records, slowest);
+    every_flow(&mut b, records, samples);
+    b.push_str("</main></body></html>\n");
+    b
+}
+
+/// Verdicts per service: by service (or cgroup id, in records written before they named
+/// services), namespace and port as the records name them.
+fn verdicts_per_service(b: &mut String, records: &[Value]) {
     let mut per: BTreeMap<String, [usize; 5]> = BTreeMap::new();
     for r in records {
         let cgroup = match (r["Service"].as_str(), r["CgroupID"].as_u64()) {
@@ -331,7 +339,10 @@ pub fn report_html(
         b.push_str("</tr>");
     }
     b.push_str("</tbody></table>");
-    // The slowest flows: those that sent, by throughput, lowest first.
+}
+
+/// The slowest flows: those that sent, by throughput, lowest first.
+fn slowest_flows(b: &mut String, records: &[Value], slowest: usize) {
     let mut order: Vec<&Value> =
         records.iter().filter(|r| r["BytesAcked"].as_u64().unwrap_or(0) > 1).collect();
     order.sort_by(|a, b| {
@@ -357,7 +368,10 @@ pub fn report_html(
         );
     }
     b.push_str("</tbody></table>");
-    // Every flow, with charts where samples exist.
+}
+
+/// Every flow, with charts where samples exist.
+fn every_flow(b: &mut String, records: &[Value], samples: &BTreeMap<u64, Vec<Point>>) {
     b.push_str("<h2>Every flow</h2>");
     for r in records {
         let cookie = r["Cookie"].as_u64().unwrap_or(0);
@@ -380,8 +394,6 @@ pub fn report_html(
         }
         b.push_str("</section>");
     }
-    b.push_str("</main></body></html>\n");
-    b
 }
 
 /// Runs `cgmon-rs report ARGS`.
