@@ -203,125 +203,139 @@ pub fn check_listed(which: &Which, roots: &Roots) -> Result<(), String> {
 /// Finds the namespaces `which` names. `known` are namespaces found before, whose container
 /// need not be looked up again (a scan of 1,000 processes then costs one `stat` each).
 pub fn scan(which: &Which, roots: &Roots, known: &HashMap<NsId, Netns>) -> Scan {
-    let mut out = Scan::default();
     let own_path = roots.proc.join("self/ns/net");
     let own = match ns_id(&own_path) {
         Ok(id) => id,
         Err(e) => {
+            let mut out = Scan::default();
             out.unreadable.push((own_path, e));
             return out;
         }
     };
-    let mut seen: HashMap<NsId, usize> = HashMap::new();
+    let mut f = Found { out: Scan::default(), seen: HashMap::new(), own };
+    // A list names exactly what to sample; otherwise the own namespace comes first.
+    if !matches!(which, Which::Listed(_)) {
+        f.add(own, own_path.clone(), None);
+    }
+    match which {
+        Which::Own => {}
+        Which::Listed(items) => f.listed(items, roots, &own_path),
+        Which::All => {
+            f.named(roots);
+            f.processes(roots, known);
+        }
+    }
+    f.out
+}
+
+/// A scan under way: what it found, by id.
+struct Found {
+    out: Scan,
+    seen: HashMap<NsId, usize>,
+    own: NsId,
+}
+
+impl Found {
     /// Adds a namespace not seen yet (its index), or names one seen (None).
-    fn add(
-        out: &mut Scan,
-        seen: &mut HashMap<NsId, usize>,
-        own: NsId,
-        id: NsId,
-        path: PathBuf,
-        name: Option<String>,
-    ) -> Option<usize> {
-        if let Some(&i) = seen.get(&id) {
-            let n = &mut out.found[i];
+    fn add(&mut self, id: NsId, path: PathBuf, name: Option<String>) -> Option<usize> {
+        if let Some(&i) = self.seen.get(&id) {
+            let n = &mut self.out.found[i];
             if n.name.is_none() {
                 n.name = name;
             }
             return None;
         }
-        seen.insert(id, out.found.len());
-        out.found.push(Netns { id, path, name, container: None, own: id == own });
-        Some(out.found.len() - 1)
+        self.seen.insert(id, self.out.found.len());
+        let own = id == self.own;
+        self.out.found.push(Netns { id, path, name, container: None, own });
+        Some(self.out.found.len() - 1)
     }
-    // A list names exactly what to sample; otherwise the own namespace comes first.
-    if !matches!(which, Which::Listed(_)) {
-        add(&mut out, &mut seen, own, own, own_path.clone(), None);
-    }
-    match which {
-        Which::Own => {}
-        Which::Listed(items) => {
-            for item in items {
-                if item == "own" {
-                    add(&mut out, &mut seen, own, own, own_path.clone(), None);
-                    continue;
+
+    /// `--netns` as a list: names under /run/netns, paths, and `own`.
+    fn listed(&mut self, items: &[String], roots: &Roots, own_path: &Path) {
+        for item in items {
+            if item == "own" {
+                self.add(self.own, own_path.to_path_buf(), None);
+                continue;
+            }
+            let path =
+                if item.contains('/') { PathBuf::from(item) } else { roots.run_netns.join(item) };
+            match ns_id(&path) {
+                Ok(id) => {
+                    let name = (!item.contains('/')).then(|| item.clone());
+                    self.add(id, path, name);
                 }
-                let path = if item.contains('/') {
-                    PathBuf::from(item)
-                } else {
-                    roots.run_netns.join(item)
-                };
+                Err(e) => self.out.unreadable.push((path, e)),
+            }
+        }
+    }
+
+    /// The named namespaces (`ip netns`).
+    fn named(&mut self, roots: &Roots) {
+        if let Ok(dir) = std::fs::read_dir(&roots.run_netns) {
+            for e in dir.flatten() {
+                let path = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
                 match ns_id(&path) {
                     Ok(id) => {
-                        let name = (!item.contains('/')).then(|| item.clone());
-                        add(&mut out, &mut seen, own, id, path, name);
+                        self.add(id, path, Some(name));
                     }
-                    Err(e) => out.unreadable.push((path, e)),
-                }
-            }
-        }
-        Which::All => {
-            if let Ok(dir) = std::fs::read_dir(&roots.run_netns) {
-                for e in dir.flatten() {
-                    let path = e.path();
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    match ns_id(&path) {
-                        Ok(id) => {
-                            add(&mut out, &mut seen, own, id, path, Some(name));
-                        }
-                        Err(err) => out.unreadable.push((path, err)),
-                    }
-                }
-            }
-            let (Ok(dir), Ok(proc_dir)) = (std::fs::read_dir(&roots.proc), File::open(&roots.proc))
-            else {
-                return out;
-            };
-            for e in dir.flatten() {
-                let pid = e.file_name();
-                let pid = pid.as_encoded_bytes();
-                if !pid.iter().all(u8::is_ascii_digit) {
-                    continue;
-                }
-                out.processes += 1;
-                // Every namespace file is on the one nsfs: the device is the own one's.
-                let id = match pid_ns_inode(&proc_dir, pid) {
-                    Ok(inode) => NsId { dev: own.dev, inode },
-                    // A process that exited meanwhile is no news.
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-                    Err(err) => {
-                        out.unreadable.push((e.path().join("ns/net"), err));
-                        continue;
-                    }
-                };
-                if seen.contains_key(&id)
-                    && (known.contains_key(&id) || out.found[seen[&id]].container.is_some())
-                {
-                    continue; // the common case on a rescan: nothing to learn
-                }
-                let fresh = add(&mut out, &mut seen, own, id, e.path().join("ns/net"), None);
-                // Name a new namespace by the first process in it that names a container.
-                let i = match fresh {
-                    Some(i) => i,
-                    None => match seen.get(&id) {
-                        Some(&i)
-                            if out.found[i].container.is_none() && !known.contains_key(&id) =>
-                        {
-                            i
-                        }
-                        _ => continue,
-                    },
-                };
-                if let Some(k) = known.get(&id) {
-                    out.found[i].container.clone_from(&k.container);
-                    continue;
-                }
-                if let Ok(text) = std::fs::read_to_string(e.path().join("cgroup")) {
-                    out.found[i].container = container::from_proc_cgroup(&text);
+                    Err(err) => self.out.unreadable.push((path, err)),
                 }
             }
         }
     }
-    out
+
+    /// The namespaces of every process, each new one named by the first process in it that
+    /// names a container.
+    fn processes(&mut self, roots: &Roots, known: &HashMap<NsId, Netns>) {
+        let (Ok(dir), Ok(proc_dir)) = (std::fs::read_dir(&roots.proc), File::open(&roots.proc))
+        else {
+            return;
+        };
+        for e in dir.flatten() {
+            let pid = e.file_name();
+            let pid = pid.as_encoded_bytes();
+            if !pid.iter().all(u8::is_ascii_digit) {
+                continue;
+            }
+            self.out.processes += 1;
+            // Every namespace file is on the one nsfs: the device is the own one's.
+            let id = match pid_ns_inode(&proc_dir, pid) {
+                Ok(inode) => NsId { dev: self.own.dev, inode },
+                // A process that exited meanwhile is no news.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                Err(err) => {
+                    self.out.unreadable.push((e.path().join("ns/net"), err));
+                    continue;
+                }
+            };
+            if self.seen.contains_key(&id)
+                && (known.contains_key(&id) || self.out.found[self.seen[&id]].container.is_some())
+            {
+                continue; // the common case on a rescan: nothing to learn
+            }
+            let fresh = self.add(id, e.path().join("ns/net"), None);
+            let i = match fresh {
+                Some(i) => i,
+                None => match self.seen.get(&id) {
+                    Some(&i)
+                        if self.out.found[i].container.is_none() && !known.contains_key(&id) =>
+                    {
+                        i
+                    }
+                    _ => continue,
+                },
+            };
+            if let Some(k) = known.get(&id) {
+                self.out.found[i].container.clone_from(&k.container);
+                continue;
+            }
+            if let Ok(text) = std::fs::read_to_string(e.path().join("cgroup")) {
+                self.out.found[i].container = container::from_proc_cgroup(&text);
+            }
+        }
+    }
 }
 
 /// Runs `f` on a thread that has entered the namespace `ns`, so that sockets it creates
