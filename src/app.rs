@@ -257,12 +257,9 @@ pub async fn run(
     mut events: tokio::sync::mpsc::Receiver<Event>,
     metrics: Arc<Metrics>,
 ) -> u8 {
-    let sampler = match Sampler::new(sources.dump, s.sampler.clone()) {
-        Ok(smp) => smp,
-        Err(e) => {
-            eprintln!("cgmon-rs: filter: {e}");
-            return EXIT_USAGE;
-        }
+    let sampler = Sampler::new(sources.dump, s.sampler.clone());
+    let Ok(sampler) = sampler.map_err(|e| eprintln!("cgmon-rs: filter: {e}")) else {
+        return EXIT_USAGE;
     };
     let (first_label, mut spaces, updates, names) = match sources.netns {
         Some(n) => (Some(n.first), n.others, Some(n.updates), Some(n.names)),
@@ -277,10 +274,7 @@ pub async fn run(
     if spaces.iter().all(|sp| sp.destroy.is_none()) {
         tcfg.destroy_grace_ns = 0;
     }
-    // Records turn CLOCK_MONOTONIC into wall-clock time with the offset of the run's start
-    // (as cgmon does), not of the moment the options were read.
-    let mut acfg = s.analyzer.clone();
-    acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
+    let mut acfg = analyzer_config(&s);
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     // Service names of cgroups: one cache for the records, `/metrics` and the web view.
     let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
@@ -311,23 +305,11 @@ pub async fn run(
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
-    let mut writer = writer.with_services(services);
+    let writer = writer.with_services(services);
     // The fleet sink, beside the writer: the writer hands it each record without waiting.
-    let sink = match s.sink.clone() {
-        Some(cfg) => {
-            let (tx, rx) = std::sync::mpsc::sync_channel(crate::sink::SINK_CHANNEL_CAPACITY);
-            match crate::sink::spawn(cfg, rx, metrics.clone(), s.shutdown_timeout / 4) {
-                Ok(t) => {
-                    writer = writer.with_sink(tx);
-                    Some(t)
-                }
-                Err(e) => {
-                    eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
-                    return EXIT_USAGE;
-                }
-            }
-        }
-        None => None,
+    let (writer, sink) = match start_sink(&s, writer, &metrics) {
+        Ok(w) => w,
+        Err(code) => return code,
     };
     let writer_thread = match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
         Ok(t) => t,
@@ -367,6 +349,36 @@ pub async fn run(
     exit_status(code, &metrics)
 }
 
+/// The analyzer's settings for this run: records turn CLOCK_MONOTONIC into wall-clock time
+/// with the offset of the run's start (as cgmon does), not of the moment the options were
+/// read.
+fn analyzer_config(s: &Settings) -> crate::analyzer::StageConfig {
+    let mut acfg = s.analyzer.clone();
+    acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
+    acfg
+}
+
+/// The ClickHouse sink's thread, when `--clickhouse` asks for it, and the writer that
+/// hands it records.
+fn start_sink(
+    s: &Settings,
+    writer: Writer,
+    metrics: &Arc<Metrics>,
+) -> Result<(Writer, Option<SinkThread>), u8> {
+    let Some(cfg) = s.sink.clone() else { return Ok((writer, None)) };
+    let (tx, rx) = std::sync::mpsc::sync_channel(crate::sink::SINK_CHANNEL_CAPACITY);
+    match crate::sink::spawn(cfg, rx, metrics.clone(), s.shutdown_timeout / 4) {
+        Ok(t) => Ok((writer.with_sink(tx), Some(t))),
+        Err(e) => {
+            eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// The sink's thread, which says at the end whether records were dropped.
+type SinkThread = std::thread::JoinHandle<Result<(), crate::sink::SinkError>>;
+
 /// The running stages.
 struct Running {
     tracker:
@@ -374,7 +386,7 @@ struct Running {
     analyzer: tokio::task::JoinHandle<Result<(), crate::edges::StageError>>,
     writer: std::thread::JoinHandle<Result<(), WriterError>>,
     /// The ClickHouse sink's thread: it ends after the writer, which holds its sender.
-    sink: Option<std::thread::JoinHandle<Result<(), crate::sink::SinkError>>>,
+    sink: Option<SinkThread>,
     stop: watch::Sender<bool>,
     http: Option<crate::http::Server>,
 }
