@@ -138,6 +138,23 @@ fn run(cmd: &mut Command) -> io::Result<()> {
     )))
 }
 
+/// The bottlenecks: M's egress towards B (A → B) and towards A (B → A), token buckets of
+/// the configured rates and queue.
+fn bottlenecks(m: &str, cfg: &LabConfig) -> io::Result<()> {
+    for (rate, dev) in [(cfg.rate_ab, IFACE_B), (cfg.rate_ba, IFACE)] {
+        let Some(bits) = rate else { continue };
+        // The bucket must hold at least a few packets, and a timer tick's worth of the
+        // rate (HZ may be 100).
+        let burst = (bits / 8 / 100).max(16 << 10);
+        let (rate, burst, limit) =
+            (format!("{bits}bit"), burst.to_string(), cfg.queue_bytes.to_string());
+        run(Command::new("tc")
+            .args(["-n", m, "qdisc", "replace", "dev", dev, "root", "tbf"])
+            .args(["rate", rate.as_str(), "burst", burst.as_str(), "limit", limit.as_str()]))?;
+    }
+    Ok(())
+}
+
 /// Deletes lab namespaces left behind by processes that no longer exist.
 fn remove_stale() {
     let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
@@ -211,31 +228,7 @@ impl Lab {
             sh(m, "ip", &["route", "add", v4, "dev", dev])?;
             sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
         }
-        // The bottlenecks: M's egress towards B (A → B) and towards A (B → A).
-        for (rate, dev) in [(cfg.rate_ab, IFACE_B), (cfg.rate_ba, IFACE)] {
-            let Some(bits) = rate else { continue };
-            // The bucket must hold at least a few packets, and a timer tick's worth of the
-            // rate (HZ may be 100).
-            let burst = (bits / 8 / 100).max(16 << 10);
-            sh(
-                m,
-                "tc",
-                &[
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    dev,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &format!("{bits}bit"),
-                    "burst",
-                    &burst.to_string(),
-                    "limit",
-                    &cfg.queue_bytes.to_string(),
-                ],
-            )?;
-        }
+        bottlenecks(m, &cfg)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = [Arc::new(PathStats::default()), Arc::new(PathStats::default())];
         let [tun_a, tun_b, tun_ma, tun_mb] = [tun_a, tun_b, tun_ma, tun_mb].map(Arc::new);
