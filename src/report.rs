@@ -238,8 +238,9 @@ pub fn cdf(id: &str, title: &str, name: &str, unit: Unit, mut values: Vec<f64>) 
         pts.push((v / div, 100.0 * i as f64 / n as f64));
         pts.push((v / div, 100.0 * (i + 1) as f64 / n as f64));
     }
-    let pct =
-        |p: f64| crate::http::web::percentile(&values, p).map_or("–".into(), |v| num(v / div));
+    let pct = |p: f64| {
+        crate::stats::summary::percentile(&values, p).map_or("–".into(), |v| num(v / div))
+    };
     let unit_text = unit.scale(max).1;
     Chart {
         id: id.into(),
@@ -279,7 +280,7 @@ pub fn report_html(
         b,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cgmon-rs report</title><style>{}{STYLE}</style></head><body><main>\
          <h1>cgmon-rs report</h1><p>{} records from {}; flows from {} to {}.</p>",
-        crate::http::web::STYLE_CSS,
+        crate::chart::page::STYLE_CSS,
         records.len(),
         esc(sources),
         esc(first),
@@ -321,13 +322,13 @@ fn verdicts_per_service(b: &mut String, records: &[Value]) {
         let (sp, dp) = (port("SrcPort"), port("DstPort"));
         let svc =
             if sp <= dp { format!("{svc}, serving :{sp}") } else { format!("{svc}, to :{dp}") };
-        let v = crate::http::web::verdict_index(r["Diagnosis"]["Verdict"].as_str());
+        let v = crate::analyzer::diagnosis::verdict_index(r["Diagnosis"]["Verdict"].as_str());
         per.entry(svc).or_default()[v] += 1;
     }
     b.push_str(
         "<h2>Verdicts per service and port</h2><table class=\"num\"><thead><tr><th>service</th>",
     );
-    for v in crate::http::web::VERDICTS {
+    for v in crate::analyzer::diagnosis::VERDICTS {
         let _ = write!(b, "<th>{v}</th>");
     }
     b.push_str("</tr></thead><tbody>");

@@ -177,6 +177,17 @@ pub fn parse_size(text: &str) -> Result<u64, ValueError> {
     n.checked_mul(1u64 << shift).ok_or_else(|| bad("overflow"))
 }
 
+/// Parses a listen address: `host:port`, `[v6]:port`, or Go's `:port` (every interface).
+///
+/// # Errors
+/// The text is not an address with a port.
+pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let full = if s.starts_with(':') { format!("[::]{s}") } else { s.to_string() };
+    full.parse().map_err(|_| {
+        format!("invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9090")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

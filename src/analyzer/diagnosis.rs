@@ -295,8 +295,24 @@ fn finding(
     }
 }
 
+/// The verdict names, in the order pages and reports count them.
+pub const VERDICTS: [&str; 5] =
+    ["receiver-window", "send-buffer", "network", "application", "unknown"];
+
+/// The index of `verdict` in [`VERDICTS`] (an unknown or absent one is `unknown`).
+pub fn verdict_index(verdict: Option<&str>) -> usize {
+    verdict.and_then(|v| VERDICTS.iter().position(|x| *x == v)).unwrap_or(4)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn verdicts_index_in_page_order_and_the_unknown_last() {
+        assert_eq!(super::verdict_index(Some("network")), 2);
+        assert_eq!(super::verdict_index(Some("no such verdict")), 4);
+        assert_eq!(super::verdict_index(None), 4);
+    }
+
     use crate::analyzer::{AnalyzerConfig, analyze};
     use crate::tracker::testing::ended_flow;
     use crate::wire::build::SockBuilder;

@@ -14,6 +14,7 @@
 //! element, which at 100 sparklines a page costs bytes for nothing.
 
 pub mod flow;
+pub mod page;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

@@ -251,7 +251,7 @@ pub struct Cli {
         long = "run-http-server", visible_alias = "http",
         env = "CGMON_RUN_HTTP_SERVER",
         value_name = "ADDR",
-        value_parser = crate::http::parse_addr, help_heading = "Run"
+        value_parser = crate::units::parse_addr, help_heading = "Run"
     )]
     pub http_server: Option<std::net::SocketAddr>,
     /// Longest time an HTTP client may take to send a request's headers

@@ -149,7 +149,7 @@ pub(super) async fn host(
             let f = f64::from;
             shares_of(f(busy), f(rwnd), f(sndbuf), b.span_ms as f64).map(|s| largest(&s))
         });
-        g.0.verdicts[web::verdict_index(verdict)] += 1;
+        g.0.verdicts[crate::analyzer::diagnosis::verdict_index(verdict)] += 1;
     }
     for (slot, a) in accounts.iter().enumerate() {
         if a.bytes_per_s > 0.0 {
@@ -190,8 +190,8 @@ fn service_rows(groups: Groups) -> Vec<ServiceRow> {
         .into_values()
         .map(|(mut s, mut rtts)| {
             rtts.sort_unstable_by(f64::total_cmp);
-            s.rtt_p50_ms = web::percentile(&rtts, 50.0);
-            s.rtt_p98_ms = web::percentile(&rtts, 98.0);
+            s.rtt_p50_ms = crate::stats::summary::percentile(&rtts, 50.0);
+            s.rtt_p98_ms = crate::stats::summary::percentile(&rtts, 98.0);
             s
         })
         .collect();

@@ -29,7 +29,6 @@
 //! - `GET /flow-duration-histogram`: cgmon's plain-text histogram of flow durations
 //!   ([`crate::metrics::durations`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,17 +55,6 @@ use conn::serve_app;
 pub use conn::{Limits, bind};
 use flows::view;
 pub use status::status_page;
-
-/// Parses a listen address: `host:port`, `[v6]:port`, or Go's `:port` (every interface).
-///
-/// # Errors
-/// The text is not an address with a port.
-pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    let full = if s.starts_with(':') { format!("[::]{s}") } else { s.to_string() };
-    full.parse().map_err(|_| {
-        format!("invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9090")
-    })
-}
 
 #[derive(Clone)]
 struct Ctx {

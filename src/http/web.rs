@@ -9,7 +9,9 @@
 
 use std::fmt::Write as _;
 
+use crate::analyzer::diagnosis::VERDICTS;
 use crate::chart::flow::{STYLE as CHART_STYLE, charts, num};
+use crate::chart::page::STYLE_CSS;
 use crate::chart::{esc, sparkline};
 use crate::recent::Ended;
 use crate::record::Point;
@@ -69,24 +71,6 @@ pub struct ServiceRow {
     /// Its flows by what limited them so far: receiver window, send buffer, network,
     /// application, not known yet.
     pub verdicts: [usize; 5],
-}
-
-/// The verdict names, in [`ServiceRow::verdicts`] order.
-pub const VERDICTS: [&str; 5] =
-    ["receiver-window", "send-buffer", "network", "application", "unknown"];
-
-/// The index of `verdict` in [`VERDICTS`].
-pub fn verdict_index(verdict: Option<&str>) -> usize {
-    verdict.and_then(|v| VERDICTS.iter().position(|x| *x == v)).unwrap_or(4)
-}
-
-/// The nearest-rank `p`-th percentile of sorted `v`.
-pub fn percentile(v: &[f64], p: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    Some(v[rank.clamp(1, v.len()) - 1])
 }
 
 /// Everything `/` shows.
@@ -477,26 +461,6 @@ pub fn flow_live(v: &FlowView) -> serde_json::Value {
         "facts": facts_html(v),
     })
 }
-
-/// `/static/style.css`.
-pub const STYLE_CSS: &str = concat!(
-    "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}",
-    "nav{background:#263238;color:#eee;padding:6px 12px}nav a{color:#cfe8ff;margin-left:12px}",
-    "#live-status{float:right;color:#b0bec5;font-size:12px}",
-    "main,#health{padding:4px 16px}h1{font-size:20px}h1 small,h2 small{color:#666;font-weight:normal;font-size:14px}",
-    "h2{font-size:17px;margin-top:22px}table{border-collapse:collapse;background:#fff}",
-    "td,th{padding:3px 8px;border-bottom:1px solid #e5e5e5;text-align:left;vertical-align:middle}",
-    "th{background:#eef1f3;font-weight:600}table.num td+td,table.num th+th{text-align:right}",
-    "td.spark{padding:1px 4px}td.n{text-align:right}",
-    ".bar{display:flex;width:180px;height:12px;background:#eee}.bar span{display:block;height:12px}",
-    ".key{display:inline-block;width:10px;height:10px;margin:0 4px 0 10px}",
-    ".v-receiver-window{background:#e377c2}.v-send-buffer{background:#17becf}",
-    ".v-network{background:#d62728}.v-application{background:#7f7f7f}.v-unknown{background:#ccc}",
-    ".charts svg{display:block;margin:8px 0;max-width:100%;height:auto;border:1px solid #e5e5e5}",
-    "table.facts th{background:none;font-weight:normal;color:#555}.verdict{font-size:15px}",
-    "pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;max-height:400px}",
-    ".orders a,.orders b{margin-left:6px}",
-);
 
 /// The style sheet: the page's and the charts'.
 pub fn style_css() -> String {

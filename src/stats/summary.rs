@@ -175,9 +175,27 @@ fn walk(
     out
 }
 
+/// The nearest-rank `p`-th percentile of sorted `v`.
+pub fn percentile(v: &[f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 98.0), Some(98.0));
+        assert_eq!(percentile(&[3.0], 98.0), Some(3.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
     use proptest::prelude::*;
 
     // Reference vectors: tests/reference/stats_vectors.py, an independent Python

@@ -96,14 +96,3 @@ fn flow_page_draws_every_chart_and_the_live_json_swaps_them() {
     let ended = flow_page(&FlowView { active: false, ..v });
     assert!(ended.contains("data-live=\"\"") && ended.contains("Its record (JSON)"));
 }
-
-#[test]
-fn percentiles_are_nearest_rank() {
-    let v: Vec<f64> = (1..=100).map(f64::from).collect();
-    assert_eq!(percentile(&v, 50.0), Some(50.0));
-    assert_eq!(percentile(&v, 98.0), Some(98.0));
-    assert_eq!(percentile(&[3.0], 98.0), Some(3.0));
-    assert_eq!(percentile(&[], 50.0), None);
-    assert_eq!(verdict_index(Some("network")), 2);
-    assert_eq!(verdict_index(None), 4);
-}
