@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
-use cgmon_rs::analyzer::{AnalyzerConfig, FlowStats, analyze};
+use cgmon_rs::analysis::{AnalyzerConfig, FlowStats, analyze};
 use cgmon_rs::metrics::Metrics;
 use cgmon_rs::sink::{self, SINK_CHANNEL_CAPACITY, SinkConfig};
 use cgmon_rs::tracker::{Tracker, TrackerConfig};

@@ -22,7 +22,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use cgmon_rs::analyzer::{AnalyzerConfig, analyze};
+use cgmon_rs::analysis::{AnalyzerConfig, analyze};
 use cgmon_rs::http::web;
 use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
 use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig};
@@ -347,7 +347,7 @@ fn main() {
     let mut flow = ended.swap_remove(0);
     let cfg = AnalyzerConfig::default();
     // As the analyzer stage does (see `keep_heap_for_reuse`).
-    cgmon_rs::analyzer::keep_heap_for_reuse();
+    cgmon_rs::analysis::keep_heap_for_reuse();
     let mut g = c.benchmark_group("analyze");
     g.bench_function("10k_samples", |bch| bch.iter(|| black_box(analyze(&mut flow, &cfg))));
     g.finish();

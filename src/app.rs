@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::analyzer;
+use crate::analysis::stage as analyzer;
 use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
@@ -352,7 +352,7 @@ pub async fn run(
 /// The analyzer's settings for this run: records turn CLOCK_MONOTONIC into wall-clock time
 /// with the offset of the run's start (as cgmon does), not of the moment the options were
 /// read.
-fn analyzer_config(s: &Settings) -> crate::analyzer::StageConfig {
+fn analyzer_config(s: &Settings) -> crate::analysis::stage::StageConfig {
     let mut acfg = s.analyzer.clone();
     acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
     acfg

@@ -231,7 +231,7 @@ pub fn print_table(records: &[Value], out: &mut impl Write) -> std::io::Result<(
         };
         let rtt = r["RTTSummary"][3]
             .as_f64()
-            .map_or_else(|| "-".into(), crate::analyzer::diagnosis::ms_text);
+            .map_or_else(|| "-".into(), crate::analysis::diagnosis::ms_text);
         writeln!(
             out,
             "{flow:<47} {rate:>9.2} {rtt:>8} {:>7} {limit:<15} {finding}",

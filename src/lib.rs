@@ -5,7 +5,7 @@
 //! ```text
 //! poll task:    DumpSource → Sampler::dump_with → Tracker::observe     (poll)
 //!               DestroyListener → Tracker::destroyed
-//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: gather, analyze      (analyzer::run)
+//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: gather, analyze      (analysis::stage)
 //!     (an ended flow's samples still lie in the tracker's pool blocks; the analyzer
 //!     copies them out and gives the blocks back: tracker/pool.rs)
 //!   ─ writer::Batch (std sync_channel) → writer thread: JSON → stdout | gzip files (writer)
@@ -14,10 +14,11 @@
 //! Layers:
 //! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
 //!   `logging`, `metrics` (shared counters), `http` (status page).
-//! - The stages: `poll` (polls the kernel, feeds the tracker), `analyzer::run`, `writer`; `sink` (the fleet sink to
-//!   ClickHouse, beside the writer on threads of its own).
-//! - The pure parts, each testable without a kernel: `tracker`, `stats`, `wire` (kernel
-//!   formats over `&[u8]`), `filter` (expression → INET_DIAG_REQ_BYTECODE), `units`.
+//! - The stages: `poll` (polls the kernel, feeds the tracker), `analysis::stage`, `writer`;
+//!   `sink` (the fleet sink to ClickHouse, beside the writer on threads of its own).
+//! - The pure parts, each testable without a kernel: `tracker`, `analysis`, `record`,
+//!   `stats`, `wire` (kernel formats over `&[u8]`), `filter` (expression →
+//!   INET_DIAG_REQ_BYTECODE), `units`; `chart` draws, above them all.
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
 //!
 //! The facts the code relies on are in the repository's `docs/`: `kernel.md` (sock_diag,
@@ -25,7 +26,7 @@
 //! and the defects fixed: the ids `B1`…, `R1`… that comments cite) and `records.md` (how a
 //! flow's end is seen and what a record may claim).
 
-pub mod analyzer;
+pub mod analysis;
 pub mod app;
 pub mod chart;
 pub mod cli;

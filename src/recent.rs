@@ -162,7 +162,7 @@ impl Recent {
     }
 }
 
-// Tested with real records in `analyzer/tests.rs` (a record needs the analyzer).
+// Tested with real records in `analysis/tests.rs` (a record needs the analyzer).
 
 #[cfg(test)]
 mod tests {

@@ -322,13 +322,13 @@ fn verdicts_per_service(b: &mut String, records: &[Value]) {
         let (sp, dp) = (port("SrcPort"), port("DstPort"));
         let svc =
             if sp <= dp { format!("{svc}, serving :{sp}") } else { format!("{svc}, to :{dp}") };
-        let v = crate::analyzer::diagnosis::verdict_index(r["Diagnosis"]["Verdict"].as_str());
+        let v = crate::analysis::diagnosis::verdict_index(r["Diagnosis"]["Verdict"].as_str());
         per.entry(svc).or_default()[v] += 1;
     }
     b.push_str(
         "<h2>Verdicts per service and port</h2><table class=\"num\"><thead><tr><th>service</th>",
     );
-    for v in crate::analyzer::diagnosis::VERDICTS {
+    for v in crate::analysis::diagnosis::VERDICTS {
         let _ = write!(b, "<th>{v}</th>");
     }
     b.push_str("</tr></thead><tbody>");

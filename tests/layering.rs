@@ -29,7 +29,7 @@ const RANKS: &[(&str, u32)] = &[
     ("poll", 5),
     ("chart", 6),
     ("recent", 6),
-    ("analyzer", 6),
+    ("analysis", 6),
     ("writer", 7),
     ("sink", 7),
     ("http", 8),
@@ -225,8 +225,8 @@ fn the_check_finds_a_circle_and_an_import_up_the_pipeline() {
         std::fs::write(p, text).unwrap();
     };
     w("writer.rs", "use crate::tracker::Flow;\n");
-    w("tracker.rs", "use crate::analyzer::FlowStats;\n");
-    w("analyzer.rs", "pub struct FlowStats;\n");
+    w("tracker.rs", "use crate::analysis::FlowStats;\n");
+    w("analysis.rs", "pub struct FlowStats;\n");
     w("filter/mod.rs", "mod audit; mod compile;\n");
     w("filter/audit.rs", "use super::compile::op;\n");
     w("filter/compile.rs", "use super::{Expr, audit};\n");

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Cli;
-use crate::analyzer::{AnalyzerConfig, StageConfig};
+use crate::analysis::AnalyzerConfig;
+use crate::analysis::stage::StageConfig;
 use crate::filter::Expr;
 use crate::poll::TaskConfig;
 use crate::sampler::SamplerConfig;

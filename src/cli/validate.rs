@@ -3,7 +3,7 @@
 
 use super::flags::{Cli, CumulantKind};
 use super::{Config, EnvOrigins, UsageError, hostname, resolve};
-use crate::analyzer::AnalyzerConfig;
+use crate::analysis::AnalyzerConfig;
 use crate::filter::{self, Expr};
 use crate::logging::LogSettings;
 use crate::stats::correlation::Adjust;

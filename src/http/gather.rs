@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::web::{self, FlowView, Host, Row, ServiceRow};
 use super::{Ctx, ask};
-use crate::analyzer::diagnosis::{largest, shares_of};
+use crate::analysis::diagnosis::{largest, shares_of};
 use crate::chart::flow::num;
 use crate::recent::Ended;
 use crate::record::{ABSENT_U64, FlowId, mbps, tuple_text};
@@ -149,7 +149,7 @@ pub(super) async fn host(
             let f = f64::from;
             shares_of(f(busy), f(rwnd), f(sndbuf), b.span_ms as f64).map(|s| largest(&s))
         });
-        g.0.verdicts[crate::analyzer::diagnosis::verdict_index(verdict)] += 1;
+        g.0.verdicts[crate::analysis::diagnosis::verdict_index(verdict)] += 1;
     }
     for (slot, a) in accounts.iter().enumerate() {
         if a.bytes_per_s > 0.0 {
@@ -213,7 +213,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let cookie = f.key.cookie;
     let end = f.last_ts_ns;
     let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
-    let mut r = crate::analyzer::analyze(&mut e, &c.analysis);
+    let mut r = crate::analysis::analyze(&mut e, &c.analysis);
     r.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
     let f = &e.flow;
     let latest = points.last().copied().unwrap_or_default();

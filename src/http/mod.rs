@@ -66,7 +66,7 @@ struct Ctx {
     accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     services: Arc<std::sync::Mutex<crate::services::Services>>,
     recent: Arc<crate::recent::Recent>,
-    analysis: Arc<crate::analyzer::AnalyzerConfig>,
+    analysis: Arc<crate::analysis::AnalyzerConfig>,
 }
 
 impl Ctx {
@@ -114,7 +114,7 @@ pub struct Served {
     pub recent: Arc<crate::recent::Recent>,
     /// How records are computed (for a live flow's provisional record, and the clock
     /// offset of its charts).
-    pub analysis: crate::analyzer::AnalyzerConfig,
+    pub analysis: crate::analysis::AnalyzerConfig,
 }
 
 async fn flow_durations(State(c): State<Ctx>) -> String {

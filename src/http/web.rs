@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analyzer::diagnosis::VERDICTS;
+use crate::analysis::diagnosis::VERDICTS;
 use crate::chart::flow::{STYLE as CHART_STYLE, charts, num};
 use crate::chart::page::STYLE_CSS;
 use crate::chart::{esc, sparkline};

@@ -383,7 +383,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzer::{AnalyzerConfig, analyze};
+    use crate::analysis::{AnalyzerConfig, analyze};
     use crate::tracker::testing::ended_flow;
     use crate::wire::build::SockBuilder;
 

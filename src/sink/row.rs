@@ -91,7 +91,7 @@ pub enum RowError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyzer::{AnalyzerConfig, analyze};
+    use crate::analysis::{AnalyzerConfig, analyze};
     use crate::tracker::testing::ended_flow;
     use crate::wire::build::SockBuilder;
 

@@ -5,7 +5,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cgmon_rs::analyzer::{self, AnalyzerConfig, FlowStats};
+use cgmon_rs::analysis::stage::{self as analyzer, StageConfig};
+use cgmon_rs::analysis::{AnalyzerConfig, FlowStats, analyze};
 use cgmon_rs::filter;
 use cgmon_rs::metrics::Metrics;
 use cgmon_rs::poll::{self as task, ENDED_CHANNEL_CAPACITY};
@@ -42,7 +43,7 @@ async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
     assert_eq!(out.len(), 8);
     assert_eq!(t.active(), 0);
     let cfg = AnalyzerConfig::default();
-    let records: Vec<FlowStats> = out.iter_mut().map(|e| analyzer::analyze(e, &cfg)).collect();
+    let records: Vec<FlowStats> = out.iter_mut().map(|e| analyze(e, &cfg)).collect();
     assert!(out.iter().all(|e| e.reason == EndReason::Destroyed));
     // The four senders moved 256 KiB each: SYN + data + FIN, exactly, from the destroy event.
     let mut acked: Vec<u64> = records.iter().map(|r| r.bytes_acked).filter(|&b| b > 2).collect();
@@ -77,7 +78,7 @@ async fn live_connection_record_counts_syn_and_fin() {
         task::Wiring::new(stop_rx, ended_tx, metrics.clone()),
         |_| {},
     ));
-    let stage = analyzer::StageConfig::default();
+    let stage = StageConfig::default();
     let analyzer_task = tokio::spawn(analyzer::run(stage, ended_rx, rec_tx, metrics.clone()));
 
     tokio::time::sleep(Duration::from_millis(60)).await; // let the first (empty) dump pass
@@ -130,11 +131,7 @@ async fn windows_handed_on_in_pool_blocks_are_analysed_whole() {
     let mut t = Tracker::new(TrackerConfig { window_samples: 10, ..TrackerConfig::default() });
     let (ended_tx, ended_rx) = mpsc::channel(ENDED_CHANNEL_CAPACITY);
     let (rec_tx, rec_rx) = std::sync::mpsc::sync_channel(64);
-    let stage = analyzer::StageConfig {
-        write_partial: true,
-        samples_out: true,
-        ..analyzer::StageConfig::default()
-    };
+    let stage = StageConfig { write_partial: true, samples_out: true, ..StageConfig::default() };
     let analyzer_task =
         tokio::spawn(analyzer::run(stage, ended_rx, rec_tx, Arc::new(Metrics::default())));
     for k in 0..95u64 {

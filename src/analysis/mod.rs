@@ -1,6 +1,6 @@
-//! The analyzer: an ended flow → its record ([`FlowStats`]). Pure apart from its task
-//! wrapper; reads no clock (wall times come from the sample times plus an offset measured at
-//! startup).
+//! The analysis: an ended flow → its record ([`FlowStats`]). Pure; reads no clock (wall
+//! times come from the sample times plus an offset measured at startup). The pipeline's
+//! stage that runs it is [`stage`]; the diagnosis of what limited a flow is [`diagnosis`].
 //!
 //! **Time weighting.** Retained sample `i` stands for the time its values held: from its
 //! timestamp to the next retained sample's. Deduped samples in between count toward that
@@ -19,7 +19,6 @@
 //! - Pacing rate (Mbit/s), over the samples that carry one.
 
 use chrono::{DateTime, Local, SecondsFormat};
-use tokio::sync::mpsc::Receiver;
 
 pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, SamplingStats, ip, mbps};
 use crate::record::{UNKNOWN_CC, UNKNOWN_RATE};
@@ -428,117 +427,9 @@ pub fn keep_heap_for_reuse() {
     }
 }
 
-/// The analyzer stage's settings beyond the analysis itself.
-#[derive(Debug, Clone, Default)]
-pub struct StageConfig {
-    /// How records are computed.
-    pub analysis: AnalyzerConfig,
-    /// `-writer-partial`: also pass on flows that were open at startup or shutdown.
-    pub write_partial: bool,
-    /// `--samples-out`: pass on every retained sample as JSON lines too.
-    pub samples_out: bool,
-    /// The web view's ring of recently ended flows, when the HTTP server runs.
-    pub recent: Option<std::sync::Arc<crate::recent::Recent>>,
-}
-
-impl StageConfig {
-    /// Whether `e` is written. Without `-writer-partial`, a flow that crossed the
-    /// monitor's start or stop is not (cgmon's rule). Interim windows of a flow seen from
-    /// its start are written, though they are partial at a window edge: otherwise a flow
-    /// that outlives a window would never be written at all.
-    pub fn writes(&self, e: &EndedFlow) -> bool {
-        self.write_partial || !(e.flow.preexisting || e.reason == EndReason::Shutdown)
-    }
-}
-
-/// The analyzer stage: ended flows in, record batches out to the writer thread, until its
-/// input closes.
-///
-/// When the writer's channel is full this stage waits (on a blocking-pool thread, never
-/// on a runtime worker); sampling does not wait, since the tracker hands on with
-/// `try_send` and counts what it must drop.
-///
-/// # Errors
-/// The writer is gone.
-pub async fn run(
-    cfg: StageConfig,
-    mut ended_rx: Receiver<Vec<EndedFlow>>,
-    writer_tx: std::sync::mpsc::SyncSender<crate::edges::Msg>,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-) -> Result<(), crate::edges::StageError> {
-    use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, StageError};
-    use std::sync::mpsc::TrySendError;
-    keep_heap_for_reuse();
-    // The last flow's samples: the next one is gathered into their memory. It holds at
-    // most one window.
-    let mut spare = Vec::new();
-    while let Some(ended) = ended_rx.recv().await {
-        let start = std::time::Instant::now();
-        let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
-        let mut out = Batch::default();
-        for mut e in ended {
-            // Every flow and window the analyzer receives, written or not, as cgmon's
-            // histogram counted them; by the span the record's `Duration` gives.
-            metrics.flow_durations.push(std::time::Duration::from_nanos(e.flow.span_ns()));
-            if !cfg.writes(&e) {
-                metrics.records_partial_skipped.inc();
-                continue; // dropped ungathered: its blocks go back to the tracker
-            }
-            e.gather_into(std::mem::take(&mut spare));
-            let r = analyze(&mut e, &cfg.analysis);
-            if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
-                let offset = cfg.analysis.realtime_offset_ns;
-                // Every sample: the ring keeps some from the whole flow (`recent::spread`).
-                let points = e.flow.chart_points(offset);
-                recent.push(crate::recent::Ended::new(&r, points));
-            }
-            if cfg.samples_out {
-                samples::write_lines(
-                    &mut e,
-                    &r.id,
-                    cfg.analysis.realtime_offset_ns,
-                    &mut out.samples,
-                );
-            }
-            spare = std::mem::take(&mut e.flow.samples);
-            out.records.push(r);
-        }
-        metrics.ended_queue_samples.sub(samples);
-        let took = start.elapsed();
-        metrics.time(crate::metrics::Stage::Analyzer, took);
-        tracing::debug!(target: "cgmon_rs::analyzer", time_us = took.as_micros() as u64,
-            flows = out.records.len(), "analyzer batch");
-        if out.records.is_empty() {
-            continue;
-        }
-        // Bounded in bytes, not only in batches: wait while the writer holds too much (a
-        // batch goes alone into an empty queue, however large).
-        out.queued_bytes = out.records.len() as u64 * RECORD_BYTES + out.samples.len() as u64;
-        // (A writer that stopped takes nothing: the send below finds out.)
-        while metrics.writer_queue_bytes.get() > 0
-            && metrics.writer_queue_bytes.get() + out.queued_bytes > MAX_QUEUED_BYTES
-            && metrics.writer_stopped.get() == 0
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        metrics.writer_queue_bytes.add(out.queued_bytes);
-        match writer_tx.try_send(Msg::Batch(out)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(msg)) => {
-                let tx = writer_tx.clone();
-                tokio::task::spawn_blocking(move || tx.send(msg))
-                    .await
-                    .map_err(|_| StageError::DownstreamGone)?
-                    .map_err(|_| StageError::DownstreamGone)?;
-            }
-            Err(TrySendError::Disconnected(_)) => return Err(StageError::DownstreamGone),
-        }
-    }
-    Ok(())
-}
-
 pub mod diagnosis;
 pub mod samples;
+pub mod stage;
 
 #[cfg(test)]
 mod tests;

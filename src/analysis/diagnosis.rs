@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(super::verdict_index(None), 4);
     }
 
-    use crate::analyzer::{AnalyzerConfig, analyze};
+    use crate::analysis::{AnalyzerConfig, analyze};
     use crate::tracker::testing::ended_flow;
     use crate::wire::build::SockBuilder;
 
