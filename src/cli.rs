@@ -187,6 +187,23 @@ fn parse_unclipped(args: impl IntoIterator<Item = String>) -> Result<Parsed, Usa
     Ok(Parsed::Run(Box::new(validate(cli, EnvOrigins::of(&m, &command()))?)))
 }
 
+/// The monitor's settings with its defaults (and `CGMON_*` variables) as `edit` changes
+/// them, validated as a command line would be: for callers that run the monitor with
+/// settings of their own (`diagnose`), without writing them out as text to parse again.
+///
+/// # Errors
+/// What the flags must agree on does not hold (the filter does not parse, say).
+pub fn settings_with(edit: impl FnOnce(&mut Cli)) -> Result<Settings, UsageError> {
+    let m = command()
+        .try_get_matches_from(["cgmon-rs"])
+        .map_err(|e| UsageError(one_line(&e.to_string())))?;
+    let mut cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
+    edit(&mut cli);
+    let c = validate(cli, EnvOrigins::of(&m, &command()))
+        .map_err(|e| UsageError(crate::units::clip_line(&e.0)))?;
+    Ok(c.settings)
+}
+
 /// `msg` with the bad value clap quotes in it cut to [`crate::units::QUOTED_CHARS`].
 fn clip_value(e: &clap::Error, msg: String) -> String {
     use clap::error::{ContextKind, ContextValue};

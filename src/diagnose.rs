@@ -14,7 +14,7 @@ use clap::Parser;
 use serde_json::Value;
 
 use crate::app::{self, EXIT_FAILURE, EXIT_USAGE, Event, Settings, Sources};
-use crate::cli::{Parsed, UsageError};
+use crate::cli::UsageError;
 use crate::metrics::Metrics;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{NetlinkSource, Source};
@@ -86,31 +86,21 @@ pub fn main(args: Vec<String>) -> ExitCode {
     if r.is_err() { ExitCode::from(EXIT_FAILURE) } else { ExitCode::SUCCESS }
 }
 
-/// The monitor's settings for a look: the monitor itself, run as
-/// `cgmon-rs -run-interval I -run-duration S -writer-partial -tracker-window-samples MAX FILTER`,
-/// so that `diagnose` says what the monitor's records would say. Every flow is written,
-/// open ones as partial; no window cuts a flow in two.
+/// The monitor's settings for a look: the monitor itself, as
+/// `cgmon-rs -run-interval I -run-duration S -writer-partial -tracker-window-samples MAX FILTER`
+/// would run, so that `diagnose` says what the monitor's records would say. Every flow is
+/// written, open ones as partial; no window cuts a flow in two.
 ///
 /// # Errors
 /// The filter does not parse or compile (the monitor's own message).
 pub fn settings(cli: &DiagnoseCli) -> Result<Settings, UsageError> {
-    let mut args = vec![
-        "-run-interval".to_string(),
-        crate::units::format_duration(cli.interval),
-        "-run-duration".to_string(),
-        format!("{}s", cli.seconds),
-        "-writer-partial".to_string(),
-        "-tracker-window-samples".to_string(),
-        WHOLE_FLOW.to_string(),
-    ];
-    if !cli.filter.is_empty() {
-        args.push("--filter".to_string());
-        args.push(cli.filter.join(" "));
-    }
-    match crate::cli::parse(args)? {
-        Parsed::Run(c) => Ok(c.settings),
-        Parsed::Print(_) => Err(UsageError("unexpected help request".into())),
-    }
+    crate::cli::settings_with(|c| {
+        c.interval = cli.interval;
+        c.run_duration = std::time::Duration::from_secs(cli.seconds);
+        c.partial = true;
+        c.window_samples = Some(WHOLE_FLOW);
+        c.filter = (!cli.filter.is_empty()).then(|| cli.filter.join(" "));
+    })
 }
 
 /// No window: one record per flow, however long the look.
