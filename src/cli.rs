@@ -183,8 +183,14 @@ fn parse_unclipped(args: impl IntoIterator<Item = String>) -> Result<Parsed, Usa
             };
         }
     };
-    let cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
-    Ok(Parsed::Run(Box::new(validate(cli, EnvOrigins::of(&m, &command()))?)))
+    Ok(Parsed::Run(Box::new(config_of(&m, |_| {})?)))
+}
+
+/// The options `m` holds, as `edit` changes them, validated.
+fn config_of(m: &clap::ArgMatches, edit: impl FnOnce(&mut Cli)) -> Result<Config, UsageError> {
+    let mut cli = Cli::from_arg_matches(m).map_err(|e| UsageError(one_line(&e.to_string())))?;
+    edit(&mut cli);
+    validate(cli, EnvOrigins::of(m, &command()))
 }
 
 /// The monitor's settings with its defaults (and `CGMON_*` variables) as `edit` changes
@@ -197,10 +203,7 @@ pub fn settings_with(edit: impl FnOnce(&mut Cli)) -> Result<Settings, UsageError
     let m = command()
         .try_get_matches_from(["cgmon-rs"])
         .map_err(|e| UsageError(one_line(&e.to_string())))?;
-    let mut cli = Cli::from_arg_matches(&m).map_err(|e| UsageError(one_line(&e.to_string())))?;
-    edit(&mut cli);
-    let c = validate(cli, EnvOrigins::of(&m, &command()))
-        .map_err(|e| UsageError(crate::units::clip_line(&e.0)))?;
+    let c = config_of(&m, edit).map_err(|e| UsageError(crate::units::clip_line(&e.0)))?;
     Ok(c.settings)
 }
 

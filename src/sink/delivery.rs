@@ -14,7 +14,7 @@
 //! The queue is bounded in bytes; past the bound the oldest batch is dropped and counted.
 //! Sampling never waits for any of this: one thread offers batches while another sends
 //! them ([`Delivery::begin`] hands the oldest out, [`attempt`] sends it without the queue,
-//! [`Delivery::end`] takes the answer), or one thread does both with [`Delivery::step`].
+//! [`Delivery::end`] takes the answer).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -275,6 +275,8 @@ impl Delivery {
 
     /// Sends what is due on this thread, in order, until the queue is empty or an attempt
     /// fails. Returns true when the store went from failing to working, or the other way.
+    /// (The sink sends on a thread of its own; the tests drive the queue with this.)
+    #[cfg(test)]
     pub fn step(&mut self, now: Instant, store: &mut dyn Store) -> bool {
         let was_failing = self.last_error.is_some();
         while let Some(a) = self.begin(now) {

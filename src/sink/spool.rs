@@ -122,12 +122,18 @@ pub fn read(p: &Path) -> Option<Batch> {
 
 /// A spooled batch's id and count (no rows), and its body's size, from the file's start.
 fn read_head(p: &Path) -> Option<(Batch, usize)> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(p).ok()?;
+    use std::io::BufRead;
+    let f = std::fs::File::open(p).ok()?;
     let len = f.metadata().ok()?.len() as usize;
-    // An id is a host name (at most 253 bytes), a run and a sequence; a count, 20 digits.
-    let mut start = Vec::with_capacity(512);
-    Read::by_ref(&mut f).take(512).read_to_end(&mut start).ok()?;
+    // The two lines, however long the id (`--host-name` has no bound); a file without
+    // them is not a batch.
+    let mut r = std::io::BufReader::new(f);
+    let mut start = Vec::new();
+    for _ in 0..2 {
+        if r.read_until(b'\n', &mut start).ok()? == 0 {
+            return None;
+        }
+    }
     let (b, at) = head(&start)?;
     Some((b, len - at))
 }
@@ -170,5 +176,20 @@ mod tests {
         s.save(&b(3)).unwrap();
         assert!(dir.path().join("000000000000000a.batch").exists());
         assert_eq!(s.len(), 3);
+    }
+
+    /// A batch id as long as a host name given to `--host-name` may be is read back whole.
+    #[test]
+    fn a_long_batch_id_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = format!("{}/1/7", "h".repeat(2000));
+        let b = Batch { id: id.clone(), rows: vec![1u8; 30], count: 4 };
+        let (mut s, _) = Spool::open(dir.path()).unwrap();
+        s.save(&b).unwrap();
+        drop(s);
+        let (s, back) = Spool::open(dir.path()).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].0.id.as_str(), back[0].0.count, back[0].1), (id.as_str(), 4, 30));
+        assert_eq!(read(&s.path_of(&id).unwrap()), Some(b));
     }
 }
