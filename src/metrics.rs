@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod catalogue;
 pub mod durations;
 pub mod process;
 
@@ -350,6 +351,13 @@ pub struct SinkMetrics {
 pub const SINK_BUCKETS_S: [f64; 10] =
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
 
+impl SinkMetrics {
+    /// The last failure's text while the sink fails.
+    pub fn failing_with(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
 impl Default for SinkMetrics {
     fn default() -> Self {
         Self {
@@ -486,65 +494,27 @@ impl Metrics {
         let mut s = String::new();
         let up = self.uptime().as_secs_f64().max(1e-9);
         let _ = writeln!(s, "uptime {:.1} s", up);
-        let (n, ns) = *self.last_churn.lock().unwrap_or_else(|e| e.into_inner());
-        let inst = if ns > 0 { n as f64 / (ns as f64 / 1e9) } else { 0.0 };
-        let _ = writeln!(
-            s,
-            "flows: {} tracked, {} opened, {} ended (churn {inst:.2}/s now, {:.2}/s mean), {} refused \
-             by max-flows",
-            self.flows_active.get(),
-            self.flows_opened.get(),
-            self.flows_ended.get(),
-            self.flows_ended.get() as f64 / up,
-            self.flows_refused.get()
-        );
-        let _ = writeln!(
-            s,
-            "dumps: {} ({} failed, {} incomplete, {} ticks overrun), {} sockets in the last",
-            self.dumps.get(),
-            self.dump_errors.get(),
-            self.dumps_incomplete.get(),
-            self.ticks_overrun.get(),
-            self.sockets_last_dump.get()
-        );
-        let _ = writeln!(
-            s,
-            "sampling tiers: {} hot flows, {} exact polls ({} requests, {} gone), full dumps \
-             {:.2} s apart (budget allows {:.2} s), sampling CPU {:.2} % of a core (budget {:.2} %), \
-             {} flows found late",
-            self.hot_flows.get(),
-            self.exact_polls.get(),
-            self.exact_requests.get(),
-            self.exact_gone.get(),
-            self.full_dump_interval_ns.get() as f64 / 1e9,
-            self.full_dump_interval_planned_ns.get() as f64 / 1e9,
-            self.sampling_cpu_ns.get() as f64 / 1e9 / up * 100.0,
-            self.cpu_budget_ppm.get() as f64 / 1e4,
-            self.flows_discovered_late.get()
-        );
-        let _ = writeln!(
-            s,
-            "destroy events: {} ({} lost to overruns, {} late); flows awaiting theirs: {} now, \
-             {} completed, {} ended as gone",
-            self.destroy_events.get(),
-            self.destroy_overruns.get(),
-            self.destroy_late.get(),
-            self.flows_awaiting_destroy.get(),
-            self.destroy_awaited.get(),
-            self.destroy_wait_expired.get()
-        );
-        let _ = writeln!(
-            s,
-            "records: {} written, {} partial not written, {} dropped (channel full), {} lost \
-             (output failed), {} in backlog; {} write errors, {} rotations",
-            self.records_written.get(),
-            self.records_partial_skipped.get(),
-            self.records_dropped.get(),
-            self.records_lost.get(),
-            self.writer_backlog.get(),
-            self.write_errors.get(),
-            self.rotations.get()
-        );
+        let _ = writeln!(s, "churn: {}", self.churn_text(up));
+        for section in catalogue::Section::ALL.into_iter().filter(|x| x.shown(self)) {
+            let items: Vec<String> = section.series().map(|x| x.phrase(self)).collect();
+            let _ = write!(s, "{}: {}", section.name(), items.join(", "));
+            match section {
+                catalogue::Section::Sampling => {
+                    let _ = write!(
+                        s,
+                        "; sampling CPU {:.2} % of a core",
+                        self.sampling_cpu_ns.get() as f64 / 1e9 / up * 100.0
+                    );
+                }
+                catalogue::Section::Sink => {
+                    if let Some(e) = self.sink.failing_with() {
+                        let _ = write!(s, "; failing: {e}");
+                    }
+                }
+                _ => {}
+            }
+            s.push('\n');
+        }
         let _ = writeln!(s, "stage times (µs): calls min mean max stddev");
         for (st, t) in Stage::ALL.iter().zip(self.stage_times()) {
             let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -563,6 +533,19 @@ impl Metrics {
             let _ = writeln!(s, "memory: RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);
         }
         s
+    }
+
+    /// Flows opened and ended, and the churn: over the last interval measured and since the
+    /// start (`up` seconds).
+    pub fn churn_text(&self, up: f64) -> String {
+        let (n, ns) = *self.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+        let now = if ns > 0 { n as f64 / (ns as f64 / 1e9) } else { 0.0 };
+        format!(
+            "{} opened, {} ended; {now:.2} flows/s now, {:.2} flows/s mean",
+            self.flows_opened.get(),
+            self.flows_ended.get(),
+            self.flows_ended.get() as f64 / up
+        )
     }
 }
 

@@ -107,22 +107,29 @@ fn churn_for(seconds: u64) {
     stop.store(true, Ordering::Relaxed);
     let made = generator.join().unwrap();
     let elapsed = t.elapsed().as_secs_f64();
-    // Let the last destroy events and dumps come in.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Let the last destroy events and dumps come in: every flow ended and its record through
+    // the channels, so that the counters scraped now are the run's final ones.
+    let settle = Instant::now();
+    let text = loop {
+        let text = http_get(&addr, "/metrics");
+        let idle = metric(&text, "cgmon_flows_active") == 0.0
+            && metric(&text, "cgmon_channel_depth{channel=\"analyzer\"}") == 0.0
+            && metric(&text, "cgmon_channel_depth{channel=\"writer\"}") == 0.0
+            && metric(&text, "cgmon_writer_backlog_records") == 0.0;
+        if idle || settle.elapsed() > Duration::from_secs(20) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let cpu = cpu_seconds(m.pid()) - cpu0;
-    let text = http_get(&addr, "/metrics");
     m.signal(libc::SIGTERM);
     let (st, log, lines) = m.wait(Duration::from_secs(30));
     let records: Vec<Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
     let mut cookies: Vec<u64> = records.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
     cookies.sort_unstable();
     cookies.dedup();
-    // The final counts, from the log's last line (the scrape came before the stop).
-    let lost: u64 = log
-        .lines()
-        .find_map(|l| l.split(" lost (output failed)").next()?.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no final counts in the log:\n{log}"));
-    let (dropped, refused, overruns) = (
+    let (lost, dropped, refused, overruns) = (
+        metric(&text, "cgmon_records_lost_total") as u64,
         metric(&text, "cgmon_records_dropped_total") as u64,
         metric(&text, "cgmon_flows_refused_total") as u64,
         metric(&text, "cgmon_destroy_overruns_total") as u64,

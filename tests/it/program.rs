@@ -859,7 +859,8 @@ fn http_status_page_flows_and_health() {
         "<td>analyzer</td>",
         "flows/s",
         "MiB",
-        "records lost",
+        "<th colspan=\"2\">records</th>",
+        "lost (output failed)",
     ] {
         assert!(page.contains(want), "status page lacks {want:?}: {page}");
     }

@@ -114,10 +114,7 @@ impl Collector for Exporter {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let m = &self.metrics;
         encode_own(&mut e, m)?;
-        if m.sink.enabled.get() != 0 {
-            encode_sink(&mut e, &m.sink)?;
-        }
-        encode_process(&mut e, m)?;
+        encode_process(&mut e)?;
         self.encode_flows(&mut e)
     }
 }
@@ -181,7 +178,7 @@ mod text;
 pub(crate) use labels::owner_name;
 pub use labels::{DEFAULT_TOP_SERVICES, MAX_PORT_LABELS};
 use labels::{Labeler, labels};
-use own::{encode_own, encode_process, encode_sink};
+use own::{encode_own, encode_process};
 pub use text::{render, to_prometheus_text};
 
 #[cfg(test)]

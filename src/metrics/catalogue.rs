@@ -1,0 +1,713 @@
+//! The catalogue of the monitor's own metrics: every series it keeps about itself, once,
+//! with its Prometheus name, help, kind, unit, the words a person reads it by, and how to
+//! read it from [`Metrics`].
+//!
+//! Three renderings read this one table: `/metrics` (`http::prom::own`), the status page
+//! (`http::status`) and the summary logged at SIGUSR1 and at the exit
+//! ([`Metrics::report`]). A series added here appears in all three; none of them lists
+//! series by hand. What is not a plain series stays with its renderer: the per-service
+//! families, the stage times, the churn rate, the `*_info` series and `process_*`.
+
+use super::{Histogram, Metrics};
+
+/// What a series is, as Prometheus types it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (exposed with `_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations in buckets.
+    Histogram,
+}
+
+/// The unit a value is kept in, and so how it is scaled to the base unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// A count.
+    Count,
+    /// Nanoseconds, exposed as seconds.
+    Nanos,
+    /// Parts per million, exposed as a ratio.
+    Ppm,
+    /// Bytes.
+    Bytes,
+}
+
+/// How a series is read.
+#[derive(Clone, Copy)]
+pub enum Read {
+    /// A counter's or gauge's value, in its unit.
+    Value(fn(&Metrics) -> u64),
+    /// A histogram.
+    Histogram(fn(&Metrics) -> &Histogram),
+}
+
+/// The group a series is shown in by the human renderings (a line of the summary, a part
+/// of the status page's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// sock_diag dumps.
+    Dumps,
+    /// The sampling tiers and the CPU budget.
+    Sampling,
+    /// `--netns`.
+    Namespaces,
+    /// Flows tracked and their memory.
+    Flows,
+    /// Destroy events.
+    Destroy,
+    /// Records and the output.
+    Records,
+    /// The HTTP server.
+    Http,
+    /// The ClickHouse sink (shown only when it is on).
+    Sink,
+}
+
+impl Section {
+    /// Every section, in the order the renderings show them.
+    pub const ALL: [Section; 8] = [
+        Section::Flows,
+        Section::Dumps,
+        Section::Sampling,
+        Section::Namespaces,
+        Section::Destroy,
+        Section::Records,
+        Section::Http,
+        Section::Sink,
+    ];
+
+    /// The section's name, as the summary's line starts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Dumps => "dumps",
+            Section::Sampling => "sampling",
+            Section::Namespaces => "network namespaces",
+            Section::Flows => "flows",
+            Section::Destroy => "destroy events",
+            Section::Records => "records",
+            Section::Http => "http",
+            Section::Sink => "clickhouse sink",
+        }
+    }
+
+    /// Whether the section applies to this run (the sink's only when it is on).
+    pub fn shown(self, m: &Metrics) -> bool {
+        self != Section::Sink || m.sink.enabled.get() != 0
+    }
+
+    /// The section's series, in order.
+    pub fn series(self) -> impl Iterator<Item = &'static Series> {
+        SERIES.iter().filter(move |s| s.section == self)
+    }
+}
+
+/// One series of the monitor's own.
+pub struct Series {
+    /// The Prometheus name, without `_total` (the encoder adds it to counters).
+    pub name: &'static str,
+    /// The Prometheus help text.
+    pub help: &'static str,
+    /// For one member of a labelled family: its label (consecutive entries with the same
+    /// name are one family).
+    pub label: Option<(&'static str, &'static str)>,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// The unit the value is kept in.
+    pub unit: Unit,
+    /// Where the human renderings show it.
+    pub section: Section,
+    /// What a person reads it as, after its value ("12 written").
+    pub says: &'static str,
+    /// How to read it.
+    pub read: Read,
+}
+
+impl Series {
+    /// The value in its base unit (seconds, a ratio, bytes, a count); for a histogram, the
+    /// number of observations.
+    pub fn value(&self, m: &Metrics) -> f64 {
+        match self.read {
+            Read::Value(get) => {
+                let v = get(m) as f64;
+                match self.unit {
+                    Unit::Count | Unit::Bytes => v,
+                    Unit::Nanos => v / 1e9,
+                    Unit::Ppm => v / 1e6,
+                }
+            }
+            Read::Histogram(get) => get(m).snapshot().1 as f64,
+        }
+    }
+
+    /// The value as a person reads it: a count as it is, seconds to the ms, a ratio as a
+    /// percentage, bytes in SI units, a histogram as its count and mean.
+    pub fn shown(&self, m: &Metrics) -> String {
+        match self.read {
+            Read::Value(get) => match self.unit {
+                Unit::Count => get(m).to_string(),
+                Unit::Nanos => format!("{:.3} s", self.value(m)),
+                Unit::Ppm => format!("{:.2} %", self.value(m) * 100.0),
+                Unit::Bytes => crate::units::si_bytes(get(m)),
+            },
+            Read::Histogram(get) => {
+                let (sum, count, _) = get(m).snapshot();
+                if count == 0 {
+                    "0".into()
+                } else {
+                    format!("{count}, mean {:.3} ms", sum / count as f64 * 1e3)
+                }
+            }
+        }
+    }
+
+    /// The value and what it is, as the summary's lines say it: "12 written", "7 dumps
+    /// timed (mean 1.995 ms)".
+    pub fn phrase(&self, m: &Metrics) -> String {
+        let shown = self.shown(m);
+        match shown.split_once(", ") {
+            Some((count, mean)) if self.kind == Kind::Histogram => {
+                format!("{count} {} ({mean})", self.says)
+            }
+            _ => format!("{shown} {}", self.says),
+        }
+    }
+}
+
+/// A plain series: a counter or gauge read by `get`.
+const fn plain(
+    kind: Kind,
+    section: Section,
+    name: &'static str,
+    says: &'static str,
+    help: &'static str,
+    get: fn(&Metrics) -> u64,
+) -> Series {
+    Series {
+        name,
+        help,
+        label: None,
+        kind,
+        unit: Unit::Count,
+        section,
+        says,
+        read: Read::Value(get),
+    }
+}
+
+/// A counter of events.
+const fn counter(
+    section: Section,
+    name: &'static str,
+    says: &'static str,
+    help: &'static str,
+    get: fn(&Metrics) -> u64,
+) -> Series {
+    plain(Kind::Counter, section, name, says, help, get)
+}
+
+/// A gauge of a count.
+const fn gauge(
+    section: Section,
+    name: &'static str,
+    says: &'static str,
+    help: &'static str,
+    get: fn(&Metrics) -> u64,
+) -> Series {
+    plain(Kind::Gauge, section, name, says, help, get)
+}
+
+/// A series in another unit than a count.
+const fn in_unit(unit: Unit, s: Series) -> Series {
+    Series { unit, ..s }
+}
+
+/// One member of a labelled family.
+const fn labelled(label: (&'static str, &'static str), s: Series) -> Series {
+    Series { label: Some(label), ..s }
+}
+
+/// A histogram, in seconds.
+const fn histogram(
+    section: Section,
+    name: &'static str,
+    says: &'static str,
+    help: &'static str,
+    get: fn(&Metrics) -> &Histogram,
+) -> Series {
+    Series {
+        name,
+        help,
+        label: None,
+        kind: Kind::Histogram,
+        unit: Unit::Nanos,
+        section,
+        says,
+        read: Read::Histogram(get),
+    }
+}
+
+use Section::*;
+
+/// Every series of the monitor's own, in the order `/metrics` exposes them.
+pub static SERIES: &[Series] = &[
+    counter(Dumps, "cgmon_dumps", "taken", "sock_diag dumps taken", |m| m.dumps.get()),
+    counter(
+        Dumps,
+        "cgmon_netlink_errors",
+        "failed (netlink error or timeout)",
+        "Dumps that failed (netlink error or timeout)",
+        |m| m.dump_errors.get(),
+    ),
+    counter(
+        Dumps,
+        "cgmon_dumps_incomplete",
+        "incomplete",
+        "Dumps interrupted (NLM_F_DUMP_INTR), truncated or malformed; no flow ended on them",
+        |m| m.dumps_incomplete.get(),
+    ),
+    counter(
+        Dumps,
+        "cgmon_ticks_overrun",
+        "ticks overrun",
+        "Ticks missed because a dump outlasted the interval",
+        |m| m.ticks_overrun.get(),
+    ),
+    gauge(
+        Dumps,
+        "cgmon_dump_sockets",
+        "sockets in the last",
+        "Sockets in the last full dump (a namespace it did not walk: as at its last walk)",
+        |m| m.sockets_last_dump.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_exact_polls",
+        "exact polls",
+        "Ticks that asked only for the hot flows, by exact requests",
+        |m| m.exact_polls.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_exact_requests",
+        "exact requests",
+        "Sockets asked for by exact requests",
+        |m| m.exact_requests.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_exact_gone",
+        "exact requests answered gone",
+        "Exact requests answered gone (ENOENT/ESTALE): the flow ended there",
+        |m| m.exact_gone.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_exact_unanswered",
+        "exact requests unanswered",
+        "Exact requests whose answers overran the socket buffer (asked again at the next tick)",
+        |m| m.exact_unanswered.get(),
+    ),
+    gauge(
+        Sampling,
+        "cgmon_hot_flows",
+        "hot flows",
+        "Flows polled every tick (their counters move)",
+        |m| m.hot_flows.get(),
+    ),
+    gauge(
+        Namespaces,
+        "cgmon_netns_sampled",
+        "sampled",
+        "Network namespaces sampled (--netns)",
+        |m| m.netns_sampled.get(),
+    ),
+    gauge(
+        Namespaces,
+        "cgmon_netns_unreachable",
+        "found but not reachable",
+        "Network namespaces found but not sampled: not readable or not enterable (capabilities)",
+        |m| m.netns_unreachable.get(),
+    ),
+    counter(
+        Namespaces,
+        "cgmon_netns_walks_skipped",
+        "walks left out (nothing moved in them)",
+        "Namespaces a full dump did not walk: no TCP segment sent or received in them since \
+         their last walk",
+        |m| m.netns_walks_skipped.get(),
+    ),
+    gauge(
+        Namespaces,
+        "cgmon_netns_shared_tcp_hash",
+        "sharing the host's TCP table",
+        "Namespaces sampled that share the host's TCP hash table (each walk of one reads \
+         every TCP socket of the host)",
+        |m| m.netns_shared_tcp_hash.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_full_dumps_cheaper",
+        "full dumps taken as cheaper",
+        "Full dumps taken because the hot set was too large for exact requests to be cheaper",
+        |m| m.full_dumps_cheaper.get(),
+    ),
+    counter(
+        Sampling,
+        "cgmon_flows_discovered_late",
+        "flows found late",
+        "Flows found by a full dump more than an interval after the one before",
+        |m| m.flows_discovered_late.get(),
+    ),
+    gauge(Flows, "cgmon_flows_active", "tracked", "Flows being tracked", |m| m.flows_active.get()),
+    counter(
+        Flows,
+        "cgmon_flows_refused",
+        "refused by -tracker-max-flows",
+        "Flows not recorded for -tracker-max-flows",
+        |m| m.flows_refused.get(),
+    ),
+    counter(Destroy, "cgmon_destroy_events", "received", "Socket destroy events received", |m| {
+        m.destroy_events.get()
+    }),
+    counter(
+        Destroy,
+        "cgmon_destroy_overruns",
+        "lost to overruns",
+        "Destroy events lost to receive-buffer overruns",
+        |m| m.destroy_overruns.get(),
+    ),
+    gauge(
+        Destroy,
+        "cgmon_flows_awaiting_destroy",
+        "flows awaiting theirs",
+        "Flows that left the dumps, waiting for their destroy event (-tracker-destroy-grace)",
+        |m| m.flows_awaiting_destroy.get(),
+    ),
+    counter(
+        Destroy,
+        "cgmon_destroy_awaited",
+        "flows that got theirs in the grace period",
+        "Flows that left the dumps and got their destroy event within the grace period",
+        |m| m.destroy_awaited.get(),
+    ),
+    counter(
+        Destroy,
+        "cgmon_destroy_wait_expired",
+        "flows ended as gone",
+        "Flows that left the dumps and ended as gone: no destroy event within the grace period",
+        |m| m.destroy_wait_expired.get(),
+    ),
+    counter(
+        Destroy,
+        "cgmon_destroy_events_late",
+        "late (the flow was written as gone)",
+        "Destroy events for flows already written as gone (counted, not written again)",
+        |m| m.destroy_late.get(),
+    ),
+    gauge(
+        Flows,
+        "cgmon_samples_held",
+        "samples held",
+        "Retained samples held by the flows being tracked (-tracker-max-samples bounds them)",
+        |m| m.samples_held.get(),
+    ),
+    counter(
+        Flows,
+        "cgmon_windows_cut_for_memory",
+        "windows cut for memory",
+        "Windows written early to keep the samples held within -tracker-max-samples",
+        |m| m.windows_cut_for_memory.get(),
+    ),
+    gauge(Http, "cgmon_http_connections", "connections open", "HTTP connections open", |m| {
+        m.http_connections.get()
+    }),
+    counter(
+        Http,
+        "cgmon_http_refused",
+        "refused",
+        "HTTP connections closed at once: at --http-max-connections with every slot \
+         mid-response",
+        |m| m.http_refused.get(),
+    ),
+    counter(
+        Http,
+        "cgmon_http_evicted",
+        "evicted",
+        "Idle or half-sent HTTP connections closed to make room for a new one at \
+         --http-max-connections",
+        |m| m.http_evicted.get(),
+    ),
+    counter(
+        Http,
+        "cgmon_http_timeouts",
+        "timed out",
+        "HTTP connections closed by the header-read, write or idle timeout",
+        |m| m.http_timeouts.get(),
+    ),
+    counter(
+        Http,
+        "cgmon_http_accept_errors",
+        "accepts failed",
+        "HTTP accepts that failed (e.g. out of file descriptors)",
+        |m| m.http_accept_errors.get(),
+    ),
+    counter(Records, "cgmon_records_written", "written", "Flow records written", |m| {
+        m.records_written.get()
+    }),
+    counter(
+        Records,
+        "cgmon_writer_files_deleted",
+        "rotated files deleted",
+        "Rotated output files deleted to stay within --writer-keep-files and --writer-keep-size",
+        |m| m.files_deleted.get(),
+    ),
+    counter(
+        Records,
+        "cgmon_records_partial_skipped",
+        "partial not written",
+        "Partial flow records not written (no -writer-partial)",
+        |m| m.records_partial_skipped.get(),
+    ),
+    counter(
+        Records,
+        "cgmon_records_dropped",
+        "dropped (channel full)",
+        "Flow records dropped because a stage's channel was full",
+        |m| m.records_dropped.get(),
+    ),
+    counter(
+        Records,
+        "cgmon_records_lost",
+        "lost (output failed)",
+        "Flow records lost because the output failed",
+        |m| m.records_lost.get(),
+    ),
+    counter(Records, "cgmon_write_errors", "write errors", "Output write errors", |m| {
+        m.write_errors.get()
+    }),
+    counter(Records, "cgmon_rotations", "rotations", "Output files rotated", |m| m.rotations.get()),
+    gauge(
+        Records,
+        "cgmon_output_failing",
+        "output failing (1 while it fails)",
+        "1 while the output fails (write, flush or rotation; records wait in the backlog)",
+        |m| m.output_failing.get(),
+    ),
+    histogram(
+        Dumps,
+        "cgmon_dump_duration_seconds",
+        "dumps timed",
+        "Time per dump, request to last socket tracked",
+        |m| &m.dump_seconds,
+    ),
+    histogram(
+        Dumps,
+        "cgmon_tick_lateness_seconds",
+        "ticks timed against the grid",
+        "How late each dump started after its point on the interval's grid (jitter)",
+        |m| &m.tick_lateness,
+    ),
+    in_unit(
+        Unit::Nanos,
+        gauge(
+            Sampling,
+            "cgmon_full_dump_interval_seconds",
+            "between full dumps",
+            "Time between the last two full dumps (the full-dump pace achieved)",
+            |m| m.full_dump_interval_ns.get(),
+        ),
+    ),
+    in_unit(
+        Unit::Nanos,
+        gauge(
+            Sampling,
+            "cgmon_full_dump_interval_planned_seconds",
+            "between full dumps as the budget allows",
+            "Time between full dumps that --cpu-budget allows now",
+            |m| m.full_dump_interval_planned_ns.get(),
+        ),
+    ),
+    in_unit(
+        Unit::Ppm,
+        gauge(
+            Sampling,
+            "cgmon_cpu_budget_ratio",
+            "of a core as budget",
+            "--cpu-budget, as a share of one core",
+            |m| m.cpu_budget_ppm.get(),
+        ),
+    ),
+    in_unit(
+        Unit::Nanos,
+        counter(
+            Sampling,
+            "cgmon_sampling_cpu_seconds",
+            "of CPU sampling",
+            "CPU time spent in dumps and exact polls, the kernel's part included",
+            |m| m.sampling_cpu_ns.get(),
+        ),
+    ),
+    histogram(
+        Sampling,
+        "cgmon_flow_discovery_delay_seconds",
+        "late discoveries timed",
+        "For flows discovered late, the most they may have been late by",
+        |m| &m.discovery_delay,
+    ),
+    in_unit(
+        Unit::Nanos,
+        counter(
+            Dumps,
+            "cgmon_decode_seconds",
+            "decoding",
+            "Time spent decoding dumps and tracking their sockets (without the kernel's walk)",
+            |m| m.decode_ns.get(),
+        ),
+    ),
+    labelled(
+        ("channel", "analyzer"),
+        gauge(
+            Records,
+            "cgmon_channel_depth",
+            "batches waiting for the analyzer",
+            "Batches waiting in a stage's input channel",
+            |m| m.ended_queue.get(),
+        ),
+    ),
+    labelled(
+        ("channel", "writer"),
+        gauge(
+            Records,
+            "cgmon_channel_depth",
+            "batches waiting for the writer",
+            "Batches waiting in a stage's input channel",
+            |m| m.writer_queue.get(),
+        ),
+    ),
+    gauge(
+        Records,
+        "cgmon_writer_backlog_records",
+        "in backlog",
+        "Records held while the output cannot take them",
+        |m| m.writer_backlog.get(),
+    ),
+    labelled(
+        ("result", "sent"),
+        counter(
+            Sink,
+            "cgmon_sink_records",
+            "sent",
+            "Records the ClickHouse sink delivered (the server acknowledged them) or dropped",
+            |m| m.sink.sent.get(),
+        ),
+    ),
+    labelled(
+        ("result", "dropped"),
+        counter(
+            Sink,
+            "cgmon_sink_records",
+            "dropped",
+            "Records the ClickHouse sink delivered (the server acknowledged them) or dropped",
+            |m| m.sink.dropped.get(),
+        ),
+    ),
+    gauge(
+        Sink,
+        "cgmon_sink_waiting_records",
+        "records waiting",
+        "Records waiting for ClickHouse, in memory or in the spool",
+        |m| m.sink.waiting_records.get(),
+    ),
+    in_unit(
+        Unit::Bytes,
+        gauge(
+            Sink,
+            "cgmon_sink_waiting_bytes",
+            "compressed waiting",
+            "Compressed bytes waiting for ClickHouse (--spool-max bounds them)",
+            |m| m.sink.waiting_bytes.get(),
+        ),
+    ),
+    gauge(
+        Sink,
+        "cgmon_sink_spooled_batches",
+        "batches spooled",
+        "Batches waiting in --spool-dir",
+        |m| m.sink.spooled_batches.get(),
+    ),
+    gauge(
+        Sink,
+        "cgmon_sink_failing",
+        "failing (1 while it fails)",
+        "1 while the last attempt to reach ClickHouse failed",
+        |m| m.sink.failing.get(),
+    ),
+    counter(
+        Sink,
+        "cgmon_sink_failures",
+        "failed attempts",
+        "Failed attempts to insert into or ask ClickHouse",
+        |m| m.sink.failures.get(),
+    ),
+    counter(
+        Sink,
+        "cgmon_sink_batches_found_stored",
+        "batches found stored after a lost reply",
+        "Batches found already stored after a lost reply, so not sent twice",
+        |m| m.sink.found_stored.get(),
+    ),
+    histogram(
+        Sink,
+        "cgmon_sink_batch_duration_seconds",
+        "batch deliveries timed",
+        "Time to deliver one batch to ClickHouse (the successful request)",
+        |m| &m.sink.batch_seconds,
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_prometheus_names_and_families_are_consecutive() {
+        let mut seen = std::collections::HashSet::new();
+        let mut last = "";
+        for s in SERIES {
+            assert!(s.name.starts_with("cgmon_"), "{}", s.name);
+            assert!(
+                s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{}",
+                s.name
+            );
+            assert!(!s.name.ends_with("_total"), "the encoder adds _total: {}", s.name);
+            if s.name != last {
+                assert!(seen.insert(s.name), "{} split in two", s.name);
+            } else {
+                assert!(s.label.is_some(), "{} twice without a label", s.name);
+            }
+            last = s.name;
+            assert!(!s.says.is_empty() && !s.help.is_empty());
+        }
+    }
+
+    #[test]
+    fn values_scale_to_base_units() {
+        let m = Metrics::default();
+        m.full_dump_interval_ns.set(1_500_000_000);
+        m.cpu_budget_ppm.set(20_000);
+        m.records_lost.add(3);
+        let find = |n: &str| SERIES.iter().find(|s| s.name == n).unwrap();
+        assert_eq!(find("cgmon_full_dump_interval_seconds").value(&m), 1.5);
+        assert_eq!(find("cgmon_full_dump_interval_seconds").shown(&m), "1.500 s");
+        assert_eq!(find("cgmon_cpu_budget_ratio").value(&m), 0.02);
+        assert_eq!(find("cgmon_cpu_budget_ratio").shown(&m), "2.00 %");
+        assert_eq!(find("cgmon_records_lost").shown(&m), "3");
+        assert_eq!(find("cgmon_records_lost").phrase(&m), "3 lost (output failed)");
+        m.dump_seconds.observe(std::time::Duration::from_millis(2));
+        assert_eq!(find("cgmon_dump_duration_seconds").shown(&m), "1, mean 2.000 ms");
+        assert_eq!(find("cgmon_dump_duration_seconds").phrase(&m), "1 dumps timed (mean 2.000 ms)");
+    }
+}
