@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::io::Read;
 
 use cgmon_rs::sampler::exact::Answer;
-use cgmon_rs::sampler::sim::CannedAnswers;
+use cgmon_rs::sampler::fakes::CannedAnswers;
 use cgmon_rs::sampler::source::parse_datagrams;
 use cgmon_rs::sampler::{Sampler, SamplerConfig};
 use cgmon_rs::wire::inet_diag::{InetDiagMsg, SocketTarget, default_extensions};

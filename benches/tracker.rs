@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use cgmon_rs::analysis::{AnalyzerConfig, analyze};
 use cgmon_rs::http::web;
-use cgmon_rs::sampler::source::{NetlinkSource, ReplaySource, SocketOptions};
+use cgmon_rs::sampler::fakes::ReplaySource;
+use cgmon_rs::sampler::source::{NetlinkSource, SocketOptions};
 use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig};
 use cgmon_rs::testkit::{ConnHolder, SockBuilder, batch};
 use cgmon_rs::tracker::{Flow, Retained, Tracker, TrackerConfig};

@@ -27,7 +27,8 @@ use crate::poll::{self as task, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, Source};
+use crate::sampler::source::{BufferRefused, NetlinkSource, Source};
+use crate::sampler::space::open_space;
 use crate::tracker::Tracker;
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
@@ -124,7 +125,67 @@ pub struct Sources {
     pub activity: Option<Activity>,
 }
 
+/// Why the kernel's sockets could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The kernel refused a receive buffer size a flag asked for (a usage error).
+    #[error("{0}")]
+    Buffer(std::io::Error),
+    /// A namespace `--netns` names does not exist (a usage error).
+    #[error("--netns: {0}")]
+    Netns(crate::units::ValueError),
+    /// No sock_diag socket could be made.
+    #[error("cannot open a sock_diag netlink socket: {0}")]
+    Socket(std::io::Error),
+    /// The first scan of the namespaces failed.
+    #[error("{0}")]
+    Scan(namespaces::ScanError),
+}
+
+impl OpenError {
+    fn of_socket(e: std::io::Error) -> Self {
+        if BufferRefused::of(&e).is_some() { Self::Buffer(e) } else { Self::Socket(e) }
+    }
+
+    /// The exit status it gives: a usage error's, or a failure's.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            Self::Buffer(_) | Self::Netns(_) => EXIT_USAGE,
+            Self::Socket(_) | Self::Scan(_) => EXIT_FAILURE,
+        }
+    }
+
+    /// The settings behind it, as `CGMON_*` variables may have given them.
+    pub fn flags(&self) -> &'static [&'static str] {
+        match self {
+            Self::Buffer(_) => &["receive_bufsize", "receive_bufsize_force"],
+            Self::Netns(_) => &["netns"],
+            Self::Socket(_) | Self::Scan(_) => &[],
+        }
+    }
+}
+
 impl Sources {
+    /// The kernel's sockets the settings ask for: the monitor's own namespace's, or with
+    /// `--netns` the first scan's and a scanner for those that come and go. The monitor and
+    /// `diagnose` both start here. Call within a tokio runtime.
+    ///
+    /// # Errors
+    /// See [`OpenError`]; each names the bad value.
+    pub fn open(s: &Settings, metrics: &Arc<Metrics>) -> Result<Self, OpenError> {
+        crate::netns::check_listed(&s.netns, &crate::netns::Roots::default())
+            .map_err(OpenError::Netns)?;
+        if s.netns != crate::netns::Which::Own {
+            // The receive-buffer flags are checked once here, so that a refusal is the
+            // usage error it is rather than one per namespace.
+            drop(NetlinkSource::open(s.socket).map_err(OpenError::of_socket)?);
+            return namespaces_from_start(s, metrics).map_err(OpenError::Scan);
+        }
+        let own = open_space(None, "host", s.socket, s.sampler.filter.clone())
+            .map_err(OpenError::of_socket)?;
+        Ok(Sources { activity: own.activity, ..Sources::own(own.dump, own.destroy) })
+    }
+
     /// The monitor's own namespace only, walked by every full dump (no counters: a replayed
     /// source's namespace has none).
     pub fn own(dump: Source, destroy: Option<DestroyListener<Source>>) -> Self {
@@ -155,30 +216,6 @@ async fn run_main(cfg: Config) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let dump = match NetlinkSource::open(s.socket) {
-        Ok(src) => Source::Netlink(src),
-        Err(e) => {
-            if let Some(r) = crate::sampler::source::BufferRefused::of(&e) {
-                let from = cfg.env.suffix(&["receive_bufsize", "receive_bufsize_force"]);
-                eprintln!("cgmon-rs: {r}{from}");
-                return EXIT_USAGE;
-            }
-            eprintln!("cgmon-rs: cannot open a sock_diag netlink socket: {e}");
-            return EXIT_FAILURE;
-        }
-    };
-    if let Err(e) = crate::netns::check_listed(&s.netns, &crate::netns::Roots::default()) {
-        eprintln!("cgmon-rs: --netns: {e}{}", cfg.env.suffix(&["netns"]));
-        return EXIT_USAGE;
-    }
-    let destroy = match DestroyListener::open(s.sampler.filter.clone()) {
-        Ok(d) => Some(d.map_source(Source::Netlink)),
-        Err(e) => {
-            tracing::warn!(error = %e,
-                "no destroy events; flows end when a dump misses them, with the counters of their last sample");
-            None
-        }
-    };
     let events = match signal_events() {
         Ok(ev) => ev,
         Err(e) => {
@@ -186,22 +223,21 @@ async fn run_main(cfg: Config) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    let sources = if s.netns == crate::netns::Which::Own {
-        Sources { activity: namespaces::activity_here("host"), ..Sources::own(dump, destroy) }
-    } else {
-        match namespaces_from_start(&s, &metrics) {
-            Ok(src) => src,
-            Err(e) => {
-                eprintln!("cgmon-rs: {e}");
-                return EXIT_FAILURE;
-            }
+    let sources = match Sources::open(&s, &metrics) {
+        Ok(src) => src,
+        Err(e) => {
+            eprintln!("cgmon-rs: {e}{}", cfg.env.suffix(e.flags()));
+            return e.exit_status();
         }
     };
     run(s, sources, w, events, metrics).await
 }
 
 /// With `--netns`: the first scan's namespaces, and the rescans from then on.
-fn namespaces_from_start(s: &Settings, metrics: &Arc<Metrics>) -> Result<Sources, String> {
+fn namespaces_from_start(
+    s: &Settings,
+    metrics: &Arc<Metrics>,
+) -> Result<Sources, namespaces::ScanError> {
     let mut scanner =
         namespaces::Scanner::new(s.netns.clone(), s.socket, s.sampler.clone(), metrics.clone());
     let start = scanner.start()?;

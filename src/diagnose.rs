@@ -16,8 +16,6 @@ use serde_json::Value;
 use crate::app::{self, EXIT_FAILURE, EXIT_USAGE, Event, Settings, Sources};
 use crate::cli::UsageError;
 use crate::metrics::Metrics;
-use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, Source};
 use crate::units::parse_duration;
 use crate::writer::Writer;
 
@@ -118,17 +116,15 @@ pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
             return (EXIT_FAILURE, Vec::new());
         }
     };
-    let dump = match NetlinkSource::open(s.socket) {
-        Ok(src) => Source::Netlink(src),
+    // With the destroy listener, a reset flow, which leaves the dumps before its destroy
+    // event, gives one line with its final counters, as in the monitor.
+    let sources = match Sources::open(&s, &metrics) {
+        Ok(src) => src,
         Err(e) => {
-            eprintln!("cgmon-rs diagnose: cannot open a sock_diag netlink socket: {e}");
-            return (EXIT_FAILURE, Vec::new());
+            eprintln!("cgmon-rs diagnose: {e}");
+            return (e.exit_status(), Vec::new());
         }
     };
-    // A reset flow leaves the dumps before its destroy event: with the listener it gives
-    // one line with its final counters, as in the monitor.
-    let destroy =
-        DestroyListener::open(s.sampler.filter.clone()).ok().map(|d| d.map_source(Source::Netlink));
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let m = metrics.clone();
     // Stop once every flow seen has ended (the monitor stops itself at -run-duration).
@@ -146,7 +142,7 @@ pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
             }
         }
     });
-    let code = app::run(s, Sources::own(dump, destroy), writer, rx, metrics).await;
+    let code = app::run(s, sources, writer, rx, metrics).await;
     ender.abort();
     let mut records = out.records();
     records.sort_by_key(|r| std::cmp::Reverse(r["BytesAcked"].as_u64().unwrap_or(0)));

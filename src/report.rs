@@ -17,6 +17,12 @@ use crate::chart::flow::{STYLE, charts, num, standalone};
 use crate::chart::{Axis, Chart, Series, Unit, esc, value_axis};
 use crate::record::Point;
 
+/// A file a report or a plot reads that cannot be used: the message names the file, and
+/// the line when one is bad.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReadError(pub String);
+
 /// Reads JSON lines from `path` (gzip when it starts with gzip's magic bytes), calling
 /// `each` with every object; `progress` reports on stderr every two seconds.
 ///
@@ -28,11 +34,11 @@ pub fn read_lines(
     path: &Path,
     progress: bool,
     mut each: impl FnMut(Value),
-) -> Result<usize, String> {
+) -> Result<usize, ReadError> {
     let name = path.display();
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let f = std::fs::File::open(path).map_err(|e| ReadError(format!("cannot read {name}: {e}")))?;
     let mut raw = BufReader::with_capacity(1 << 16, f);
-    let head = raw.fill_buf().map_err(|e| format!("cannot read {name}: {e}"))?;
+    let head = raw.fill_buf().map_err(|e| ReadError(format!("cannot read {name}: {e}")))?;
     let r: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::MultiGzDecoder::new(raw))
     } else {
@@ -52,12 +58,14 @@ pub fn read_lines(
                 eprintln!("cgmon-rs: warning: {name} ends early (cut short?): {e}");
                 break;
             }
-            Err(e) => return Err(format!("cannot read {name} after line {line_no}: {e}")),
+            Err(e) => {
+                return Err(ReadError(format!("cannot read {name} after line {line_no}: {e}")));
+            }
         }
         line_no += 1;
         // A bad line is only an error when another follows it.
         if let Some((at, err)) = pending.take() {
-            return Err(format!("{name}:{at}: not a JSON object: {err}"));
+            return Err(ReadError(format!("{name}:{at}: not a JSON object: {err}")));
         }
         let text = buf.trim();
         if text.is_empty() {
@@ -163,7 +171,7 @@ fn write_out(what: &str, path: Option<&Path>, text: &str) -> ExitCode {
 ///
 /// # Errors
 /// The file cannot be read, or holds no sample of that flow.
-pub fn plot_svg(path: &Path, cookie: u64) -> Result<String, String> {
+pub fn plot_svg(path: &Path, cookie: u64) -> Result<String, ReadError> {
     let mut points = Vec::new();
     let mut title = None;
     read_lines(path, true, |v| {
@@ -175,7 +183,10 @@ pub fn plot_svg(path: &Path, cookie: u64) -> Result<String, String> {
         }
     })?;
     if points.is_empty() {
-        return Err(format!("{} holds no sample of the flow with cookie {cookie}", path.display()));
+        return Err(ReadError(format!(
+            "{} holds no sample of the flow with cookie {cookie}",
+            path.display()
+        )));
     }
     points.sort_by(|a, b| a.unix_s.total_cmp(&b.unix_s));
     let title =
@@ -410,7 +421,7 @@ pub fn report_main(args: Vec<String>) -> ExitCode {
     let mut records = Vec::new();
     for p in &cli.records {
         if let Err(e) = read_lines(p, true, |v| records.push(v)) {
-            return fail(e);
+            return fail(e.0);
         }
     }
     let mut samples: BTreeMap<u64, Vec<Point>> = BTreeMap::new();
@@ -421,7 +432,7 @@ pub fn report_main(args: Vec<String>) -> ExitCode {
             }
         });
         if let Err(e) = r {
-            return fail(e);
+            return fail(e.0);
         }
         for v in samples.values_mut() {
             v.sort_by(|a, b| a.unix_s.total_cmp(&b.unix_s));

@@ -181,10 +181,12 @@ pub fn parse_size(text: &str) -> Result<u64, ValueError> {
 ///
 /// # Errors
 /// The text is not an address with a port.
-pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, ValueError> {
     let full = if s.starts_with(':') { format!("[::]{s}") } else { s.to_string() };
     full.parse().map_err(|_| {
-        format!("invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9090")
+        ValueError(format!(
+            "invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9090"
+        ))
     })
 }
 

@@ -5,7 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cgmon_rs::sampler::exact::Answer;
-use cgmon_rs::sampler::sim::CannedAnswers;
+use cgmon_rs::sampler::fakes::CannedAnswers;
 use cgmon_rs::sampler::{Sampler, SamplerConfig};
 use cgmon_rs::testkit::SockBuilder;
 use cgmon_rs::wire::inet_diag::{InetDiagMsg, SocketTarget};

@@ -27,7 +27,7 @@ pub(super) fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
 }
 
 pub(super) fn netns_which(s: &str) -> Result<crate::netns::Which, ValueError> {
-    crate::netns::Which::parse(s).map_err(ValueError)
+    crate::netns::Which::parse(s)
 }
 
 /// `--cpu-budget`: a percentage of one core, `2`, `2%` or `0.5`; 0 turns tiers off.
@@ -63,22 +63,22 @@ pub(super) fn rcvbuf_size(s: &str) -> Result<u64, ValueError> {
     }
 }
 
-pub(super) fn port_list(s: &str) -> Result<String, String> {
+pub(super) fn port_list(s: &str) -> Result<String, ValueError> {
     if s.is_empty() {
         return Ok(String::new());
     }
-    filter::parse_port_list(s).map_err(|e| e.to_string())?;
+    filter::parse_port_list(s).map_err(|e| ValueError(e.to_string()))?;
     Ok(s.to_string())
 }
 
-pub(super) fn states(s: &str) -> Result<StateSet, String> {
-    StateSet::parse(s).map_err(|e| e.to_string())
+pub(super) fn states(s: &str) -> Result<StateSet, ValueError> {
+    StateSet::parse(s).map_err(|e| ValueError(e.to_string()))
 }
 
-pub(super) fn go_bool(s: &str) -> Result<bool, String> {
+pub(super) fn go_bool(s: &str) -> Result<bool, ValueError> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("invalid boolean {s:?} (use true or false)")),
+        _ => Err(ValueError(format!("invalid boolean {s:?} (use true or false)"))),
     }
 }

@@ -98,7 +98,7 @@ pub(super) async fn host(
     };
     let order = match parse_order(q.order.as_deref()) {
         Ok(o) => o,
-        Err(msg) => return bad(msg),
+        Err(msg) => return bad(msg.0),
     };
     let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
     if limit == 0 || limit > web::MAX_ROWS {
@@ -174,13 +174,12 @@ pub(super) async fn host(
 }
 
 /// `?order=`: by delivery rate when not given.
-fn parse_order(name: Option<&str>) -> Result<Order, String> {
+fn parse_order(name: Option<&str>) -> Result<Order, crate::units::ValueError> {
     match name {
         None => Ok(Order::Rate),
-        Some(name) => Order::ALL
-            .into_iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| format!("invalid order {name:?}: rate, rtt, retrans or age")),
+        Some(name) => Order::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            crate::units::ValueError(format!("invalid order {name:?}: rate, rtt, retrans or age"))
+        }),
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod container;
 
+use crate::units::ValueError;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -41,15 +42,17 @@ impl Which {
     ///
     /// # Errors
     /// An empty list item.
-    pub fn parse(s: &str) -> Result<Which, String> {
+    pub fn parse(s: &str) -> Result<Which, ValueError> {
         match s.trim() {
-            "" => Err("empty: give own, all, or a comma list of namespace names or paths".into()),
+            "" => Err(ValueError(
+                "empty: give own, all, or a comma list of namespace names or paths".into(),
+            )),
             "own" | "self" => Ok(Which::Own),
             "all" => Ok(Which::All),
             list => {
                 let items: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
                 if let Some(bad) = items.iter().find(|x| x.is_empty() || x.contains('\0')) {
-                    return Err(format!("invalid namespace {bad:?} in {s:?}"));
+                    return Err(ValueError(format!("invalid namespace {bad:?} in {s:?}")));
                 }
                 Ok(Which::Listed(items))
             }
@@ -180,7 +183,7 @@ impl Default for Roots {
 ///
 /// # Errors
 /// The first listed name or path that does not exist, with the path looked at.
-pub fn check_listed(which: &Which, roots: &Roots) -> Result<(), String> {
+pub fn check_listed(which: &Which, roots: &Roots) -> Result<(), ValueError> {
     let Which::Listed(items) = which else { return Ok(()) };
     for item in items.iter().filter(|i| *i != "own") {
         let path =
@@ -190,11 +193,11 @@ pub fn check_listed(which: &Which, roots: &Roots) -> Result<(), String> {
         if let Err(e) = std::fs::metadata(&path)
             && e.kind() != std::io::ErrorKind::PermissionDenied
         {
-            return Err(format!(
+            return Err(ValueError(format!(
                 "no network namespace {:?} ({}: {e})",
                 crate::units::clip(item),
                 crate::units::clip(&path.display().to_string())
-            ));
+            )));
         }
     }
     Ok(())
@@ -370,7 +373,7 @@ mod tests {
             Which::parse("blue, /proc/1/ns/net"),
             Ok(Which::Listed(vec!["blue".into(), "/proc/1/ns/net".into()]))
         );
-        assert!(Which::parse("blue,,red").unwrap_err().contains("\"\""));
+        assert!(Which::parse("blue,,red").unwrap_err().0.contains("\"\""));
     }
 
     #[test]

@@ -19,9 +19,10 @@ use super::{Space, SpaceUpdate};
 use crate::metrics::Metrics;
 use crate::netns::{self, Netns, NsId, Roots, Which};
 use crate::record::NetnsLabel;
-use crate::sampler::activity::{self, Activity};
+use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
-use crate::sampler::source::{NetlinkSource, SocketOptions, Source};
+use crate::sampler::source::{SocketOptions, Source};
+use crate::sampler::space::{SpaceSockets, open_space};
 use crate::sampler::{Sampler, SamplerConfig};
 
 /// What records say about a namespace.
@@ -48,51 +49,21 @@ pub struct Namespaces {
     pub names: Arc<Mutex<Vec<String>>>,
 }
 
-/// The calling thread's namespace's TCP segment counters, or `None` with a warning naming
-/// the namespace (it is then walked by every full dump).
-pub fn activity_here(name: &str) -> Option<Activity> {
-    Activity::open_here()
-        .inspect_err(|e| {
-            tracing::warn!(netns = name, error = %e,
-                "cannot read the namespace's TCP counters; every full dump walks it");
-        })
-        .ok()
-}
-
-/// What opening a namespace gives.
-struct Sockets {
-    dump: Source,
-    destroy: Option<DestroyListener<Source>>,
-    activity: Option<Activity>,
-    /// Whether it shares the host's TCP hash table, when the kernel says.
-    shared_hash: Option<bool>,
-}
-
-/// Opens a namespace's dump socket, destroy listener and counters (from threads that enter
-/// it, unless it is the monitor's own). Blocking: threads are made and joined.
+/// Opens a namespace's sockets (from threads that enter it, unless it is the monitor's
+/// own). Blocking: threads are made and joined.
 fn open(
     n: &Netns,
     opts: SocketOptions,
     filter: Option<crate::filter::Expr>,
-) -> io::Result<Sockets> {
+) -> io::Result<SpaceSockets> {
     let fd = if n.own { None } else { Some(Arc::new(n.open()?)) };
-    let dump = NetlinkSource::open_in(fd.clone(), opts, &[])?;
-    let name = n.label();
-    // What only a thread inside the namespace can read.
-    let inside = || (activity_here(&name), activity::tcp_hash_shared_here());
-    let (activity, shared_hash) = match &fd {
-        None => inside(),
-        Some(fd) => netns::in_netns(fd, || Ok(inside()))?,
-    };
-    let destroy = match DestroyListener::open_in(fd, filter) {
-        Ok(d) => Some(d.map_source(Source::Netlink)),
-        Err(e) => {
-            tracing::warn!(netns = %name, error = %e, "no destroy events in this namespace");
-            None
-        }
-    };
-    Ok(Sockets { dump: Source::Netlink(dump), destroy, activity, shared_hash })
+    open_space(fd, &n.label(), opts, filter)
 }
+
+/// Why the namespaces `--netns` names could not be sampled; the message names them.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ScanError(pub String);
 
 /// Finds the namespaces, keeps their indexes, and opens the new ones.
 pub struct Scanner {
@@ -165,26 +136,26 @@ impl Scanner {
     ///
     /// # Errors
     /// Not one namespace could be sampled; the message names what was tried.
-    pub fn start(&mut self) -> Result<Start, String> {
+    pub fn start(&mut self) -> Result<Start, ScanError> {
         let mut opened = self.scan_and_open();
         if opened.is_empty() {
-            return Err(format!(
+            return Err(ScanError(format!(
                 "--netns: no network namespace could be sampled ({})",
                 self.reported
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            )));
         }
         let first = opened.remove(0);
         let others = opened.into_iter().map(|o| self.space(o)).collect::<Result<Vec<_>, _>>()?;
         Ok(Start { first, others, names: self.names.clone() })
     }
 
-    fn space(&self, o: Opened) -> Result<Space<Source, Source>, String> {
-        let sampler =
-            Sampler::new(o.dump, self.sampler.clone()).map_err(|e| format!("filter: {e}"))?;
+    fn space(&self, o: Opened) -> Result<Space<Source, Source>, ScanError> {
+        let sampler = Sampler::new(o.dump, self.sampler.clone())
+            .map_err(|e| ScanError(format!("filter: {e}")))?;
         Ok(Space::new(o.ns, Some(o.label), sampler, o.destroy).with_activity(o.activity))
     }
 
@@ -207,7 +178,7 @@ impl Scanner {
                 continue;
             }
             match open(&n, self.opts, self.sampler.filter.clone()) {
-                Ok(Sockets { dump, destroy, activity, shared_hash }) => {
+                Ok(SpaceSockets { dump, destroy, activity, shared_hash }) => {
                     let ns = self.next;
                     self.next += 1;
                     let l = Arc::new(label(&n));

@@ -1,119 +1,38 @@
 //! The stage's schedule, back-off and backpressure, on a scripted source in paused tokio
 //! time: no kernel, and no real waiting.
 
-use crate::sampler::dump_source::next_queued;
-use std::collections::VecDeque;
-use std::io;
-
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::sampler::source::Received;
+use crate::sampler::fakes::{ReplaySource, ScriptSource};
 use crate::sampler::{DumpMode, SamplerConfig};
 use crate::tracker::{EndReason, TrackerConfig};
 use crate::wire::build::SockBuilder;
-use crate::wire::nlmsg::control_msg;
-use crate::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR};
 
 /// Answers each request after `delay`, with one socket whose cookie is the dump number
 /// (so the previous dump's flow ends each time), or with an error for dumps `fail` picks.
-struct Scripted {
-    delay: Duration,
-    fail: fn(u32) -> bool,
-    dumps: u32,
-    queue: VecDeque<Vec<u8>>,
-}
-
-impl Scripted {
-    fn new(delay: Duration, fail: fn(u32) -> bool) -> Self {
-        Self { delay, fail, dumps: 0, queue: VecDeque::new() }
-    }
-}
-
-impl DumpSource for Scripted {
-    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        // The kernel's walk, as the dump's time.
-        tokio::time::sleep(self.delay).await;
-        let seq = u32::from_ne_bytes(request[8..12].try_into().unwrap());
-        self.dumps += 1;
-        if (self.fail)(self.dumps) {
-            self.queue.push_back(control_msg(seq, NLMSG_ERROR, libc::EBUSY));
-            return Ok(());
+fn scripted(delay: Duration, fail: fn(u32) -> bool) -> ScriptSource {
+    ScriptSource::new(move |n| {
+        if fail(n) {
+            vec![ScriptSource::error(libc::EBUSY)]
+        } else {
+            vec![SockBuilder::new(u64::from(n), 5000, 80).build()]
         }
-        let mut m = SockBuilder::new(u64::from(self.dumps), 5000, 80).build();
-        m[8..12].copy_from_slice(&seq.to_ne_bytes());
-        self.queue.push_back(m);
-        self.queue.push_back(control_msg(seq, NLMSG_DONE, 0));
-        Ok(())
-    }
-
-    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        next_queued(self, buf).await
-    }
-
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        let Some(d) = self.queue.pop_front() else { return Ok(None) };
-        buf.clear();
-        buf.extend_from_slice(&d);
-        Ok(Some(Received { len: d.len(), ts_ns: crate::clock::monotonic_ns() }))
-    }
-
-    fn reset(&mut self) -> io::Result<()> {
-        self.queue.clear();
-        Ok(())
-    }
+    })
+    .delay(delay)
 }
 
-/// Destroy events at set times after the start: a connection closing each time.
-struct Closes {
-    t0: tokio::time::Instant,
-    at: VecDeque<(Duration, u64)>,
-    /// Events wait to be polled (as when the stop comes before the task reads them).
-    polled_only: bool,
-}
-
-impl Closes {
-    fn event(&mut self, buf: &mut Vec<u8>) -> Received {
-        let (_, cookie) = self.at.pop_front().expect("an event is due");
-        let d = SockBuilder::new(cookie, 40000, 443).state(7).build(); // CLOSE
-        buf.clear();
-        buf.extend_from_slice(&d);
-        Received { len: d.len(), ts_ns: crate::clock::monotonic_ns() }
-    }
-}
-
-impl DumpSource for Closes {
-    async fn send(&mut self, _: &[u8]) -> io::Result<()> {
-        Ok(())
-    }
-
-    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        match self.at.front() {
-            Some(_) if self.polled_only => std::future::pending().await,
-            Some(&(t, _)) => tokio::time::sleep_until(self.t0 + t).await,
-            None => std::future::pending().await,
-        }
-        Ok(self.event(buf))
-    }
-
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        match self.at.front() {
-            Some(&(t, _)) if tokio::time::Instant::now() >= self.t0 + t => {
-                Ok(Some(self.event(buf)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    fn reset(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+/// Destroy events at set times after the start: the connection `cookie` closing at each.
+fn closes(at: impl IntoIterator<Item = (Duration, u64)>) -> ReplaySource {
+    at.into_iter().fold(ReplaySource::default().then_silent(), |r, (t, cookie)| {
+        r.at(t, SockBuilder::new(cookie, 40000, 443).state(7).build()) // CLOSE
+    })
 }
 
 type Stage = tokio::task::JoinHandle<Result<TrackerStats, StageError>>;
 
 fn start(
-    src: Scripted,
+    src: ScriptSource,
     cfg: TaskConfig,
     capacity: usize,
 ) -> (Stage, watch::Sender<bool>, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
@@ -121,8 +40,8 @@ fn start(
 }
 
 fn start_with(
-    src: Scripted,
-    closes: Option<Closes>,
+    src: ScriptSource,
+    closes: Option<ReplaySource>,
     cfg: TaskConfig,
     capacity: usize,
 ) -> (Stage, watch::Sender<bool>, mpsc::Receiver<Vec<EndedFlow>>, Arc<Metrics>) {
@@ -149,7 +68,7 @@ async fn an_overrunning_dump_skips_missed_ticks_and_is_counted() {
     // the next dump starts on the grid at 60 ms. Back-to-back catch-up would give 20 dumps
     // in 1 s.
     let cfg = TaskConfig::every(Duration::from_millis(20));
-    let (h, stop, _rx, m) = start(Scripted::new(Duration::from_millis(50), |_| false), cfg, 256);
+    let (h, stop, _rx, m) = start(scripted(Duration::from_millis(50), |_| false), cfg, 256);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
@@ -161,7 +80,7 @@ async fn an_overrunning_dump_skips_missed_ticks_and_is_counted() {
 #[tokio::test(start_paused = true)]
 async fn the_first_dump_runs_at_once() {
     let cfg = TaskConfig::every(Duration::from_secs(10));
-    let (h, stop, _rx, m) = start(Scripted::new(Duration::ZERO, |_| false), cfg, 256);
+    let (h, stop, _rx, m) = start(scripted(Duration::ZERO, |_| false), cfg, 256);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(m.dumps.get(), 1);
     stop.send(true).unwrap();
@@ -177,7 +96,7 @@ async fn failures_back_off_exponentially_then_give_up() {
         cpu_budget: 0.0,
     };
     let t0 = tokio::time::Instant::now();
-    let (h, _stop, _rx, m) = start(Scripted::new(Duration::ZERO, |_| true), cfg, 256);
+    let (h, _stop, _rx, m) = start(scripted(Duration::ZERO, |_| true), cfg, 256);
     let r = h.await.unwrap();
     // Failures at 0, 100, 300 and 700 ms: delays of 100, 200 and 400 ms.
     let took = t0.elapsed();
@@ -195,7 +114,7 @@ async fn a_success_resets_the_error_count() {
         cpu_budget: 0.0,
     };
     // Every other dump fails: never 3 in a row.
-    let (h, stop, _rx, m) = start(Scripted::new(Duration::ZERO, |n| n % 2 == 0), cfg, 256);
+    let (h, stop, _rx, m) = start(scripted(Duration::ZERO, |n| n % 2 == 0), cfg, 256);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
@@ -206,7 +125,7 @@ async fn a_success_resets_the_error_count() {
 async fn a_stalled_analyzer_never_stops_sampling_and_drops_are_counted() {
     // Each dump ends the previous dump's flow. Nobody reads the channel (capacity 2).
     let cfg = TaskConfig::every(Duration::from_millis(10));
-    let (h, stop, rx, m) = start(Scripted::new(Duration::ZERO, |_| false), cfg, 2);
+    let (h, stop, rx, m) = start(scripted(Duration::ZERO, |_| false), cfg, 2);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let dumps = m.dumps.get();
     assert!(dumps >= 99, "sampling went on: {dumps} dumps");
@@ -224,14 +143,9 @@ async fn flows_that_destroy_events_end_go_on_with_the_next_dump_in_one_batch() {
     // an event at a time they took twenty of the channel's batches, and a channel that
     // counts batches filled twenty times faster than one per dump.
     let cfg = TaskConfig::every(Duration::from_millis(100));
-    let t0 = tokio::time::Instant::now();
-    let at = (0..20).map(|i| (Duration::from_millis(110 + 2 * i), 1000 + i)).collect();
-    let (h, stop, mut rx, _m) = start_with(
-        Scripted::new(Duration::ZERO, |_| false),
-        Some(Closes { t0, at, polled_only: false }),
-        cfg,
-        256,
-    );
+    let at = (0..20).map(|i| (Duration::from_millis(110 + 2 * i), 1000 + i));
+    let (h, stop, mut rx, _m) =
+        start_with(scripted(Duration::ZERO, |_| false), Some(closes(at)), cfg, 256);
     tokio::time::sleep(Duration::from_millis(250)).await;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
@@ -253,10 +167,9 @@ async fn a_close_queued_when_the_stop_comes_ends_its_flow_as_destroyed() {
     // The connection closes at 150 ms and the stop comes at 160 ms, before the task has read
     // the event (the next dump, which would drain it, is at 200 ms).
     let cfg = TaskConfig::every(Duration::from_millis(100));
-    let t0 = tokio::time::Instant::now();
-    let closes = Closes { t0, at: [(Duration::from_millis(150), 1000)].into(), polled_only: true };
+    let closes = closes([(Duration::from_millis(150), 1000)]).only_when_polled();
     let (h, stop, mut rx, m) =
-        start_with(Scripted::new(Duration::ZERO, |_| false), Some(closes), cfg, 256);
+        start_with(scripted(Duration::ZERO, |_| false), Some(closes), cfg, 256);
     tokio::time::sleep(Duration::from_millis(160)).await;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();

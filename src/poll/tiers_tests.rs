@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::sampler::SamplerConfig;
 use crate::sampler::activity::Activity;
-use crate::sampler::sim::{SimHost, SimState};
+use crate::sampler::fakes::{SimHost, SimState};
 use crate::tracker::TrackerConfig;
 use crate::wire::build::SockBuilder;
 

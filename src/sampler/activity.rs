@@ -14,6 +14,7 @@
 //! namespace: the file stays bound to that namespace after the thread leaves, and is read
 //! again from offset 0 each time.
 
+use crate::units::ValueError;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -75,7 +76,7 @@ impl Activity {
                     }
                     buf.extend_from_slice(&chunk[..n]);
                 }
-                parse_snmp(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+                parse_snmp(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))
             }
         }
     }
@@ -87,20 +88,23 @@ impl Activity {
 /// # Errors
 /// No such pair of lines, a missing name, or a value that is not a number; the message
 /// names what was wrong.
-pub fn parse_snmp(text: &[u8]) -> Result<Segments, String> {
-    let text = std::str::from_utf8(text).map_err(|e| format!("snmp: not UTF-8: {e}"))?;
+pub fn parse_snmp(text: &[u8]) -> Result<Segments, ValueError> {
+    let bad = ValueError;
+    let text = std::str::from_utf8(text).map_err(|e| bad(format!("snmp: not UTF-8: {e}")))?;
     let mut tcp = text.lines().filter_map(|l| l.strip_prefix("Tcp:"));
     let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
-        return Err("snmp: no Tcp: lines".into());
+        return Err(bad("snmp: no Tcp: lines".into()));
     };
-    let field = |want: &str| -> Result<u64, String> {
+    let field = |want: &str| -> Result<u64, ValueError> {
         let i = names
             .split_whitespace()
             .position(|n| n == want)
-            .ok_or_else(|| format!("snmp: no Tcp {want}"))?;
-        let v =
-            values.split_whitespace().nth(i).ok_or_else(|| format!("snmp: no value for {want}"))?;
-        v.parse().map_err(|_| format!("snmp: Tcp {want} is {v:?}, not a count"))
+            .ok_or_else(|| bad(format!("snmp: no Tcp {want}")))?;
+        let v = values
+            .split_whitespace()
+            .nth(i)
+            .ok_or_else(|| bad(format!("snmp: no value for {want}")))?;
+        v.parse().map_err(|_| bad(format!("snmp: Tcp {want} is {v:?}, not a count")))
     };
     Ok(Segments { received: field("InSegs")?, sent: field("OutSegs")? })
 }
@@ -138,12 +142,12 @@ mod tests {
 
     #[test]
     fn a_bad_file_says_what_is_wrong() {
-        assert_eq!(parse_snmp(b"Ip: a\nIp: 1\n").unwrap_err(), "snmp: no Tcp: lines");
-        let e = parse_snmp(b"Tcp: InSegs\nTcp: 5\n").unwrap_err();
+        assert_eq!(parse_snmp(b"Ip: a\nIp: 1\n").unwrap_err().0, "snmp: no Tcp: lines");
+        let e = parse_snmp(b"Tcp: InSegs\nTcp: 5\n").unwrap_err().0;
         assert_eq!(e, "snmp: no Tcp OutSegs");
-        let e = parse_snmp(b"Tcp: InSegs OutSegs\nTcp: 5 x\n").unwrap_err();
+        let e = parse_snmp(b"Tcp: InSegs OutSegs\nTcp: 5 x\n").unwrap_err().0;
         assert_eq!(e, "snmp: Tcp OutSegs is \"x\", not a count");
-        let e = parse_snmp(b"Tcp: InSegs OutSegs\nTcp: 5\n").unwrap_err();
+        let e = parse_snmp(b"Tcp: InSegs OutSegs\nTcp: 5\n").unwrap_err().0;
         assert_eq!(e, "snmp: no value for OutSegs");
     }
 

@@ -184,35 +184,8 @@ impl<S: DumpSource> DestroyListener<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::source::Received;
+    use crate::sampler::fakes::ReplaySource;
     use crate::wire::build::MsgBuilder;
-    use std::collections::VecDeque;
-
-    /// A source that plays a script of datagrams and errors.
-    struct Script(VecDeque<io::Result<Vec<u8>>>);
-
-    impl DumpSource for Script {
-        async fn send(&mut self, _: &[u8]) -> io::Result<()> {
-            Ok(())
-        }
-        async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-            self.try_recv(buf)?.ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
-        }
-        fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-            match self.0.pop_front() {
-                None => Ok(None),
-                Some(Err(e)) => Err(e),
-                Some(Ok(d)) => {
-                    buf.clear();
-                    buf.extend_from_slice(&d);
-                    Ok(Some(Received { len: d.len(), ts_ns: 5 }))
-                }
-            }
-        }
-        fn reset(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn event(cookie: u64, dport: u16) -> Vec<u8> {
         let mut m = MsgBuilder::v4(0, cookie, 40000, dport);
@@ -223,14 +196,12 @@ mod tests {
 
     #[tokio::test]
     async fn overrun_is_counted_and_reception_goes_on() {
-        let enobufs = || Err(io::Error::from_raw_os_error(libc::ENOBUFS));
-        let script = Script(VecDeque::from([
-            enobufs(),
-            Ok(event(1, 80)),
-            enobufs(),
-            Ok(event(2, 0)), // a listener: remote port 0
-            Ok(event(3, 443)),
-        ]));
+        let script = ReplaySource::default()
+            .error(libc::ENOBUFS)
+            .message(event(1, 80))
+            .error(libc::ENOBUFS)
+            .message(event(2, 0)) // a listener: remote port 0
+            .message(event(3, 443));
         let mut l = DestroyListener::new(script, None);
         let b = l.next_batch().await.unwrap();
         assert_eq!(b.overruns, 2);
@@ -241,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn other_errors_are_reported() {
-        let script = Script(VecDeque::from([Err(io::Error::from_raw_os_error(libc::EBADF))]));
+        let script = ReplaySource::default().error(libc::EBADF);
         let mut l = DestroyListener::new(script, None);
         assert!(matches!(l.next_batch().await, Err(SampleError::Io { .. })));
     }

@@ -19,8 +19,9 @@ pub mod destroy;
 pub mod dump_source;
 pub mod exact;
 #[cfg(any(test, feature = "testkit"))]
-pub mod sim;
+pub mod fakes;
 pub mod source;
+pub mod space;
 
 use std::io;
 use std::time::Duration;

@@ -1,10 +1,7 @@
 //! The OS boundary: the only code that opens a socket. Everything above it sees datagrams as
 //! bytes plus the monotonic time each arrived, so the sampler can be driven from fixture
-//! files ([`ReplaySource`]) in tests and benches exactly as from the kernel ([`NetlinkSource`]).
+//! files (`fakes::ReplaySource`) in tests and benches exactly as from the kernel ([`NetlinkSource`]).
 
-#[cfg(any(test, feature = "testkit"))]
-use super::dump_source::next_queued;
-use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
@@ -206,152 +203,66 @@ impl DumpSource for NetlinkSource {
     }
 }
 
-/// Plays recorded datagrams back, in order, and records the requests it is sent.
-#[derive(Debug, Default)]
-pub struct ReplaySource {
-    queue: VecDeque<Datagram>,
-    /// Every request sent, for tests to inspect.
-    pub sent: Vec<Vec<u8>>,
+/// A source of any other kind, behind a pointer: its futures boxed so that it can be one
+/// variant of [`Source`] (an `async fn` trait cannot be a trait object). Tests run the whole
+/// program on one (`fakes::ScriptSource`); the kernel's socket never pays for the box.
+pub trait BoxedSource: Send {
+    /// [`DumpSource::send`], boxed.
+    fn send_boxed<'a>(&'a mut self, request: &'a [u8]) -> BoxFuture<'a, io::Result<()>>;
+    /// [`DumpSource::recv`], boxed.
+    fn recv_boxed<'a>(&'a mut self, buf: &'a mut Vec<u8>) -> BoxFuture<'a, io::Result<Received>>;
+    /// [`DumpSource::try_recv`].
+    ///
+    /// # Errors
+    /// As the source's.
+    fn try_recv_now(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>>;
+    /// [`DumpSource::reset`].
+    ///
+    /// # Errors
+    /// As the source's.
+    fn reset_now(&mut self) -> io::Result<()>;
 }
 
-impl ReplaySource {
-    /// A source that will return `datagrams` one per `recv`.
-    pub fn new(datagrams: impl IntoIterator<Item = Datagram>) -> Self {
-        Self { queue: datagrams.into_iter().collect(), sent: Vec::new() }
-    }
-}
+/// A boxed future that can move between threads.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
-impl DumpSource for ReplaySource {
-    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        self.sent.push(request.to_vec());
-        Ok(())
-    }
-
-    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        self.try_recv(buf)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "replay exhausted"))
-    }
-
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        if self.queue.is_empty() {
-            return Ok(None);
-        }
-        let d = self.queue.pop_front().expect("checked non-empty");
-        buf.clear();
-        let keep = d.bytes.len().min(buf.capacity().max(1));
-        buf.extend_from_slice(&d.bytes[..keep]);
-        Ok(Some(Received { len: d.bytes.len(), ts_ns: d.ts_ns }))
-    }
-
-    fn reset(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-#[cfg(any(test, feature = "testkit"))]
-/// Answers each dump request with the messages a script gives for that dump (numbered from
-/// 1), stamped with the request's sequence number and followed by `NLMSG_DONE`: a kernel
-/// that says what a test wants, for running the whole program in-process. As a destroy
-/// listener it has nothing to say.
-pub struct ScriptSource {
-    script: Box<dyn FnMut(u32) -> Vec<Vec<u8>> + Send>,
-    dumps: u32,
-    queue: VecDeque<Vec<u8>>,
-}
-
-#[cfg(any(test, feature = "testkit"))]
-impl ScriptSource {
-    /// A source that answers dump `n` with `script(n)`.
-    pub fn new(script: impl FnMut(u32) -> Vec<Vec<u8>> + Send + 'static) -> Self {
-        Self { script: Box::new(script), dumps: 0, queue: VecDeque::new() }
-    }
-}
-
-#[cfg(any(test, feature = "testkit"))]
-impl std::fmt::Debug for ScriptSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScriptSource").field("dumps", &self.dumps).finish_non_exhaustive()
-    }
-}
-
-#[cfg(any(test, feature = "testkit"))]
-impl DumpSource for ScriptSource {
-    async fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        let seq = request.get(8..12).map_or([0; 4], |b| b.try_into().unwrap_or([0; 4]));
-        self.dumps += 1;
-        for mut m in (self.script)(self.dumps) {
-            if m.len() >= 12 {
-                m[8..12].copy_from_slice(&seq);
-            }
-            self.queue.push_back(m);
-        }
-        let done = crate::wire::nlmsg::control_msg(
-            u32::from_ne_bytes(seq),
-            crate::wire::nlmsg::NLMSG_DONE,
-            0,
-        );
-        self.queue.push_back(done);
-        Ok(())
-    }
-
-    async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        next_queued(self, buf).await
-    }
-
-    fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        let Some(d) = self.queue.pop_front() else { return Ok(None) };
-        buf.clear();
-        buf.extend_from_slice(&d);
-        Ok(Some(Received { len: d.len(), ts_ns: monotonic_ns() }))
-    }
-
-    fn reset(&mut self) -> io::Result<()> {
-        self.queue.clear();
-        Ok(())
-    }
-}
-
-/// The program's sources: the kernel's, or, in tests, a script's or a simulated host's. One
-/// concrete type, so the sampling task that owns it can move between threads.
+/// The program's sources: the kernel's sock_diag socket, or another (a test's script). One
+/// concrete type, so the sampling task that owns it can move between threads, and no
+/// variant that exists only for tests.
 pub enum Source {
     /// A sock_diag socket.
     Netlink(NetlinkSource),
-    /// A script (tests).
-    #[cfg(any(test, feature = "testkit"))]
-    Script(ScriptSource),
-    /// A simulated host (tests).
-    #[cfg(any(test, feature = "testkit"))]
-    Sim(super::sim::SimHost),
-}
-
-/// Calls `$call` on whichever source `$s` is.
-macro_rules! each_source {
-    ($s:expr, $x:ident => $call:expr) => {
-        match $s {
-            Source::Netlink($x) => $call,
-            #[cfg(any(test, feature = "testkit"))]
-            Source::Script($x) => $call,
-            #[cfg(any(test, feature = "testkit"))]
-            Source::Sim($x) => $call,
-        }
-    };
+    /// Any other source.
+    Other(Box<dyn BoxedSource>),
 }
 
 impl DumpSource for Source {
     async fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        each_source!(self, x => x.send(request).await)
+        match self {
+            Source::Netlink(x) => x.send(request).await,
+            Source::Other(x) => x.send_boxed(request).await,
+        }
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
-        each_source!(self, x => x.recv(buf).await)
+        match self {
+            Source::Netlink(x) => x.recv(buf).await,
+            Source::Other(x) => x.recv_boxed(buf).await,
+        }
     }
 
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
-        each_source!(self, x => x.try_recv(buf))
+        match self {
+            Source::Netlink(x) => x.try_recv(buf),
+            Source::Other(x) => x.try_recv_now(buf),
+        }
     }
 
     fn reset(&mut self) -> io::Result<()> {
-        each_source!(self, x => x.reset())
+        match self {
+            Source::Netlink(x) => x.reset(),
+            Source::Other(x) => x.reset_now(),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Sampler tests driven by synthetic datagrams through `ReplaySource`: no kernel.
 
-use super::source::ReplaySource;
+use super::fakes::ReplaySource;
 use super::*;
 use crate::wire::attr::INET_DIAG_INFO;
 use crate::wire::build::MsgBuilder;

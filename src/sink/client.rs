@@ -4,6 +4,7 @@
 //! Credentials go in ClickHouse's `X-ClickHouse-User` and `X-ClickHouse-Key` headers, never
 //! in the URL, so no log line or error that names the URL carries them.
 
+use crate::units::ValueError;
 use std::time::Duration;
 
 use super::batch::Batch;
@@ -33,17 +34,17 @@ impl Target {
     /// Not an `http://host[:port][/][?database=NAME]` URL (https needs TLS, which this
     /// build does not carry), a password in the URL (it would sit in the process list and
     /// in unit files: use the file or the variable), or a bad name.
-    pub fn parse(url: &str, table: &str) -> Result<Self, String> {
+    pub fn parse(url: &str, table: &str) -> Result<Self, ValueError> {
         let clipped = crate::units::clip(url);
         let rest = match url.split_once("://") {
             Some(("http", rest)) => rest,
             Some((scheme, _)) => {
-                return Err(format!(
+                return Err(ValueError(format!(
                     "{clipped:?}: unknown scheme {:?} (only http:// is supported)",
                     crate::units::clip(scheme)
-                ));
+                )));
             }
-            None => return Err(format!("{clipped:?}: not a URL (http://host:8123/)")),
+            None => return Err(ValueError(format!("{clipped:?}: not a URL (http://host:8123/)"))),
         };
         let (authority, tail) = match rest.find(['/', '?']) {
             Some(i) => rest.split_at(i),
@@ -55,11 +56,11 @@ impl Target {
         };
         let user = match userinfo {
             Some(u) if u.contains(':') => {
-                return Err(format!(
+                return Err(ValueError(format!(
                     "{:?}: a password in the URL; give it in --clickhouse-password-file or \
                      CGMON_CLICKHOUSE_PASSWORD",
                     crate::units::clip(&format!("http://…@{hostport}{tail}"))
-                ));
+                )));
             }
             Some(u) if !u.is_empty() => Some(u.to_string()),
             _ => None,
@@ -74,7 +75,7 @@ impl Target {
                 _ => true,
             };
         if !host_ok {
-            return Err(format!("{clipped:?}: no host, or a bad port"));
+            return Err(ValueError(format!("{clipped:?}: no host, or a bad port")));
         }
         let query = tail.split_once('?').map_or("", |(_, q)| q);
         let url_db = query.split('&').find_map(|kv| kv.strip_prefix("database="));
@@ -87,10 +88,10 @@ impl Target {
                 && name.len() <= 200
                 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !ok {
-                return Err(format!(
+                return Err(ValueError(format!(
                     "invalid {what} name {:?}: letters, digits and _",
                     crate::units::clip(name)
-                ));
+                )));
             }
         }
         Ok(Self { base: format!("http://{hostport}/"), db, table, user, password: None })
@@ -180,7 +181,8 @@ impl Client {
         if let Some(v) = self.ready {
             return Ok(v);
         }
-        let v = Version::parse(&self.sql("SELECT version()")?).map_err(Failure::NotStored)?;
+        let v =
+            Version::parse(&self.sql("SELECT version()")?).map_err(|e| Failure::NotStored(e.0))?;
         let (db, t) = (&self.target.db, &self.target.table);
         self.sql(&format!("CREATE DATABASE IF NOT EXISTS `{db}`"))?;
         self.sql(&ddl::create_table(v, db, t))?;
@@ -294,13 +296,13 @@ mod tests {
             ("http://ch:99999/", "bad port"),
             ("http://u:secret@ch:8123/", "password in the URL"),
         ] {
-            let e = Target::parse(bad, "flows").unwrap_err();
+            let e = Target::parse(bad, "flows").unwrap_err().0;
             assert!(e.contains(says), "{bad}: {e}");
             assert!(!e.contains("secret"), "{e}");
         }
-        assert!(Target::parse("http://ch/", "a;b").unwrap_err().contains("invalid table name"));
+        assert!(Target::parse("http://ch/", "a;b").unwrap_err().0.contains("invalid table name"));
         assert!(
-            Target::parse("http://ch/", "d-b.t").unwrap_err().contains("invalid database name")
+            Target::parse("http://ch/", "d-b.t").unwrap_err().0.contains("invalid database name")
         );
     }
 

@@ -15,12 +15,15 @@ impl Version {
     ///
     /// # Errors
     /// Not `N.N…`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, crate::units::ValueError> {
         let mut it = s.trim().split('.');
         let mut num = || it.next().and_then(|p| p.parse::<u32>().ok());
         match (num(), num()) {
             (Some(a), Some(b)) => Ok(Self(a, b)),
-            _ => Err(format!("not a ClickHouse version: {:?}", crate::units::clip(s.trim()))),
+            _ => Err(crate::units::ValueError(format!(
+                "not a ClickHouse version: {:?}",
+                crate::units::clip(s.trim())
+            ))),
         }
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use cgmon_rs::sampler::DumpMode;
 use cgmon_rs::sampler::destroy::DestroyListener;
-use cgmon_rs::sampler::source::ReplaySource;
+use cgmon_rs::sampler::fakes::ReplaySource;
 use cgmon_rs::wire::cc::CcInfo;
 use cgmon_rs::wire::inet_diag::{AF_INET, AF_INET6};
 

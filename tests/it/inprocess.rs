@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cgmon_rs::app::{self, Event, Sources};
 use cgmon_rs::metrics::Metrics;
-use cgmon_rs::sampler::source::{ScriptSource, Source};
+use cgmon_rs::sampler::fakes::ScriptSource;
 use cgmon_rs::wire::build::SockBuilder;
 use cgmon_rs::writer::Writer;
 use serde_json::Value;
@@ -50,7 +50,7 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
         m
     });
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let sources = Sources::own(Source::Script(script), None);
+    let sources = Sources::own(script.into(), None);
     let program = tokio::spawn(app::run(s, sources, writer, rx, metrics));
     for ev in events {
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -24,7 +24,8 @@ mod sink;
 use std::io::Read;
 use std::path::PathBuf;
 
-use cgmon_rs::sampler::source::{ReplaySource, parse_datagrams};
+use cgmon_rs::sampler::fakes::ReplaySource;
+use cgmon_rs::sampler::source::parse_datagrams;
 use cgmon_rs::sampler::{Dump, DumpMode, Sampler, SamplerConfig};
 use cgmon_rs::wire::sock::Datagram;
 

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::sampler::SamplerConfig;
-use crate::sampler::sim::SimHost;
+use crate::sampler::fakes::SimHost;
 use crate::wire::build::SockBuilder;
 use crate::wire::inet_diag::InetDiagMsg;
 

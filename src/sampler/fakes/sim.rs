@@ -5,13 +5,13 @@
 //! there is none. It counts what it was asked, so scheduling tests can tell what each tick
 //! did, and it can spend CPU per socket answered, so a budget has something to measure.
 
-use super::dump_source::next_queued;
+use crate::sampler::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::dump_source::{DumpSource, Received};
+use crate::sampler::dump_source::{DumpSource, Received};
 use crate::wire::inet_diag::{INET_DIAG_MSG_LEN, SOCKID_LEN};
 use crate::wire::nlmsg::{self, NLM_F_DUMP, NlMsgIter, control_msg};
 
