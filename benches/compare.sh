@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Side-by-side tracker and analysis figures for an older commit and the working tree.
+# Side-by-side figures for an older commit and the working tree.
 #
-#   benches/compare.sh OLD_COMMIT [ROUNDS]
+#   benches/compare.sh OLD_COMMIT [ROUNDS] [--all]
+#
+# Without --all: the tracker's paired per-socket figures and the analysis time (below).
+# With --all, also every criterion bench (decode, dump, exact, tracker, each function's
+# median time, run in turn ROUNDS times with short measurement times) and the two
+# release-binary benchmarks, whose figures are the monitor's own CPU: tiers (10,000 idle
+# and 100 busy connections; one round of 8 s per configuration) and, as root, netns (ten
+# namespaces against one); each runs OLD_COMMIT's release binary beside this tree's
+# (OLD=…). Prints one table per part: minimum and median per build, and new/old.
 #
 # The machine this project runs on is shared, and its speed swings between runs by up to
 # 2x. So figures are only compared when taken in one session, alternating the two builds:
@@ -15,8 +23,9 @@
 # uses only the public tracker and analyzer API), so that both measure the same things;
 # otherwise OLD_COMMIT's own bench runs, and figures it does not print show as "-".
 set -euo pipefail
-old=${1:?usage: benches/compare.sh OLD_COMMIT [ROUNDS]}
+old=${1:?usage: benches/compare.sh OLD_COMMIT [ROUNDS] [--all]}
 rounds=${2:-8}
+all=${3:-}
 here=$(git rev-parse --show-toplevel)
 wt=$(mktemp -d /tmp/cgmon-compare.XXXXXX)
 trap 'git -C "$here" worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
@@ -82,3 +91,63 @@ for name in names:
     print("  ".join(row))
 PY
 rm -f "$out"
+[ "$all" = --all ] || exit 0
+
+# Every criterion bench: OLD_COMMIT's own source against its library, this tree's against
+# this tree's (a bench's ids are its names; an id only one side has shows "-").
+crit_bin() { (cd "$1" && CARGO_TARGET_DIR=${3:-$1/target} cargo bench --bench "$2" \
+    --no-run 2>&1) | sed -n "s/.*Executable benches\/$2.rs (\(.*\))/\1/p" | tail -1; }
+out=$(mktemp)
+for bench in decode dump exact tracker; do
+    git -C "$wt" checkout -q -- benches
+    ob=$(crit_bin "$wt" "$bench" "$old_target"); nb="$here/$(crit_bin "$here" "$bench")"
+    for r in $(seq "$rounds"); do
+        order="old new"; [ $((r % 2)) = 0 ] && order="new old"
+        for b in $order; do
+            bin=$ob; dir=$wt; [ "$b" = new ] && bin=$nb && dir=$here
+            (cd "$dir" && "$bin" --bench --warm-up-time 1 --measurement-time 3 --noplot 2>&1) |
+                python3 -c '
+import re, sys
+text = sys.stdin.read()
+unit = {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+for m in re.finditer(r"^(\S[^\n]*?)\s*(?:\n\s*)?time:\s+\[\S+ \S+ ([0-9.]+) (\S+) ", text, re.M):
+    print(sys.argv[1], sys.argv[2] + "/" + m.group(1).strip(), float(m.group(2)) * unit[m.group(3)])
+' "$b" "$bench" >> "$out"
+        done
+    done
+done
+echo
+echo "criterion benches: median time per iteration, ns (min and median over $rounds rounds)"
+python3 - "$out" <<'PY'
+import collections, statistics, sys
+vals = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    build, rest = line.split(" ", 1)
+    name, x = rest.rsplit(" ", 1)
+    vals[(name, build)].append(float(x))
+names = sorted({n for n, _ in vals})
+print(f"| bench | old min | old median | new min | new median | new/old (median) |")
+print("|---|---|---|---|---|---|")
+for n in names:
+    o, w = vals.get((n, "old")), vals.get((n, "new"))
+    f = lambda v, g: f"{g(v):.1f}" if v else "-"
+    ratio = f"{statistics.median(w) / statistics.median(o):.3f}" if o and w else "-"
+    print(f"| {n} | {f(o, min)} | {f(o, statistics.median)} | {f(w, min)} | {f(w, statistics.median)} | {ratio} |")
+PY
+rm -f "$out"
+
+# The release-binary benchmarks: this tree's harness runs both binaries.
+(cd "$wt" && CARGO_TARGET_DIR=$old_target cargo build --release --quiet)
+old_exe=$old_target/release/cgmon-rs
+echo
+echo "tiers (monitor CPU % of a core; OLD=$old):"
+(cd "$here" && OLD=$old_exe cargo bench --quiet --bench tiers -- 1 8 2>/dev/null) |
+    grep -E "^(config|[0-9]+ms|bare)"
+if [ "$(id -u)" = 0 ]; then
+    echo
+    echo "netns (CPU ms per tick; OLD=$old):"
+    (cd "$here" && OLD=$old_exe cargo bench --quiet --bench netns -- 1 6 2>/dev/null) |
+        grep -E "\|"
+else
+    echo "netns: needs root (namespaces); not run"
+fi

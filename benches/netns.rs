@@ -167,6 +167,7 @@ fn main() {
             let (y, my) = run_monitor(bin, &one, "2", secs);
             let iv = |m: &str| metric(m, "cgmon_full_dump_interval_seconds");
             let sk = |m: &str| metric(m, "cgmon_netns_walks_skipped_total");
+            let bin = if old.as_deref() == Some(*bin) { "old" } else { "new" };
             println!(
                 "{r} | {bin} | {x:.2} ms, {:.2} s, {} | {y:.2} ms, {:.2} s, {} | {:.3}",
                 iv(&mx),

@@ -1,7 +1,7 @@
 //! The tiered-sampling benchmark (issue targets; figures in benches/RESULTS.md, D10).
 //!
 //! ```text
-//! cargo bench --bench tiers -- [ROUNDS] [SECS]
+//! [OLD=path/to/an/older/cgmon-rs] cargo bench --bench tiers -- [ROUNDS] [SECS]
 //! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
 //! It holds 10,000 idle loopback connections (20,000 sockets) and 100 busy ones (200
@@ -171,7 +171,9 @@ fn main() {
     let mut a = std::env::args().skip(1).filter(|a| a != "--bench");
     let rounds: usize = a.next().map_or(2, |v| v.parse().unwrap());
     let secs: u64 = a.next().map_or(12, |v| v.parse().unwrap());
-    let bin = env!("CARGO_BIN_EXE_cgmon-rs");
+    // With OLD=PATH, that binary runs beside this build's in every round (alternating which
+    // goes first), for benches/compare.sh.
+    let old = std::env::var("OLD").ok();
     // Fork before any thread starts.
     let _idle =
         ConnHolder::start("127.0.0.1:0".parse::<SocketAddr>().unwrap(), IDLE_CONNECTIONS).unwrap();
@@ -208,27 +210,35 @@ fn main() {
         ("10ms, default budget", &["-run-interval", "10ms"], 10.0),
     ];
     println!(
-        "config | round | CPU % of a core | × budget-0 at 100ms | busy samples min / mean | full-dump interval s | new flows found (max delay ms)"
+        "config | round | binary | CPU % of a core | × budget-0 at 100ms | busy samples min / mean | full-dump interval s | new flows found (max delay ms)"
     );
     for round in 1..=rounds {
+        let mut bins: Vec<&str> =
+            [env!("CARGO_BIN_EXE_cgmon-rs")].into_iter().chain(old.as_deref()).collect();
+        if round % 2 == 0 {
+            bins.reverse();
+        }
         let mut base = None;
         for (name, args, iv) in configs {
-            let o = run(bin, args, secs, busy_addr.port(), iv);
-            let b = *base.get_or_insert(o.cpu_share);
-            println!(
-                "{name} | {round} | {:.2} | {:.3} | {:.3} / {:.3} | {:.2} | {} ({:.0})",
-                o.cpu_share * 100.0,
-                o.cpu_share / b,
-                o.busy_min,
-                o.busy_mean,
-                o.full_interval_s,
-                o.discovered,
-                o.discovery_max_ms
-            );
+            for &bin in &bins {
+                let o = run(bin, args, secs, busy_addr.port(), iv);
+                let b = *base.get_or_insert(o.cpu_share);
+                let who = if old.as_deref() == Some(bin) { "old" } else { "new" };
+                println!(
+                    "{name} | {round} | {who} | {:.2} | {:.3} | {:.3} / {:.3} | {:.2} | {} ({:.0})",
+                    o.cpu_share * 100.0,
+                    o.cpu_share / b,
+                    o.busy_min,
+                    o.busy_mean,
+                    o.full_interval_s,
+                    o.discovered,
+                    o.discovery_max_ms
+                );
+            }
         }
         let floor = bare_loop(secs.min(10));
         println!(
-            "bare receive-and-discard loop, 100ms | {round} | {:.2} | {:.3} | - | - | -",
+            "bare receive-and-discard loop, 100ms | {round} | - | {:.2} | {:.3} | - | - | -",
             floor * 100.0,
             floor / base.unwrap_or(floor)
         );

@@ -13,13 +13,16 @@
 //!
 //! Layers:
 //! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
-//!   `logging`, `metrics` (shared counters), `http` (status page).
+//!   `logging`, `metrics` (shared counters; `metrics::catalogue` lists the monitor's own
+//!   series once for `/metrics`, the status page and the summary), `http` (status page).
 //! - The stages: `poll` (polls the kernel, feeds the tracker), `analysis::stage`, `writer`;
 //!   `sink` (the fleet sink to ClickHouse, beside the writer on threads of its own).
 //! - The pure parts, each testable without a kernel: `tracker`, `analysis`, `record`,
 //!   `stats`, `wire` (kernel formats over `&[u8]`), `filter` (expression →
 //!   INET_DIAG_REQ_BYTECODE), `units`; `chart` draws, above them all.
-//! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`).
+//! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`; a
+//!   namespace's sockets are opened together by `sampler::space`). Its stand-ins for
+//!   tests (replay, script, simulated host) are `sampler::fakes`, in the `testkit` feature.
 //!
 //! The facts the code relies on are in the repository's `docs/`: `kernel.md` (sock_diag,
 //! tcp_info, destroy events, measured costs), `cgmon.md` (what is kept for cgmon's users,
