@@ -33,8 +33,9 @@ git -C "$here" worktree add --detach "$wt" "$old" >/dev/null
 # OLD_COMMIT builds into a target directory of its own that outlives the worktree, so a
 # second comparison against it does not rebuild everything.
 old_target=/tmp/cgmon-compare-target-$(git -C "$here" rev-parse --short "$old")
+# (A build that fails prints no path: `|| true` keeps pipefail from ending the script.)
 bench_bin() { (cd "$1" && CARGO_TARGET_DIR=${2:-$1/target} cargo bench --bench tracker \
-    --no-run 2>&1) | sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
+    --no-run 2>&1 || true) | sed -n 's/.*Executable benches\/tracker.rs (\(.*\))/\1/p' | tail -1; }
 cp "$here/benches/tracker.rs" "$wt/benches/tracker.rs"
 cp -r "$here/benches/common" "$wt/benches/" # the fixture module the bench includes
 old_bin=$(bench_bin "$wt" "$old_target")
@@ -96,7 +97,7 @@ rm -f "$out"
 # Every criterion bench: OLD_COMMIT's own source against its library, this tree's against
 # this tree's (a bench's ids are its names; an id only one side has shows "-").
 crit_bin() { (cd "$1" && CARGO_TARGET_DIR=${3:-$1/target} cargo bench --bench "$2" \
-    --no-run 2>&1) | sed -n "s/.*Executable benches\/$2.rs (\(.*\))/\1/p" | tail -1; }
+    --no-run 2>&1 || true) | sed -n "s/.*Executable benches\/$2.rs (\(.*\))/\1/p" | tail -1; }
 out=$(mktemp)
 for bench in decode dump exact tracker; do
     git -C "$wt" checkout -q -- benches
