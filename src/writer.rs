@@ -4,7 +4,8 @@
 //! so a slow disk blocks only this thread and never a tokio worker that samples. Records
 //! are serialised as they arrive and held in a backlog (bounded in bytes, `-writer-backlog`)
 //! until the output takes them:
-//! - stdout: one JSON object per line, flushed per record (`--pretty`: cgmon's tab-indented
+//! - stdout: one JSON object per line, written and flushed in blocks of the records ready
+//!   (`stream.rs`; `--pretty`: cgmon's tab-indented
 //!   objects, one after another), written by a thread of its own ([`stream`]), so that a
 //!   reader that stops reading fills the backlog rather than stopping this thread;
 //! - files ([`file::OutFile`]): gzip when the name ends in `.gz`, a sync flush every
@@ -159,7 +160,7 @@ impl Writer {
             fc.check().map_err(|source| open_error(fc, true, source))?;
         }
         let out = match &cfg.target {
-            Target::Stdout => Out::Stream(stream(Box::new(io::stdout()), &metrics)?),
+            Target::Stdout => Out::Stream(stream(Box::new(io::stdout()), &cfg, &metrics)?),
             Target::File(fc) => Out::File(Box::new(open_file(fc, false, &metrics)?)),
         };
         Self::with_output(cfg, out, metrics)
@@ -174,7 +175,7 @@ impl Writer {
         w: Box<dyn Write + Send>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, WriterError> {
-        let out = Out::Stream(stream(w, &metrics)?);
+        let out = Out::Stream(stream(w, &cfg, &metrics)?);
         Self::with_output(cfg, out, metrics)
     }
 
@@ -589,8 +590,14 @@ impl Writer {
     }
 }
 
-fn stream(w: Box<dyn Write + Send>, metrics: &Arc<Metrics>) -> Result<StreamOut, WriterError> {
-    StreamOut::spawn(w, metrics.clone()).map_err(|source| WriterError::Open {
+fn stream(
+    w: Box<dyn Write + Send>,
+    cfg: &WriterConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<StreamOut, WriterError> {
+    let limit = usize::try_from(cfg.backlog_bytes / 4).unwrap_or(usize::MAX);
+    let limit = stream::HANDOFF_BYTES.min(limit).max(64 << 10);
+    StreamOut::spawn(w, metrics.clone(), limit).map_err(|source| WriterError::Open {
         path: "stdout".into(),
         samples: false,
         source,

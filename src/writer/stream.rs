@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 
-/// Most bytes handed to the thread and not yet written: enough to keep a fast reader busy
-/// between two of the writer's turns (10 ms while it has a backlog), small beside the
-/// backlog.
-pub const HANDOFF_BYTES: usize = 256 << 10;
+/// Most bytes handed to the thread and not yet written (a quarter of the backlog when that
+/// is smaller, so that a small backlog still bounds what a stalled reader holds): enough to keep a fast reader busy
+/// between two of the writer's turns (10 ms while it has a backlog): 400 MB/s. (At 256 KiB
+/// this bound alone held stdout to ~25 MB/s, ~12,000 records a second.) Small beside the
+/// backlog (`--writer-backlog`, 64 MiB).
+pub const HANDOFF_BYTES: usize = 4 << 20;
 
 /// How long the thread waits before it retries a failed write (as the writer does a file).
 const RETRY: Duration = Duration::from_millis(200);
@@ -72,69 +74,142 @@ impl Shared {
     }
 }
 
+/// The records the thread is writing: copies of the front of `pending`, end to end. They
+/// stay in `pending` (so that [`StreamOut::in_flight`] counts them) until written whole.
+#[derive(Default)]
+struct Block {
+    bytes: Vec<u8>,
+    /// Each record's length, in order.
+    lens: VecDeque<usize>,
+    /// Bytes of `bytes` written.
+    off: usize,
+    /// Bytes of records written whole and settled (popped from `pending`).
+    settled: usize,
+}
+
+impl Block {
+    /// Waits for records and copies every one handed over into the block; false when the
+    /// thread should end (the writer is done and nothing waits, or the reader has gone).
+    fn claim(&mut self, s: &Shared) -> bool {
+        let mut st = s.lock();
+        while st.pending.is_empty() && !st.ending {
+            st = s.cv.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if st.pending.is_empty() || st.closed {
+            return false;
+        }
+        self.bytes.clear();
+        self.lens.clear();
+        (self.off, self.settled) = (0, 0);
+        for r in &st.pending {
+            self.bytes.extend_from_slice(r);
+            self.lens.push_back(r.len());
+        }
+        true
+    }
+
+    /// Writes the block, retrying a failed write from where it stopped (so no record is
+    /// written twice or cut), then flushes. Err when the reader has gone.
+    fn write_out(&mut self, w: &mut dyn Write, s: &Shared, m: &Metrics) -> Result<(), ()> {
+        loop {
+            let r = if self.off < self.bytes.len() {
+                match w.write(&self.bytes[self.off..]) {
+                    Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    Ok(n) => {
+                        self.off += n;
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                w.flush()
+            };
+            match r {
+                Ok(()) => {
+                    let mut st = self.settle(s, m);
+                    if st.failing {
+                        st.failing = false;
+                        st.report.recovered = true;
+                    }
+                    drop(st);
+                    s.cv.notify_all();
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    self.settle(s, m).closed = true;
+                    s.cv.notify_all();
+                    return Err(());
+                }
+                Err(e) => {
+                    let mut st = self.settle(s, m);
+                    st.failing = true;
+                    st.report.errors += 1;
+                    st.report.first.get_or_insert(e);
+                    st.report.recovered = false;
+                    drop(st);
+                    s.cv.notify_all();
+                    std::thread::sleep(RETRY);
+                }
+            }
+        }
+    }
+
+    /// Counts the records now written whole and takes them off `pending`; the state, locked.
+    fn settle<'a>(&mut self, s: &'a Shared, m: &Metrics) -> MutexGuard<'a, State> {
+        let mut st = s.lock();
+        let mut n = 0;
+        while let Some(&len) = self.lens.front()
+            && self.settled + len <= self.off
+        {
+            self.lens.pop_front();
+            self.settled += len;
+            st.pending.pop_front();
+            st.pending_bytes -= len;
+            n += 1;
+        }
+        m.records_written.add(n);
+        st
+    }
+}
+
 /// The stream and its thread.
 pub struct StreamOut {
     shared: Arc<Shared>,
+    /// Bytes handed over and not yet written, at most.
+    limit: usize,
 }
 
 impl StreamOut {
-    /// Starts the thread that writes to `w`, one flushed record at a time, counting each in
-    /// `records_written` once `w` has taken it.
+    /// Starts the thread that writes to `w`: everything handed over since its last write,
+    /// in one block, then a flush; each record counted in `records_written` once `w` has
+    /// taken all of it.
+    ///
+    /// One block, not a write per record: a pipe's reader wakes once per write, and a
+    /// write and a flush per record held stdout to ~12,000 one-sample records a second
+    /// (docs/records.md, "What a record costs").
     ///
     /// # Errors
     /// The thread cannot be started.
-    pub fn spawn(mut w: Box<dyn Write + Send>, metrics: Arc<Metrics>) -> io::Result<Self> {
+    pub fn spawn(
+        mut w: Box<dyn Write + Send>,
+        metrics: Arc<Metrics>,
+        limit: usize,
+    ) -> io::Result<Self> {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), cv: Condvar::new() });
         let s = shared.clone();
         std::thread::Builder::new().name("cgmon-stdout".into()).spawn(move || {
-            loop {
-                let rec = {
-                    let mut st = s.lock();
-                    while st.pending.is_empty() && !st.ending {
-                        st = s.cv.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
-                    }
-                    if st.pending.is_empty() || st.closed {
-                        return;
-                    }
-                    // Moved out while written, so the lock is free; put back on failure.
-                    std::mem::take(&mut st.pending[0])
-                };
-                let r = w.write_all(&rec).and_then(|()| w.flush());
-                let mut st = s.lock();
-                match r {
-                    Ok(()) => {
-                        st.pending.pop_front();
-                        st.pending_bytes -= rec.len();
-                        metrics.records_written.inc();
-                        if st.failing {
-                            st.failing = false;
-                            st.report.recovered = true;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                        st.pending[0] = rec;
-                        st.closed = true;
-                        s.cv.notify_all();
-                        return;
-                    }
-                    Err(e) => {
-                        st.pending[0] = rec;
-                        st.failing = true;
-                        st.report.errors += 1;
-                        st.report.first.get_or_insert(e);
-                        st.report.recovered = false;
-                        drop(st);
-                        std::thread::sleep(RETRY);
-                        continue;
-                    }
+            let mut block = Block::default();
+            while block.claim(&s) {
+                if block.write_out(&mut *w, &s, &metrics).is_err() {
+                    return; // the reader is gone
                 }
-                s.cv.notify_all();
             }
         })?;
-        Ok(Self { shared })
+        Ok(Self { shared, limit })
     }
 
-    /// Hands `rec` to the thread, unless [`HANDOFF_BYTES`] already wait (a record larger
+    /// Hands `rec` to the thread, unless its limit's bytes already wait (a record larger
     /// than that is taken when nothing waits).
     ///
     /// # Errors
@@ -144,7 +219,7 @@ impl StreamOut {
         if st.closed {
             return Err(Refused::Closed(rec));
         }
-        if st.pending_bytes > 0 && st.pending_bytes + rec.len() > HANDOFF_BYTES {
+        if st.pending_bytes > 0 && st.pending_bytes + rec.len() > self.limit {
             return Err(Refused::Full(rec));
         }
         st.pending_bytes += rec.len();
@@ -239,7 +314,7 @@ mod tests {
     fn a_stalled_stream_takes_up_to_the_handoff_then_refuses_without_blocking() {
         let g = Gated::default();
         let m = Arc::new(Metrics::default());
-        let s = StreamOut::spawn(Box::new(g.clone()), m.clone()).unwrap();
+        let s = StreamOut::spawn(Box::new(g.clone()), m.clone(), HANDOFF_BYTES).unwrap();
         let rec = vec![b'x'; 1000];
         let mut taken = 0;
         let t = Instant::now();
@@ -294,7 +369,7 @@ mod tests {
         let out = Arc::new(Mutex::new(Vec::new()));
         let w = Failing { fails_left: 2, out: out.clone(), broken: false };
         let m = Arc::new(Metrics::default());
-        let s = StreamOut::spawn(Box::new(w), m.clone()).unwrap();
+        let s = StreamOut::spawn(Box::new(w), m.clone(), HANDOFF_BYTES).unwrap();
         s.offer(b"a\n".to_vec()).unwrap();
         s.offer(b"b\n".to_vec()).unwrap();
         assert!(s.wait_written(Instant::now() + Duration::from_secs(10)));
@@ -310,11 +385,70 @@ mod tests {
     #[test]
     fn a_gone_reader_closes_the_stream_and_keeps_the_record_counted_unwritten() {
         let w = Failing { fails_left: 0, out: Arc::default(), broken: true };
-        let s = StreamOut::spawn(Box::new(w), Arc::new(Metrics::default())).unwrap();
+        let s = StreamOut::spawn(Box::new(w), Arc::new(Metrics::default()), HANDOFF_BYTES).unwrap();
         s.offer(b"a\n".to_vec()).unwrap();
         assert!(!s.wait_written(Instant::now() + Duration::from_secs(10)));
         assert!(s.closed());
         assert_eq!(s.in_flight(), 1);
         assert!(matches!(s.offer(b"b\n".to_vec()), Err(Refused::Closed(r)) if r == b"b\n"));
+    }
+
+    /// Takes at most 7 bytes a write, fails every third write, and breaks after `breaks_at`
+    /// bytes.
+    struct Dribble {
+        calls: u32,
+        out: Arc<Mutex<Vec<u8>>>,
+        breaks_at: usize,
+    }
+
+    impl Write for Dribble {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.calls += 1;
+            let mut out = self.out.lock().unwrap();
+            if out.len() >= self.breaks_at {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+            if self.calls.is_multiple_of(3) {
+                return Err(io::Error::other("EIO"));
+            }
+            let n = b.len().min(7).min(self.breaks_at - out.len());
+            out.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_block_written_in_pieces_with_failures_between_is_written_once_in_order() {
+        let recs: Vec<Vec<u8>> = (0..10).map(|i| format!("record {i}\n").into_bytes()).collect();
+        let want: Vec<u8> = recs.concat();
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let m = Arc::new(Metrics::default());
+        let w = Dribble { calls: 0, out: out.clone(), breaks_at: usize::MAX };
+        let s = StreamOut::spawn(Box::new(w), m.clone(), HANDOFF_BYTES).unwrap();
+        for r in &recs {
+            s.offer(r.clone()).unwrap();
+        }
+        assert!(s.wait_written(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(*out.lock().unwrap(), want, "no byte twice, none cut");
+        assert_eq!(m.records_written.get(), 10);
+        assert!(s.report().errors > 0);
+
+        // The reader goes away inside record 5: records 0-4 are written and counted, the
+        // rest stay unwritten, counted as such.
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let m = Arc::new(Metrics::default());
+        let cut = recs[..5].concat().len() + 3;
+        let w = Dribble { calls: 0, out: out.clone(), breaks_at: cut };
+        let s = StreamOut::spawn(Box::new(w), m.clone(), HANDOFF_BYTES).unwrap();
+        for r in &recs {
+            let _ = s.offer(r.clone());
+        }
+        assert!(!s.wait_written(Instant::now() + Duration::from_secs(60)));
+        assert!(s.closed());
+        assert_eq!(m.records_written.get(), 5);
+        assert_eq!(s.in_flight(), 5);
     }
 }

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -26,61 +26,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / tck
-}
-
-/// Opens and resets connections to `a` from `threads` threads until `stop`, at `rate`
-/// connections a second in all (paced on a fixed schedule, so the load does not depend on
-/// how fast the machine is; a thread that falls behind catches up without bursting past
-/// the schedule): each client writes 100 bytes, the server closes without reading them (a
-/// RST, so no TIME-WAIT piles up), the client closes. Returns the connections made.
-fn churn(l: TcpListener, a: SocketAddr, threads: usize, rate: u64, stop: Arc<AtomicBool>) -> u64 {
-    let made = Arc::new(AtomicU64::new(0));
-    let server = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            l.set_nonblocking(true).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((s, _)) => {
-                        s.set_nonblocking(false).unwrap();
-                        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                        let _ = s.peek(&mut [0u8; 1]); // the data is there, unread
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_micros(200)),
-                }
-            }
-            // Whatever is still queued.
-            while l.accept().is_ok() {}
-        })
-    };
-    let clients: Vec<_> = (0..threads)
-        .map(|_| {
-            let (stop, made) = (stop.clone(), made.clone());
-            let every = Duration::from_secs(threads as u64) / rate as u32;
-            std::thread::spawn(move || {
-                let start = Instant::now();
-                let mut n: u32 = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let due = start + every * n;
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
-                    }
-                    n += 1;
-                    let Ok(mut c) = TcpStream::connect(a) else { continue };
-                    made.fetch_add(1, Ordering::Relaxed);
-                    let _ = c.write_all(&[5u8; 100]);
-                    c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                    let _ = c.read(&mut [0u8; 16]); // the reset
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
-    server.join().unwrap();
-    made.load(Ordering::Relaxed)
 }
 
 /// The churn test's rate: what a busy web or RPC host makes, and well within what a
@@ -101,7 +46,7 @@ fn churn_for(seconds: u64) {
     let t = Instant::now();
     let generator = {
         let stop = stop.clone();
-        std::thread::spawn(move || churn(l, a, 2, CHURN_RATE, stop))
+        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 2, CHURN_RATE, stop))
     };
     std::thread::sleep(Duration::from_secs(seconds));
     stop.store(true, Ordering::Relaxed);

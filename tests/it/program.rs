@@ -662,7 +662,7 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
 fn records_pushed_out_of_a_full_backlog_fail_the_run() {
     // The smallest backlog (1 MiB, ~500 records) and a reader that reads nothing while 700
     // connections close: of their 1,400 records, what the backlog, stdout's hand-off
-    // (256 KiB) and the pipe (64 KiB) cannot hold is pushed out. Everything left is
+    // (a quarter of the backlog, 256 KiB) and the pipe (64 KiB) cannot hold is pushed out. Everything left is
     // written once the reader reads, but the run lost records, so it must not exit 0.
     let (l, a) = listener();
     let filter = port_filter(a);

@@ -1,0 +1,284 @@
+//! The churn benchmark: short loopback connections (100 bytes each, both ends recorded), the
+//! release binary recording them, and beside it, in the same run and on the same
+//! connections, the floor: a bare loop that only receives and discards the kernel's TCP
+//! destroy events.
+//!
+//! ```text
+//! cargo bench --bench churn -- [SECS] [RATE ...]
+//! cargo bench --bench churn -- levels FILE   (what each gzip level costs on FILE's records)
+//! (It does nothing under `cargo test`, which runs bench targets too.)
+//! ```
+//! For each rate (default: `max`, the most the generator makes with the monitor running,
+//! and 2000 connections a second) and each output (stdout into a pipe that `cat` drains
+//! to /dev/null; gzip files), it runs the monitor (`-run-interval 100ms`, filtered on the
+//! listener's port) for SECS (default 10) and prints: connections a second, the monitor's
+//! CPU per connection (whole process, from /proc), the floor's (its thread's CPU), their
+//! ratio, records written against two per connection, records lost and dropped, flows
+//! refused, destroy-event overruns (the monitor's and the floor's), and the monitor's peak
+//! RSS. Figures: benches/RESULTS.md and the README.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cgmon_rs::clock::thread_cpu_ns;
+use cgmon_rs::sampler::destroy::{SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
+
+/// CPU seconds (user + system) of a process, from /proc/PID/stat.
+fn proc_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?) / tck)
+}
+
+/// A process's peak resident set, MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// The floor: receives destroy events and discards them until `stop`; its thread's CPU
+/// seconds, the events and the overruns. Its receive buffer is the monitor's (4 MiB,
+/// forced when the capability allows, as the monitor does).
+fn floor(stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> (f64, u64, u64) {
+    let mut s = Socket::new(NETLINK_SOCK_DIAG).unwrap();
+    s.bind(&SocketAddr::new(0, 0)).unwrap();
+    for g in [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY] {
+        s.add_membership(g).unwrap();
+    }
+    let n: libc::c_int = 4 << 20;
+    // SAFETY: a valid fd and a c_int of the given size.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let p = (&raw const n).cast();
+        let len = size_of::<libc::c_int>() as libc::socklen_t;
+        if libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, p, len) != 0 {
+            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len);
+        }
+    }
+    s.set_non_blocking(true).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut events, mut overruns) = (0u64, 0u64);
+    ready.store(true, Ordering::Relaxed);
+    let c0 = thread_cpu_ns();
+    while !stop.load(Ordering::Relaxed) {
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&s),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&raw mut pfd, 1, 100) };
+        loop {
+            match s.recv(&mut &mut buf[..], 0) {
+                Ok(n) => {
+                    // Count the messages in the datagram (each is one destroyed socket).
+                    let mut off = 0;
+                    while off + 16 <= n {
+                        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap());
+                        if len < 16 {
+                            break;
+                        }
+                        events += 1;
+                        off += (len as usize + 3) & !3;
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => overruns += 1,
+                Err(_) => break,
+            }
+        }
+    }
+    ((thread_cpu_ns() - c0) as f64 / 1e9, events, overruns)
+}
+
+fn scrape(port: u16, name: &str) -> f64 {
+    use std::io::Write;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+struct Outcome {
+    rate: f64,
+    made: u64,
+    cpu_us: f64,
+    floor_us: f64,
+    written: f64,
+    lost: f64,
+    dropped: f64,
+    refused: f64,
+    overruns: f64,
+    floor_overruns: u64,
+    peak_mib: f64,
+}
+
+/// One run: `rate` connections a second (0: as many as the generator makes) for `secs`,
+/// the monitor writing to stdout (`gzip` false) or gzip files.
+fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let http = 19_000 + (std::process::id() % 1000) as u16;
+    let dir = tempfile::tempdir().unwrap();
+    let filter = format!("sport {0} or dport {0}", a.port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cgmon-rs"));
+    cmd.args(["-run-interval", "100ms", "--filter", &filter])
+        .args(["-run-http-server", &format!("127.0.0.1:{http}")])
+        .stderr(Stdio::null());
+    if gzip {
+        cmd.args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"]);
+        cmd.stdout(Stdio::null());
+    } else {
+        cmd.stdout(Stdio::piped());
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    // stdout: a pipe `cat` drains, as a log shipper would.
+    let cat = child
+        .stdout
+        .take()
+        .map(|out| Command::new("cat").stdin(out).stdout(Stdio::null()).spawn().unwrap());
+    let (stop_floor, ready) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let floor_t = {
+        let (s, r) = (stop_floor.clone(), ready.clone());
+        std::thread::spawn(move || floor(s, r))
+    };
+    while !ready.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_secs(1)); // the monitor's start
+    let c0 = proc_cpu_s(pid).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = Instant::now();
+    let generator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
+    };
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let made = generator.join().unwrap();
+    let elapsed = t.elapsed().as_secs_f64();
+    // The last events and records through (the destroy grace, the writer's turn).
+    let settle = Instant::now();
+    let done = AtomicU64::new(0);
+    while settle.elapsed() < Duration::from_secs(15) {
+        let w = scrape(http, "cgmon_records_written_total")
+            + scrape(http, "cgmon_records_lost_total")
+            + scrape(http, "cgmon_records_dropped_total")
+            + scrape(http, "cgmon_flows_refused_total");
+        if w >= 2.0 * made as f64 || done.swap(w as u64, Ordering::Relaxed) == w as u64 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let cpu = proc_cpu_s(pid).unwrap() - c0;
+    stop_floor.store(true, Ordering::Relaxed);
+    let (floor_cpu, _events, floor_overruns) = floor_t.join().unwrap();
+    let o = Outcome {
+        rate: made as f64 / elapsed,
+        made,
+        cpu_us: cpu / made as f64 * 1e6,
+        floor_us: floor_cpu / made as f64 * 1e6,
+        written: scrape(http, "cgmon_records_written_total"),
+        lost: scrape(http, "cgmon_records_lost_total"),
+        dropped: scrape(http, "cgmon_records_dropped_total"),
+        refused: scrape(http, "cgmon_flows_refused_total"),
+        overruns: scrape(http, "cgmon_destroy_overruns_total"),
+        floor_overruns,
+        peak_mib: peak_rss_mib(pid),
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    if let Some(mut c) = cat {
+        c.wait().unwrap();
+    }
+    o
+}
+
+/// What each gzip level costs on real records (`levels FILE`): CPU per record and bytes per
+/// record, compressing the file's lines as the writer does (a record at a time into one
+/// stream), best of three.
+fn levels(path: &str) {
+    use std::io::Write;
+    let text = std::fs::read(path).unwrap();
+    let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+    println!(
+        "{} records, {:.0} B each uncompressed",
+        lines.len(),
+        text.len() as f64 / lines.len() as f64
+    );
+    println!("level | µs per record | bytes per record | ratio");
+    for level in [1, 2, 3, 6, 9] {
+        let mut best = f64::INFINITY;
+        let mut size = 0;
+        for _ in 0..3 {
+            let t = thread_cpu_ns();
+            let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+            for l in &lines {
+                z.write_all(l).unwrap();
+            }
+            size = z.finish().unwrap().len();
+            best = best.min((thread_cpu_ns() - t) as f64 / 1e3 / lines.len() as f64);
+        }
+        println!(
+            "{level} | {best:.2} | {:.0} | {:.1}",
+            size as f64 / lines.len() as f64,
+            text.len() as f64 / size as f64
+        );
+    }
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --all-targets`: a benchmark of minutes, not a test
+    }
+    let mut a = std::env::args().skip(1).filter(|a| a != "--bench").peekable();
+    if a.peek().is_some_and(|x| x == "levels") {
+        let path = a.nth(1).expect("levels FILE: a file of JSON records, one a line");
+        return levels(&path);
+    }
+    let secs: u64 = a.next().map_or(10, |v| v.parse().unwrap());
+    let mut rates: Vec<u64> = a.map(|v| if v == "max" { 0 } else { v.parse().unwrap() }).collect();
+    if rates.is_empty() {
+        rates = vec![0, 2000];
+    }
+    println!(
+        "rate asked | output | conn/s | monitor µs/conn | floor µs/conn | × floor | records / 2×conns | lost | dropped | refused | overruns (monitor, floor) | peak RSS MiB"
+    );
+    for rate in rates {
+        for gzip in [false, true] {
+            let o = run(secs, rate, gzip);
+            println!(
+                "{} | {} | {:.0} | {:.1} | {:.2} | {:.1} | {}/{} ({:.1} %) | {} | {} | {} | {}, {} | {:.1}",
+                if rate == 0 { "max".to_string() } else { rate.to_string() },
+                if gzip { "gzip" } else { "stdout" },
+                o.rate,
+                o.cpu_us,
+                o.floor_us,
+                o.cpu_us / o.floor_us,
+                o.written,
+                2 * o.made,
+                o.written / (2 * o.made) as f64 * 100.0,
+                o.lost,
+                o.dropped,
+                o.refused,
+                o.overruns,
+                o.floor_overruns,
+                o.peak_mib
+            );
+        }
+    }
+}
