@@ -72,9 +72,30 @@ impl DestroyListener<NetlinkSource> {
         netns: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
         filter: Option<Expr>,
     ) -> io::Result<Self> {
-        let opts = SocketOptions { rcvbuf: Some(DESTROY_RCVBUF), rcvbuf_force: None };
         let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
-        let source = NetlinkSource::open_in(netns, opts, &groups)?;
+        // SO_RCVBUFFORCE first (CAP_NET_ADMIN): SO_RCVBUF is capped at net.core.rmem_max,
+        // 208 KiB by default, which overruns at high churn (docs/kernel.md, "Destroy
+        // events"). Without the capability, what rmem_max allows, and a warning if short.
+        let forced = SocketOptions { rcvbuf: None, rcvbuf_force: Some(DESTROY_RCVBUF) };
+        let source = match NetlinkSource::open_in(netns.clone(), forced, &groups) {
+            Ok(s) => s,
+            Err(_) => {
+                let capped = SocketOptions { rcvbuf: Some(DESTROY_RCVBUF), rcvbuf_force: None };
+                NetlinkSource::open_in(netns, capped, &groups)?
+            }
+        };
+        // The kernel reports twice what was set (its bookkeeping).
+        if let Ok(got) = source.rcvbuf()
+            && got / 2 < DESTROY_RCVBUF
+        {
+            tracing::warn!(
+                bytes = got / 2,
+                wanted = DESTROY_RCVBUF,
+                "destroy events' receive buffer is capped by net.core.rmem_max; at thousands of \
+                 closes a second events may be lost (counted as cgmon_destroy_overruns_total): \
+                 raise the sysctl to 4194304 or grant CAP_NET_ADMIN"
+            );
+        }
         Ok(Self::new(source, filter))
     }
 }
