@@ -6,6 +6,7 @@
 //! ```text
 //! cargo bench --bench churn -- [SECS] [RATE ...]
 //! cargo bench --bench churn -- levels FILE   (what each gzip level costs on FILE's records)
+//! cargo bench --bench churn -- writer [N]     (the stdout writer alone into a pipe `cat` reads)
 //! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
 //! For each rate (default: `max`, the most the generator makes with the monitor running,
@@ -219,6 +220,54 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     o
 }
 
+/// The stdout writer alone (`writer [N]`): N one-sample records (a connection that opened
+/// and closed between two dumps), serialized and written to a pipe that `cat` drains to
+/// /dev/null, in batches of 64 as the analyzer hands them on; records a second, wall clock
+/// from the first batch to the last record written.
+fn writer(n: usize) {
+    use cgmon_rs::analysis::{AnalyzerConfig, analyze};
+    use cgmon_rs::edges::Batch;
+    use cgmon_rs::testkit::SockBuilder;
+    use cgmon_rs::writer::{Target, Writer, WriterConfig};
+    let cfg = AnalyzerConfig::default();
+    let records: Vec<_> = (0..n as u64)
+        .map(|i| {
+            let s = SockBuilder::new(i + 1, 40000 + (i % 20000) as u16, 443).rtt_us(50).cwnd(10);
+            analyze(&mut cgmon_rs::tracker::testing::ended_flow(&[(1_000_000_000, s)]), &cfg)
+        })
+        .collect();
+    let size = serde_json::to_vec(&records[0]).unwrap().len() + 1;
+    let mut cat = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let pipe = cat.stdin.take().unwrap();
+    let m = Arc::new(cgmon_rs::metrics::Metrics::default());
+    let wc = WriterConfig {
+        target: Target::Stdout,
+        pretty: false,
+        rotate_size: None,
+        rotate_interval: None,
+        backlog_bytes: 64 << 20,
+        samples: None,
+    };
+    let mut w = Writer::to_stream(wc, Box::new(pipe), m.clone()).unwrap();
+    let (t, c0) = (Instant::now(), thread_cpu_ns());
+    let mut it = records.into_iter().peekable();
+    while it.peek().is_some() {
+        let records: Vec<_> = it.by_ref().take(64).collect();
+        w.write_batch(Batch { records, samples: Vec::new(), queued_bytes: 0 }).unwrap();
+        w.tick(Instant::now()).unwrap();
+    }
+    let serialize_us = (thread_cpu_ns() - c0) as f64 / 1e3 / n as f64;
+    w.close(Duration::from_secs(60)).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(m.records_written.get(), n as u64, "every record written");
+    cat.wait().unwrap();
+    println!(
+        "stdout writer: {n} one-sample records of {size} B in {secs:.2} s: {:.0} records/s; \
+         the writer thread's CPU {serialize_us:.2} µs a record",
+        n as f64 / secs
+    );
+}
+
 /// What each gzip level costs on real records (`levels FILE`): CPU per record and bytes per
 /// record, compressing the file's lines as the writer does (a record at a time into one
 /// stream), best of three.
@@ -257,6 +306,10 @@ fn main() {
         return; // `cargo test --all-targets`: a benchmark of minutes, not a test
     }
     let mut a = std::env::args().skip(1).filter(|a| a != "--bench").peekable();
+    if a.peek().is_some_and(|x| x == "writer") {
+        let n = a.nth(1).map_or(300_000, |v| v.parse().unwrap());
+        return writer(n);
+    }
     if a.peek().is_some_and(|x| x == "levels") {
         let path = a.nth(1).expect("levels FILE: a file of JSON records, one a line");
         return levels(&path);

@@ -674,7 +674,7 @@ mod spaces;
 mod tiers;
 pub mod views;
 
-#[cfg(test)]
-pub(crate) mod testing;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testing;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
-//! Flows for the analyzer's and writer's tests: samples fed through a real tracker.
+//! Flows for the analyzer's and writer's tests and benches (the `testkit` feature): samples
+//! fed through a real tracker.
 
 use super::{EndedFlow, Tracker, TrackerConfig};
 use crate::wire::build::SockBuilder;
@@ -7,7 +8,7 @@ use crate::wire::sock::batch;
 /// Feeds one socket's samples (time, builder) through a tracker and ends the flow with a
 /// destroy event built from the last one (state CLOSE). The flow is not partial, and it is
 /// gathered, as the analyzer stage has it.
-pub(crate) fn ended_flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
+pub fn ended_flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
     let mut e = ended_flow_held(samples);
     e.gather();
     e
@@ -15,7 +16,7 @@ pub(crate) fn ended_flow(samples: &[(u64, SockBuilder)]) -> EndedFlow {
 
 /// As [`ended_flow`], as the tracker hands it on: its older samples may still lie in the
 /// tracker's pool blocks.
-pub(crate) fn ended_flow_held(samples: &[(u64, SockBuilder)]) -> EndedFlow {
+pub fn ended_flow_held(samples: &[(u64, SockBuilder)]) -> EndedFlow {
     let mut t = Tracker::new(TrackerConfig::default());
     let mut out = Vec::new();
     t.begin_dump();
