@@ -172,6 +172,15 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     }
     std::thread::sleep(Duration::from_secs(1)); // the monitor's start
     let c0 = proc_cpu_s(pid).unwrap();
+    // PERF=FILE: a perf profile of the monitor over the run (for looking, not for figures).
+    let perf = std::env::var("PERF").ok().map(|out| {
+        Command::new("perf")
+            .args(["record", "-g", "-o", &out, "-p", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let t = Instant::now();
     let generator = {
@@ -182,6 +191,11 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     stop.store(true, Ordering::Relaxed);
     let made = generator.join().unwrap();
     let elapsed = t.elapsed().as_secs_f64();
+    if let Some(p) = perf {
+        // SAFETY: signalling our own child; perf writes its file on SIGINT.
+        unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
+        let _ = p.wait_with_output();
+    }
     // The last events and records through (the destroy grace, the writer's turn).
     let settle = Instant::now();
     let done = AtomicU64::new(0);
@@ -230,12 +244,15 @@ fn writer(n: usize) {
     use cgmon_rs::testkit::SockBuilder;
     use cgmon_rs::writer::{Target, Writer, WriterConfig};
     let cfg = AnalyzerConfig::default();
-    let records: Vec<_> = (0..n as u64)
+    let mut ended: Vec<_> = (0..n as u64)
         .map(|i| {
             let s = SockBuilder::new(i + 1, 40000 + (i % 20000) as u16, 443).rtt_us(50).cwnd(10);
-            analyze(&mut cgmon_rs::tracker::testing::ended_flow(&[(1_000_000_000, s)]), &cfg)
+            cgmon_rs::tracker::testing::ended_flow(&[(1_000_000_000, s)])
         })
         .collect();
+    let c0 = thread_cpu_ns();
+    let records: Vec<_> = ended.iter_mut().map(|e| analyze(e, &cfg)).collect();
+    let analyze_us = (thread_cpu_ns() - c0) as f64 / 1e3 / n as f64;
     let size = serde_json::to_vec(&records[0]).unwrap().len() + 1;
     let mut cat = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
     let pipe = cat.stdin.take().unwrap();
@@ -263,7 +280,8 @@ fn writer(n: usize) {
     cat.wait().unwrap();
     println!(
         "stdout writer: {n} one-sample records of {size} B in {secs:.2} s: {:.0} records/s; \
-         the writer thread's CPU {serialize_us:.2} µs a record",
+         the writer thread's CPU {serialize_us:.2} µs a record; analysis {analyze_us:.2} µs a \
+         record",
         n as f64 / secs
     );
 }
@@ -323,7 +341,12 @@ fn main() {
         "rate asked | output | conn/s | monitor µs/conn | floor µs/conn | × floor | records / 2×conns | lost | dropped | refused | overruns (monitor, floor) | peak RSS MiB"
     );
     for rate in rates {
+        // OUTPUT=stdout or gzip: that one only.
+        let only = std::env::var("OUTPUT").ok();
         for gzip in [false, true] {
+            if only.as_deref().is_some_and(|o| (o == "gzip") != gzip) {
+                continue;
+            }
             let o = run(secs, rate, gzip);
             println!(
                 "{} | {} | {:.0} | {:.1} | {:.2} | {:.1} | {}/{} ({:.1} %) | {} | {} | {} | {}, {} | {:.1}",

@@ -308,3 +308,19 @@ fn a_recent_entry_is_about_43_kb() {
     // 42,248 B when measured, plus its strings (times, addresses, names: a few hundred).
     assert!((41_500..=43_000).contains(&bytes), "{bytes} B: update the figure");
 }
+
+#[test]
+fn a_one_sample_record_leaves_out_the_placeholder_correlations() {
+    let s = SockBuilder::new(7, 40000, 443).rtt_us(50).cwnd(10);
+    let one = analyze(&mut flow(&[(1_000_000_000, s.clone())]), &cfg());
+    let v = serde_json::to_value(&one).unwrap();
+    assert!(v.get("Correlations").is_none(), "{v}");
+    // cgmon's fields keep their sentinel.
+    assert_eq!(v["CorrRTTCwnd"], -3.0);
+    let two = analyze(
+        &mut flow(&[(1_000_000_000, s.clone()), (2_000_000_000, s.rtt_us(80).cwnd(20))]),
+        &cfg(),
+    );
+    let v = serde_json::to_value(&two).unwrap();
+    assert_eq!(v["Correlations"]["RTTCwnd"]["N"], 2, "{v}");
+}

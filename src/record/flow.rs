@@ -127,6 +127,13 @@ pub struct Correlations {
     pub pacing_cwnd: CorrDetail,
 }
 
+impl Correlations {
+    /// True when no correlation had two sample pairs to be computed from.
+    pub fn none_defined(&self) -> bool {
+        [self.rtt_cwnd, self.retrans_cwnd, self.pacing_cwnd].iter().all(|c| c.n < 2)
+    }
+}
+
 /// The throughput of a record that has none to give (a flow of one sample with no busy time
 /// from the kernel, or the receive side of any flow of one sample). cgmon has no sentinel
 /// for throughputs; like its correlations' -2 and -3, a negative number cannot be a rate
@@ -247,8 +254,10 @@ pub struct FlowStats {
     /// Seven-number summary of tcpi_delivery_rate, Mbit/s.
     #[serde(rename = "DeliveryRateSummary", skip_serializing_if = "Option::is_none")]
     pub delivery_rate_summary: Option<[f64; 7]>,
-    /// Pearson and Spearman with p-values and effective sample sizes.
-    #[serde(rename = "Correlations")]
+    /// Pearson and Spearman with p-values and effective sample sizes; absent when no
+    /// correlation had two samples (a flow of one sample: each would be the `-3`
+    /// placeholder, which cgmon's `Corr*Cwnd` fields already carry; docs/records.md).
+    #[serde(rename = "Correlations", skip_serializing_if = "Correlations::none_defined")]
     pub correlations: Correlations,
     /// Bytes received during the sampled span over its length, Mbit/s; [`UNKNOWN_RATE`]
     /// for a flow of one sample (the kernel keeps no receive-side busy time).
