@@ -126,6 +126,7 @@ struct Outcome {
     overruns: f64,
     floor_overruns: u64,
     peak_mib: f64,
+    exact_per_conn: f64,
 }
 
 /// One run: `rate` connections a second (0: as many as the generator makes) for `secs`,
@@ -224,6 +225,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         overruns: scrape(http, "cgmon_destroy_overruns_total"),
         floor_overruns,
         peak_mib: peak_rss_mib(pid),
+        exact_per_conn: scrape(http, "cgmon_exact_requests_total") / made as f64,
     };
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -338,7 +340,7 @@ fn main() {
         rates = vec![0, 2000];
     }
     println!(
-        "rate asked | output | conn/s | monitor µs/conn | floor µs/conn | × floor | records / 2×conns | lost | dropped | refused | overruns (monitor, floor) | peak RSS MiB"
+        "rate asked | output | conn/s | monitor µs/conn | floor µs/conn | × floor | records / 2×conns | lost | dropped | refused | overruns (monitor, floor) | peak RSS MiB | exact requests/conn"
     );
     for rate in rates {
         // OUTPUT=stdout or gzip: that one only.
@@ -349,7 +351,7 @@ fn main() {
             }
             let o = run(secs, rate, gzip);
             println!(
-                "{} | {} | {:.0} | {:.1} | {:.2} | {:.1} | {}/{} ({:.1} %) | {} | {} | {} | {}, {} | {:.1}",
+                "{} | {} | {:.0} | {:.1} | {:.2} | {:.1} | {}/{} ({:.1} %) | {} | {} | {} | {}, {} | {:.1} | {:.2}",
                 if rate == 0 { "max".to_string() } else { rate.to_string() },
                 if gzip { "gzip" } else { "stdout" },
                 o.rate,
@@ -364,7 +366,8 @@ fn main() {
                 o.refused,
                 o.overruns,
                 o.floor_overruns,
-                o.peak_mib
+                o.peak_mib,
+                o.exact_per_conn
             );
         }
     }

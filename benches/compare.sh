@@ -46,9 +46,11 @@ if [ -z "$old_bin" ]; then
 fi
 new_bin="$here/$(bench_bin "$here")"
 out=$(mktemp)
+# ONLY_ALL=1 (with --all): skip the tracker's paired figures.
+[ -n "${ONLY_ALL:-}" ] && rounds_paired=0 || rounds_paired=$rounds
 # The build run second in a round came out 10-20 ns per socket slower, whichever it was
 # (benches/RESULTS.md, seventh session): alternate which goes first.
-for r in $(seq "$rounds"); do
+for r in $(seq "$rounds_paired"); do
     order="old new"; [ $((r % 2)) = 0 ] && order="new old"
     for b in $order; do
         bin=old_bin; [ "$b" = new ] && bin=new_bin
@@ -106,7 +108,8 @@ for bench in decode dump exact tracker; do
         order="old new"; [ $((r % 2)) = 0 ] && order="new old"
         for b in $order; do
             bin=$ob; dir=$wt; [ "$b" = new ] && bin=$nb && dir=$here
-            (cd "$dir" && "$bin" --bench --warm-up-time 1 --measurement-time 3 --noplot 2>&1) |
+            # (An old bench that fails its own checks must not end the comparison.)
+            (cd "$dir" && "$bin" --bench --warm-up-time 1 --measurement-time 3 --noplot 2>&1 || true) |
                 python3 -c '
 import re, sys
 text = sys.stdin.read()
@@ -137,7 +140,8 @@ for n in names:
 PY
 rm -f "$out"
 
-# The release-binary benchmarks: this tree's harness runs both binaries.
+# The release-binary benchmarks: this tree's harness runs both binaries (NO_BINARIES=1: not).
+[ -n "${NO_BINARIES:-}" ] && exit 0
 (cd "$wt" && CARGO_TARGET_DIR=$old_target cargo build --release --quiet)
 old_exe=$old_target/release/cgmon-rs
 echo
