@@ -49,6 +49,31 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// A process's resident set now, MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// Voluntary context switches (sleeps) of each of a process's threads, by thread name.
+fn switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let name = st.lines().find_map(|l| l.strip_prefix("Name:")).unwrap_or("?").trim();
+        let n: u64 = st
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        *out.entry(name.to_string()).or_default() += n;
+    }
+    out
+}
+
 /// The floor: receives destroy events and discards them until `stop`; its thread's CPU
 /// seconds, the events and the overruns. Its receive buffer is the monitor's (4 MiB,
 /// forced when the capability allows, as the monitor does).
@@ -127,6 +152,10 @@ struct Outcome {
     floor_overruns: u64,
     peak_mib: f64,
     exact_per_conn: f64,
+    /// RSS at each second of the run, MiB.
+    rss: Vec<f64>,
+    /// Each thread's sleeps a second.
+    sleeps: String,
 }
 
 /// One run: `rate` connections a second (0: as many as the generator makes) for `secs`,
@@ -173,6 +202,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     }
     std::thread::sleep(Duration::from_secs(1)); // the monitor's start
     let c0 = proc_cpu_s(pid).unwrap();
+    let sw0 = switches(pid);
     // PERF=FILE: a perf profile of the monitor over the run (for looking, not for figures).
     let perf = std::env::var("PERF").ok().map(|out| {
         Command::new("perf")
@@ -188,10 +218,21 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         let stop = stop.clone();
         std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
     };
-    std::thread::sleep(Duration::from_secs(secs));
+    // RSS each second of the run: flat after the first seconds, or growing?
+    let mut rss = Vec::new();
+    for _ in 0..secs {
+        std::thread::sleep(Duration::from_secs(1));
+        rss.push(rss_mib(pid));
+    }
     stop.store(true, Ordering::Relaxed);
     let made = generator.join().unwrap();
     let elapsed = t.elapsed().as_secs_f64();
+    let sw: Vec<String> = switches(pid)
+        .into_iter()
+        .map(|(k, v)| {
+            format!("{k} {:.0}/s", (v - sw0.get(&k).copied().unwrap_or(0)) as f64 / elapsed)
+        })
+        .collect();
     if let Some(p) = perf {
         // SAFETY: signalling our own child; perf writes its file on SIGINT.
         unsafe { libc::kill(p.id() as i32, libc::SIGINT) };
@@ -226,6 +267,8 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         floor_overruns,
         peak_mib: peak_rss_mib(pid),
         exact_per_conn: scrape(http, "cgmon_exact_requests_total") / made as f64,
+        rss,
+        sleeps: sw.join(", "),
     };
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -369,6 +412,9 @@ fn main() {
                 o.peak_mib,
                 o.exact_per_conn
             );
+            let each: Vec<String> = o.rss.iter().map(|m| format!("{m:.0}")).collect();
+            println!("  RSS MiB each second: {}", each.join(" "));
+            println!("  sleeps (voluntary context switches): {}", o.sleeps);
         }
     }
 }

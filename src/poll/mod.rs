@@ -257,8 +257,15 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
             }
             () = rest => p.destroy_rest_until = None,
             (ns, b) = spaces::next_destroy_any(&mut p.spaces), if resting.is_none() => {
+                // A batch that stopped at its cap leaves events waiting: no rest then.
+                let more = b.as_ref().is_ok_and(|b| b.full);
                 p.on_destroy(ns, b);
-                p.destroy_rest_until = Some(tokio::time::Instant::now() + p.destroy_rest);
+                if !more {
+                    p.destroy_rest_until = Some(tokio::time::Instant::now() + p.destroy_rest);
+                    for d in p.spaces.iter_mut().filter_map(|sp| sp.destroy.as_mut()) {
+                        d.rest();
+                    }
+                }
             }
             Some(u) = next_update(&mut updates) => {
                 spaces::update(&mut p.spaces, u, &mut p.tracker, &mut p.out);
@@ -286,9 +293,15 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
 /// How long the loop leaves the destroy sockets alone after reading them: the events that
 /// come meanwhile wait in the socket's buffer and are read together. Woken for every event,
 /// the loop spent a fifth of its CPU at 2,000 connections a second going to sleep and
-/// waking again (benches/RESULTS.md, issue 34); the flows they end wait for the next tick
-/// in any case. 10 ms of events at 30,000 a second is ~200 KB, within the buffer (4 MiB).
-pub const DESTROY_REST: Duration = Duration::from_millis(10);
+/// waking again, and on this VM each wake-up costs tens of µs (benches/RESULTS.md, issue
+/// 34); the flows they end wait for the next tick in any case. 50 ms of events at 30,000 a
+/// second (15,000 connections) is ~1,500 events, ~2 MB as the kernel counts them, within
+/// the 4 MiB buffer. Never more than half the interval.
+pub const DESTROY_REST: Duration = Duration::from_millis(50);
+
+/// The rest when a destroy socket's buffer is capped (net.core.rmem_max, 208 KiB by
+/// default): 10 ms of events at 15,000 a second fit in it.
+pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(10);
 
 /// The loop's state between ticks: the flow table, the namespaces' samplers, the flows
 /// ended since the last hand-off, the schedule and its pace.
@@ -314,7 +327,8 @@ struct Poll<S, D> {
     backoff_until: Option<tokio::time::Instant>,
     /// The destroy sockets are left alone until then ([`DESTROY_REST`]).
     destroy_rest_until: Option<tokio::time::Instant>,
-    /// [`DESTROY_REST`], or half the interval when that is shorter.
+    /// [`DESTROY_REST`] ([`DESTROY_REST_CAPPED`] with a capped buffer), or half the
+    /// interval when that is shorter.
     destroy_rest: Duration,
     overrun_warn: RateLimited,
     drop_warn: RateLimited,
@@ -338,7 +352,9 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
         metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
         metrics.netns_sampled.set(spaces.len() as u64);
-        let destroy_rest = DESTROY_REST.min(cfg.interval / 2);
+        let capped = spaces.iter().any(|sp| sp.destroy.as_ref().is_some_and(|d| d.capped()));
+        let rest = if capped { DESTROY_REST_CAPPED } else { DESTROY_REST };
+        let destroy_rest = rest.min(cfg.interval / 2);
         Self {
             tracker,
             spaces,

@@ -47,12 +47,20 @@ pub struct DestroyBatch {
     pub filtered: u32,
     /// Events that did not decode, or were cut short.
     pub malformed: u32,
+    /// It stopped at [`MAX_DATAGRAMS_PER_BATCH`]: more events wait now.
+    pub full: bool,
 }
 
 /// Listens for TCP destroy events.
 pub struct DestroyListener<S> {
     source: S,
     filter: Option<Expr>,
+    /// Its receive buffer is smaller than [`DESTROY_RCVBUF`] (net.core.rmem_max capped it):
+    /// it must be read more often.
+    capped: bool,
+    /// Each event is received here, then copied out at its size: a buffer of
+    /// [`EVENT_BUFSIZE`] kept per event was 8 KiB allocated for ~600 bytes.
+    scratch: Vec<u8>,
 }
 
 impl DestroyListener<NetlinkSource> {
@@ -85,9 +93,9 @@ impl DestroyListener<NetlinkSource> {
             }
         };
         // The kernel reports twice what was set (its bookkeeping).
-        if let Ok(got) = source.rcvbuf()
-            && got / 2 < DESTROY_RCVBUF
-        {
+        let capped = source.rcvbuf().is_ok_and(|got| got / 2 < DESTROY_RCVBUF);
+        if capped {
+            let got = source.rcvbuf().unwrap_or(0);
             tracing::warn!(
                 bytes = got / 2,
                 wanted = DESTROY_RCVBUF,
@@ -103,12 +111,28 @@ impl DestroyListener<NetlinkSource> {
 impl<S: DumpSource> DestroyListener<S> {
     /// Listens on `source`, which must already be subscribed.
     pub fn new(source: S, filter: Option<Expr>) -> Self {
-        Self { source, filter }
+        Self { source, filter, capped: false, scratch: Vec::with_capacity(EVENT_BUFSIZE) }
+    }
+
+    /// Stops being woken for each event until the next [`next_batch`](Self::next_batch):
+    /// the owner rests, and the events queue in the socket's buffer meanwhile.
+    pub fn rest(&mut self) {
+        self.source.quiet();
+    }
+
+    /// Whether net.core.rmem_max capped its receive buffer below [`DESTROY_RCVBUF`].
+    pub fn capped(&self) -> bool {
+        self.capped
     }
 
     /// The same listener over its source wrapped by `f` (e.g. into the program's `Source`).
     pub fn map_source<T>(self, f: impl FnOnce(S) -> T) -> DestroyListener<T> {
-        DestroyListener { source: f(self.source), filter: self.filter }
+        DestroyListener {
+            source: f(self.source),
+            filter: self.filter,
+            capped: self.capped,
+            scratch: self.scratch,
+        }
     }
 
     /// Waits for at least one event, then takes whatever else is already queued.
@@ -120,8 +144,9 @@ impl<S: DumpSource> DestroyListener<S> {
     /// A receive error other than ENOBUFS.
     pub async fn next_batch(&mut self) -> Result<DestroyBatch, SampleError> {
         let mut out = DestroyBatch::default();
-        let mut buf = Vec::with_capacity(EVENT_BUFSIZE);
-        let first = match self.source.recv(&mut buf).await {
+        // Received straight into the kept buffer (not taken out of `self`), so that a
+        // wait cancelled by the loop's other arms loses nothing.
+        let first = match self.source.recv(&mut self.scratch).await {
             Ok(r) => Some(r),
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 out.overruns += 1;
@@ -130,7 +155,7 @@ impl<S: DumpSource> DestroyListener<S> {
             Err(source) => return Err(SampleError::Io { op: "recv destroy event", source }),
         };
         if let Some(r) = first {
-            self.take(&mut out, buf, r.len, r.ts_ns);
+            take(self.filter.as_ref(), &mut out, &self.scratch, r.len, r.ts_ns);
         }
         self.drain_into(&mut out)?;
         Ok(out)
@@ -147,10 +172,13 @@ impl<S: DumpSource> DestroyListener<S> {
     }
 
     fn drain_into(&mut self, out: &mut DestroyBatch) -> Result<(), SampleError> {
-        while out.batch.datagrams.len() < MAX_DATAGRAMS_PER_BATCH {
-            let mut buf = Vec::with_capacity(EVENT_BUFSIZE);
-            match self.source.try_recv(&mut buf) {
-                Ok(Some(r)) => self.take(out, buf, r.len, r.ts_ns),
+        loop {
+            if out.batch.datagrams.len() >= MAX_DATAGRAMS_PER_BATCH {
+                out.full = true;
+                break;
+            }
+            match self.source.try_recv(&mut self.scratch) {
+                Ok(Some(r)) => take(self.filter.as_ref(), out, &self.scratch, r.len, r.ts_ns),
                 Ok(None) => break,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => out.overruns += 1,
                 Err(source) => {
@@ -160,45 +188,47 @@ impl<S: DumpSource> DestroyListener<S> {
         }
         Ok(())
     }
+}
 
-    fn take(&self, out: &mut DestroyBatch, buf: Vec<u8>, len: usize, ts_ns: u64) {
-        if len > buf.len() {
+/// Indexes the events of one datagram `buf` (`len` bytes as the kernel sent it) into
+/// `out`, keeping a copy of the datagram when any event passed `filter`.
+fn take(filter: Option<&Expr>, out: &mut DestroyBatch, buf: &[u8], len: usize, ts_ns: u64) {
+    if len > buf.len() {
+        out.malformed += 1;
+        return;
+    }
+    let dgram = out.batch.datagrams.len() as u32;
+    let before = out.batch.index.len();
+    for m in NlMsgIter::new(buf) {
+        let Ok(m) = m else {
             out.malformed += 1;
-            return;
+            break;
+        };
+        if m.kind != SOCK_DIAG_BY_FAMILY {
+            continue;
         }
-        let dgram = out.batch.datagrams.len() as u32;
-        let before = out.batch.index.len();
-        for m in NlMsgIter::new(&buf) {
-            let Ok(m) = m else {
-                out.malformed += 1;
-                break;
-            };
-            if m.kind != SOCK_DIAG_BY_FAMILY {
-                continue;
-            }
-            let Ok(mut idx) = index(m.payload) else {
-                out.malformed += 1;
-                continue;
-            };
-            idx.dgram = dgram;
-            idx.payload_off = m.payload_offset as u32;
-            let s = Sample::new(ts_ns, m.payload, &idx);
-            if s.protocol().is_some_and(|p| p != IPPROTO_TCP) {
-                continue;
-            }
-            if s.msg().dport() == 0 {
-                out.unconnected += 1;
-            } else if let Some(f) = &self.filter
-                && !f.matches(&s.key())
-            {
-                out.filtered += 1;
-                continue;
-            }
-            out.batch.index.push(idx);
+        let Ok(mut idx) = index(m.payload) else {
+            out.malformed += 1;
+            continue;
+        };
+        idx.dgram = dgram;
+        idx.payload_off = m.payload_offset as u32;
+        let s = Sample::new(ts_ns, m.payload, &idx);
+        if s.protocol().is_some_and(|p| p != IPPROTO_TCP) {
+            continue;
         }
-        if out.batch.index.len() > before {
-            out.batch.datagrams.push(Datagram { ts_ns, bytes: buf });
+        if s.msg().dport() == 0 {
+            out.unconnected += 1;
+        } else if let Some(f) = filter
+            && !f.matches(&s.key())
+        {
+            out.filtered += 1;
+            continue;
         }
+        out.batch.index.push(idx);
+    }
+    if out.batch.index.len() > before {
+        out.batch.datagrams.push(Datagram { ts_ns, bytes: buf.to_vec() });
     }
 }
 
@@ -236,5 +266,30 @@ mod tests {
         let script = ReplaySource::default().error(libc::EBADF);
         let mut l = DestroyListener::new(script, None);
         assert!(matches!(l.next_batch().await, Err(SampleError::Io { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_at_its_cap_and_says_more_wait() {
+        let script = (0..MAX_DATAGRAMS_PER_BATCH as u64 + 6)
+            .fold(ReplaySource::default(), |r, c| r.message(event(c + 1, 443)));
+        let mut l = DestroyListener::new(script, None);
+        let b = l.next_batch().await.unwrap();
+        assert!(b.full && b.batch.len() == MAX_DATAGRAMS_PER_BATCH);
+        let b = l.next_batch().await.unwrap();
+        assert!(!b.full && b.batch.len() == 6, "{}", b.batch.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_cancelled_by_the_loop_loses_nothing() {
+        // The loop's select! drops a waiting next_batch whenever a tick comes first.
+        let script = ReplaySource::default()
+            .at(std::time::Duration::from_millis(50), event(9, 443))
+            .then_silent();
+        let mut l = DestroyListener::new(script, None);
+        let short = std::time::Duration::from_millis(10);
+        assert!(tokio::time::timeout(short, l.next_batch()).await.is_err(), "cancelled");
+        let b = l.next_batch().await.unwrap();
+        assert_eq!((b.batch.len(), b.malformed), (1, 0));
+        assert_eq!(b.batch.get(0).unwrap().key().cookie, 9);
     }
 }

@@ -41,6 +41,11 @@ pub trait DumpSource {
     /// # Errors
     /// Reopening the socket failed.
     fn reset(&mut self) -> io::Result<()>;
+
+    /// Not to be woken for what arrives until the next [`recv`](Self::recv): the owner
+    /// rests, and reads what queued meanwhile with [`try_recv`](Self::try_recv) or `recv`.
+    /// Nothing by default.
+    fn quiet(&mut self) {}
 }
 
 /// `recv` for a source whose answers are all queued by the time it is asked (scripts,

@@ -29,7 +29,7 @@ pub struct SocketOptions {
 /// is how cgmon silently lost sockets (its B17). We keep the `AsyncFd` ourselves and call
 /// netlink-sys's `Socket::recv` with `MSG_TRUNC`, which returns the datagram's real length.
 pub struct NetlinkSource {
-    fd: AsyncFd<Socket>,
+    fd: Fd,
     opts: SocketOptions,
     groups: Vec<u32>,
     /// The network namespace the socket was made in, when not the monitor's own: a socket
@@ -65,7 +65,7 @@ impl NetlinkSource {
         opts: SocketOptions,
         groups: &[u32],
     ) -> io::Result<Self> {
-        let fd = Self::make(netns.as_deref(), opts, groups)?;
+        let fd = Fd::Watched(Self::make(netns.as_deref(), opts, groups)?);
         Ok(Self { fd, opts, groups: groups.to_vec(), netns })
     }
 
@@ -116,7 +116,7 @@ impl NetlinkSource {
     /// # Errors
     /// getsockopt(2) failed.
     pub fn rcvbuf(&self) -> io::Result<usize> {
-        self.fd.get_ref().get_rx_buf_sz()
+        self.fd.socket()?.get_rx_buf_sz()
     }
 }
 
@@ -164,7 +164,7 @@ fn set_rcvbuf_force(s: &Socket, n: usize) -> io::Result<()> {
 impl DumpSource for NetlinkSource {
     async fn send(&mut self, request: &[u8]) -> io::Result<()> {
         loop {
-            let mut guard = self.fd.writable().await?;
+            let mut guard = self.fd.watched()?.writable().await?;
             match guard.try_io(|fd| fd.get_ref().send(request, 0)) {
                 Ok(r) => return r.map(|_| ()),
                 Err(_would_block) => continue,
@@ -175,7 +175,7 @@ impl DumpSource for NetlinkSource {
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
         buf.clear();
         loop {
-            let mut guard = self.fd.readable().await?;
+            let mut guard = self.fd.watched()?.readable().await?;
             match guard.try_io(|fd| fd.get_ref().recv(buf, libc::MSG_TRUNC)) {
                 Ok(Ok(len)) => return Ok(Received { len, ts_ns: monotonic_ns() }),
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -188,7 +188,7 @@ impl DumpSource for NetlinkSource {
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>> {
         buf.clear();
         loop {
-            match self.fd.get_ref().recv(buf, libc::MSG_TRUNC | libc::MSG_DONTWAIT) {
+            match self.fd.socket()?.recv(buf, libc::MSG_TRUNC | libc::MSG_DONTWAIT) {
                 Ok(len) => return Ok(Some(Received { len, ts_ns: monotonic_ns() })),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -198,8 +198,64 @@ impl DumpSource for NetlinkSource {
     }
 
     fn reset(&mut self) -> io::Result<()> {
-        self.fd = Self::make(self.netns.as_deref(), self.opts, &self.groups)?;
+        self.fd = Fd::Watched(Self::make(self.netns.as_deref(), self.opts, &self.groups)?);
         Ok(())
+    }
+
+    fn quiet(&mut self) {
+        self.fd.quiet();
+    }
+}
+
+/// The socket, watched by tokio's reactor (epoll) or, while the owner rests, not: a
+/// multicast socket watched is a wake-up of a runtime thread for every datagram the kernel
+/// queues, whether or not a task waits on it (2,000 a second at 1,000 closes a second),
+/// so the destroy listener takes its socket out of epoll while it rests (two `epoll_ctl`
+/// calls a rest instead).
+enum Fd {
+    Watched(AsyncFd<Socket>),
+    Quiet(Socket),
+    /// Only when registering again failed; [`DumpSource::reset`] makes a new socket.
+    Lost,
+}
+
+impl Fd {
+    fn socket(&self) -> io::Result<&Socket> {
+        match self {
+            Fd::Watched(a) => Ok(a.get_ref()),
+            Fd::Quiet(s) => Ok(s),
+            Fd::Lost => {
+                Err(io::Error::other("sock_diag socket lost to a failed epoll registration"))
+            }
+        }
+    }
+
+    /// The socket, watched again if it was quiet.
+    fn watched(&mut self) -> io::Result<&AsyncFd<Socket>> {
+        if let Fd::Quiet(_) = self {
+            let Fd::Quiet(s) = std::mem::replace(self, Fd::Lost) else { unreachable!() };
+            // SAFETY: as in `make`: the AsyncFd owns the Socket, whose fd is stable.
+            *self = match unsafe { AsyncFd::register(s) } {
+                Ok(a) => Fd::Watched(a),
+                Err(e) => {
+                    let (s, err) = e.into_parts();
+                    *self = Fd::Quiet(s);
+                    return Err(err);
+                }
+            };
+        }
+        match self {
+            Fd::Watched(a) => Ok(a),
+            _ => Err(io::Error::other("sock_diag socket lost to a failed epoll registration")),
+        }
+    }
+
+    /// Out of epoll until [`watched`](Self::watched) again.
+    fn quiet(&mut self) {
+        if let Fd::Watched(_) = self {
+            let Fd::Watched(a) = std::mem::replace(self, Fd::Lost) else { unreachable!() };
+            *self = Fd::Quiet(a.into_inner());
+        }
     }
 }
 
@@ -262,6 +318,12 @@ impl DumpSource for Source {
         match self {
             Source::Netlink(x) => x.reset(),
             Source::Other(x) => x.reset_now(),
+        }
+    }
+
+    fn quiet(&mut self) {
+        if let Source::Netlink(x) = self {
+            x.quiet();
         }
     }
 }
