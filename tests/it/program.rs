@@ -622,8 +622,8 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let churn = t.elapsed();
-    // Until every record has reached the writer (or 15 s): written (into the pipe's 64 KiB)
-    // or held in its backlog.
+    // Until every record has reached the writer (or 15 s): written (into the pipe, which the
+    // monitor widens to 1 MiB) or held in its backlog.
     let value = |text: &str, name: &str| -> f64 {
         let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}"));
         line.rsplit(' ').next().unwrap().parse().unwrap()
@@ -647,7 +647,8 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
     go.send(()).unwrap();
     assert_eq!(dropped, 0.0, "{text}");
     assert_eq!(held + written, 3000.0, "{text}");
-    assert!(written < 100.0, "the reader took {written}: it was meant to be stalled");
+    // The monitor widens the pipe to 1 MiB (records of 1-2 KB: at most ~1,000 fit in it).
+    assert!(written < 1100.0, "the reader took {written}: it was meant to be stalled");
     let recs = m.records(3000, Duration::from_secs(20));
     assert_eq!(recs.len(), 3000);
     m.signal(libc::SIGTERM);
@@ -660,16 +661,17 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
 
 #[test]
 fn records_pushed_out_of_a_full_backlog_fail_the_run() {
-    // The smallest backlog (1 MiB, ~500 records) and a reader that reads nothing while 700
-    // connections close: of their 1,400 records, what the backlog, stdout's hand-off
-    // (a quarter of the backlog, 256 KiB) and the pipe (64 KiB) cannot hold is pushed out. Everything left is
+    // The smallest backlog (1 MiB, ~500 records) and a reader that reads nothing while 1,200
+    // connections close: of their 2,400 records (1.3-2 KB each), what the backlog, stdout's
+    // hand-off (a quarter of the backlog, 256 KiB) and the pipe (widened to 1 MiB) cannot
+    // hold is pushed out. Everything left is
     // written once the reader reads, but the run lost records, so it must not exit 0.
     let (l, a) = listener();
     let filter = port_filter(a);
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "20ms", "--writer-backlog", "1M", "--filter", &filter]);
     let (m, go) = Monitor::spawn_unread(c);
-    for _ in 0..700 {
+    for _ in 0..1200 {
         exchange_and_close(&l, a, 100);
     }
     m.wait_log("oldest records lost", Duration::from_secs(10));
