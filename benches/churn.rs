@@ -249,7 +249,8 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         if w >= 2.0 * made as f64 || done.swap(w as u64, Ordering::Relaxed) == w as u64 {
             break;
         }
-        std::thread::sleep(Duration::from_millis(500));
+        // Longer than the files' one-second flush, which is when they count records written.
+        std::thread::sleep(Duration::from_millis(1200));
     }
     let cpu = proc_cpu_s(pid).unwrap() - c0;
     stop_floor.store(true, Ordering::Relaxed);
@@ -275,6 +276,18 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     child.wait().unwrap();
     if let Some(mut c) = cat {
         c.wait().unwrap();
+    }
+    if gzip {
+        // What the files hold, after the stop: every record, counted line by line.
+        let mut lines = 0;
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let mut text = String::new();
+            flate2::read::MultiGzDecoder::new(std::fs::File::open(f.path()).unwrap())
+                .read_to_string(&mut text)
+                .unwrap();
+            lines += text.lines().count();
+        }
+        println!("  gzip files after the stop: {lines} records");
     }
     o
 }
