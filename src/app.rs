@@ -342,6 +342,14 @@ pub async fn run(
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
     let writer = writer.with_services(services);
+    let writer = match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
+        Ok(Some(d)) => writer.with_destinations(d),
+        Ok(None) => writer,
+        Err(e) => {
+            eprintln!("cgmon-rs: --dest-map: {e}");
+            return EXIT_USAGE;
+        }
+    };
     // The fleet sink, beside the writer: the writer hands it each record without waiting.
     let (writer, sink) = match start_sink(&s, writer, &metrics) {
         Ok(w) => w,

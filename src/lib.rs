@@ -34,6 +34,7 @@ pub mod app;
 pub mod chart;
 pub mod cli;
 pub mod clock;
+pub mod destinations;
 pub mod diagnose;
 pub mod edges;
 pub mod filter;

@@ -17,6 +17,7 @@
 //! and counted, records wait in the backlog and are retried every tick; records pushed out
 //! of a full backlog are counted as lost. Nothing is dropped silently.
 
+pub mod dests;
 pub mod file;
 pub mod stream;
 mod thread;
@@ -138,6 +139,8 @@ pub struct Writer {
     /// cgroup tree (at most every few seconds), and this thread is the one stage that may
     /// block on the file system. Shared with the HTTP server's names when it runs.
     services: Arc<std::sync::Mutex<Services>>,
+    /// `--dest-map` and the fallbacks: each record's `DestService`.
+    dests: dests::Dests,
     /// Tests: the next batch panics (a stand-in for a bug) while set.
     #[cfg(test)]
     pub(crate) panic_next: Arc<std::sync::atomic::AtomicBool>,
@@ -204,6 +207,7 @@ impl Writer {
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
             services: Arc::default(),
+            dests: dests::Dests::fallbacks(),
             #[cfg(test)]
             panic_next: Arc::default(),
             sink: None,
@@ -224,6 +228,7 @@ impl Writer {
             let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
             for r in &mut b.records {
                 r.name_service(&mut s);
+                self.dests.name(r);
             }
         }
         let mut lines = Vec::new();
@@ -286,6 +291,13 @@ impl Writer {
                     "the ClickHouse sink's hand-off is full: records dropped for it");
             }
         }
+    }
+
+    /// Names each record's remote end from `d` (`--dest-map`), not only by the fallbacks.
+    #[must_use]
+    pub fn with_destinations(mut self, d: dests::Dests) -> Self {
+        self.dests = d;
+        self
     }
 
     /// Names services with `s` (a cache shared with the HTTP server's, or one under a test's
@@ -484,6 +496,7 @@ impl Writer {
 
     /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
     pub fn reopen(&mut self) {
+        self.dests.reload();
         self.rotate("SIGHUP");
         if let Some(s) = &mut self.samples {
             match s.rotate() {
@@ -508,6 +521,7 @@ impl Writer {
     /// # Errors
     /// Stdout's reader is gone.
     pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
+        self.dests.tick(now);
         self.retry_rotation();
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {

@@ -17,6 +17,7 @@ const RANKS: &[(&str, u32)] = &[
     ("clock", 0),
     ("stats", 0),
     ("services", 0),
+    ("destinations", 0),
     ("metrics", 0),
     ("testkit", 1),
     ("filter", 1),

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS cgmon.flows
     `Cookie` UInt64,
     `CgroupID` Nullable(UInt64),
     `Service` LowCardinality(String),
+    `DestService` LowCardinality(String),
     `Sampling` Tuple(FromDumps UInt32, FromExact UInt32, FromDestroyEvent Bool, MaxGapms Float64),
     `Diagnosis` Tuple(
         TimeShares Tuple(ReceiverWindowPct Float64, SendBufferPct Float64, NetworkPct Float64,

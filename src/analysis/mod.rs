@@ -407,6 +407,7 @@ fn record(
         // Named by the writer: finding a name may walk the cgroup tree, which only the
         // writer's own thread may block on.
         service: None,
+        dest_service: None,
         diagnosis,
     }
 }

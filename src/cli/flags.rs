@@ -424,6 +424,12 @@ pub struct Cli {
         help_heading = "Writer"
     )]
     pub samples_out: Option<PathBuf>,
+    /// Name each record's remote end (DestService) from FILE: lines `CIDR[:PORT[-PORT]] NAME`,
+    /// the longest prefix, then the narrowest port range, winning; read again on SIGHUP and
+    /// when it changes. Without it, or for addresses it does not hold: local, private or
+    /// external
+    #[arg(long = "dest-map", env = "CGMON_DEST_MAP", value_name = "FILE", help_heading = "Writer")]
+    pub dest_map: Option<PathBuf>,
     /// Records held in memory while the output cannot be written, in bytes of JSON (1M to
     /// 16G); beyond it the oldest are counted as lost
     #[arg(long = "writer-backlog", env = "CGMON_WRITER_BACKLOG", value_name = "SIZE",

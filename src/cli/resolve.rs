@@ -56,6 +56,8 @@ pub struct Settings {
     pub summary: String,
     /// `--clickhouse`: the fleet sink, when asked for.
     pub sink: Option<crate::sink::SinkConfig>,
+    /// `--dest-map`, read and checked (the writer reads it again on SIGHUP).
+    pub dest_map: Option<std::path::PathBuf>,
 }
 
 /// `-run-http-server` and its bounds.
@@ -128,6 +130,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
         shutdown_timeout: c.shutdown_timeout,
         summary: format!("{} window_samples={window}", parts.summary),
         sink: parts.sink,
+        dest_map: c.dest_map.clone(),
     }
 }
 

@@ -94,6 +94,11 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         realtime_offset_ns: 0,
     };
     let sink = sink_config(&cli, &env)?;
+    // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
+    if let Some(p) = &cli.dest_map {
+        crate::writer::dests::Dests::load(p.clone())
+            .map_err(|e| UsageError(format!("--dest-map: {e}{}", env.suffix(&["dest_map"]))))?;
+    }
     let summary = summary(&cli, filter.as_ref(), &file_name);
     let log = LogSettings {
         directives: crate::logging::directives(&cli.log_level, &cli.log_stages()),

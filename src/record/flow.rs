@@ -293,6 +293,10 @@ pub struct FlowStats {
     /// was gone by then.
     #[serde(rename = "Service", skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// What the remote end is, set by the writer from `--dest-map` and its fallbacks
+    /// (`local`, `private`, `external`); absent only when the remote address does not parse.
+    #[serde(rename = "DestService", skip_serializing_if = "Option::is_none")]
+    pub dest_service: Option<String>,
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
     #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,

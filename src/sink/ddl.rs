@@ -57,6 +57,7 @@ const SCALARS: &[(&str, &str, &str)] = &[
     ("Family", "LowCardinality(String)", "String"),
     ("Cookie", "UInt64", "UInt64"),
     ("Service", "LowCardinality(String)", "String"),
+    ("DestService", "LowCardinality(String)", "String"),
 ];
 
 /// The flat columns' types: (current, 18.16).

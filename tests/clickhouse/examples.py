@@ -103,6 +103,15 @@ def main():
         }
         return {(x["Service"], x["Host"]): (x["flows"], x["p50_ms"], x["p98_ms"]) for x in got} == want
 
+    def service_pairs(got):
+        g = group(in_day, lambda r: (r.get("Service", ""), r["DestService"]))
+        want = {}
+        for k, v in g.items():
+            br, bs = sum(r["BytesRetrans"] for r in v), sum(r["BytesSent"] for r in v)
+            want[k] = (len(v), sum(r["BytesAcked"] for r in v), round(100 * br / max(bs, 1), 3))
+        return {(x["Service"], x["DestService"]): (x["flows"], x["bytes_acked"], x["retrans_pct"])
+                for x in got} == want
+
     def retransmits_by_destination(got):
         g = group(in_day, lambda r: r["DstIP"])
         want = {}
@@ -174,7 +183,8 @@ def main():
     checks = {f.__name__: f for f in [
         rtt_by_service_and_host, retransmits_by_destination, verdicts_by_service_and_host,
         time_limited_by_service, slowest_flows_last_hour, hosts_worse_than_yesterday,
-        receiver_window_limited_today, bytes_by_service_per_hour, resets_by_service]}
+        receiver_window_limited_today, bytes_by_service_per_hour, resets_by_service,
+        service_pairs]}
     failed = 0
     qdir = os.path.join(ex, "queries")
     names = sorted(f for f in os.listdir(qdir) if f.endswith(".sql"))

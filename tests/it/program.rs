@@ -1228,3 +1228,51 @@ fn issue_32_retention_keeps_the_newest_rotated_files() {
     assert!(log.contains("deleted an old rotated file"), "{log}");
     assert!(metric(&text, "cgmon_writer_files_deleted_total") >= 5.0, "{text}");
 }
+
+#[test]
+fn dest_map_names_the_remote_end_and_is_read_again_on_sighup() {
+    let (l, a) = listener();
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("dests.txt");
+    let port = a.port();
+    std::fs::write(&map, format!("# the test's server\n127.0.0.1/32:{port} echo-server\n"))
+        .unwrap();
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "20ms", "--filter", &port_filter(a), "--dest-map"]).arg(&map);
+    let m = Monitor::spawn(c);
+    // One connection: the DestService of its client end and of its server end.
+    let names = || {
+        exchange_and_close(&l, a, 100);
+        let recs = m.records(2, Duration::from_secs(10));
+        let end = |key: &str| {
+            let r = recs.iter().find(|r| r["ID"][key] == port).unwrap();
+            r["DestService"].as_str().unwrap().to_string()
+        };
+        (end("DstPort"), end("SrcPort"))
+    };
+    // The server's remote end is the client's ephemeral port: no entry, so the fallback.
+    assert_eq!(names(), ("echo-server".into(), "local".into()));
+    // A new name, taken on SIGHUP.
+    std::fs::write(&map, format!("127.0.0.0/8:{port} renamed\n")).unwrap();
+    m.signal(libc::SIGHUP);
+    m.wait_log("destination map read", Duration::from_secs(10));
+    assert_eq!(names().0, "renamed");
+    // A map that no longer parses keeps the one before it, and says why.
+    std::fs::write(&map, "127.0.0.0/40 broken\n").unwrap();
+    m.signal(libc::SIGHUP);
+    m.wait_log("line 1: \"40\": a prefix length of 0 to 32", Duration::from_secs(10));
+    assert_eq!(names().0, "renamed");
+    // A changed file is read again without a signal (its modification time, once a second).
+    std::fs::write(&map, format!("127.0.0.1:{port} changed\n")).unwrap();
+    m.wait_log_count("destination map read", 2, Duration::from_secs(10));
+    assert_eq!(names().0, "changed");
+    std::fs::write(&map, "127.0.0.0/40 broken\n").unwrap();
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+    // At the start, a bad map is a usage error naming the file, the line and the value.
+    let out = Command::new(BIN).args(["--dest-map"]).arg(&map).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("dests.txt: line 1: \"40\": a prefix length of 0 to 32"), "{err}");
+}

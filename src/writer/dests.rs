@@ -1,0 +1,110 @@
+//! The destination map as the writer keeps it (`--dest-map`): loaded at the start, read
+//! again on SIGHUP and when the file's modification time changes (checked once a second),
+//! and the host's own addresses (what `local` names) read again once a minute. A map that
+//! no longer parses is reported and the one before it kept: records go on being named.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::destinations::{DestMap, own_addresses};
+use crate::record::FlowStats;
+
+/// How often the file's modification time is looked at.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often the host's addresses are read again.
+const ADDRESSES_EVERY: Duration = Duration::from_secs(60);
+
+/// The map, where it came from, and when it was last looked at.
+pub struct Dests {
+    path: Option<PathBuf>,
+    map: DestMap,
+    mtime: Option<SystemTime>,
+    checked: Instant,
+    addresses_read: Instant,
+}
+
+/// A map file that cannot be read or parsed: the message names the file, and the line.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {why}")]
+pub struct DestMapError {
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub why: String,
+}
+
+impl Dests {
+    /// The fallbacks only (no `--dest-map`).
+    pub fn fallbacks() -> Self {
+        let now = Instant::now();
+        Dests {
+            path: None,
+            map: DestMap::fallbacks(own_addresses()),
+            mtime: None,
+            checked: now,
+            addresses_read: now,
+        }
+    }
+
+    /// The map in `path`.
+    ///
+    /// # Errors
+    /// The file cannot be read, or a line of it is bad.
+    pub fn load(path: PathBuf) -> Result<Self, DestMapError> {
+        let (map, mtime) = read(&path)?;
+        let now = Instant::now();
+        Ok(Dests { path: Some(path), map, mtime, checked: now, addresses_read: now })
+    }
+
+    /// Names the record's remote end.
+    pub fn name(&self, r: &mut FlowStats) {
+        if let Ok(ip) = r.id.dst_ip.parse() {
+            r.dest_service = Some(self.map.name(ip, r.id.dst_port).to_string());
+        }
+    }
+
+    /// Reads the file again (SIGHUP), keeping the map before it when it fails.
+    pub fn reload(&mut self) {
+        let Some(path) = &self.path else {
+            self.map = DestMap::fallbacks(own_addresses());
+            return;
+        };
+        match read(path) {
+            Ok((map, mtime)) => {
+                tracing::info!(target: "cgmon_rs::writer", file = %path.display(),
+                    entries = map.len(), "destination map read");
+                (self.map, self.mtime) = (map, mtime);
+            }
+            Err(e) => {
+                // The mtime is taken, so that a bad file is reported once, not every second.
+                self.mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                tracing::error!(target: "cgmon_rs::writer", error = %e,
+                    "destination map not read again; the one before it stays");
+            }
+        }
+        self.addresses_read = Instant::now();
+    }
+
+    /// The periodic look: the file changed, or the host's addresses are due.
+    pub fn tick(&mut self, now: Instant) {
+        if now.duration_since(self.checked) < CHECK_EVERY {
+            return;
+        }
+        self.checked = now;
+        let changed = self
+            .path
+            .as_ref()
+            .is_some_and(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok() != self.mtime);
+        if changed || now.duration_since(self.addresses_read) >= ADDRESSES_EVERY {
+            self.reload();
+        }
+    }
+}
+
+fn read(path: &PathBuf) -> Result<(DestMap, Option<SystemTime>), DestMapError> {
+    let err = |why: String| DestMapError { path: path.display().to_string(), why };
+    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let map = DestMap::parse(&text, own_addresses()).map_err(|e| err(e.to_string()))?;
+    Ok((map, mtime))
+}
