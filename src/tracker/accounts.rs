@@ -14,10 +14,12 @@
 use rustc_hash::FxHashMap;
 
 /// Upper bounds of the RTT histogram buckets, whole µs: a sample's RTT (µs) is sorted into
-/// its bucket with integer compares, on every retained sample.
-const RTT_BUCKETS_US: [u32; 14] = [
-    100, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
-    2_500_000, 5_000_000,
+/// its bucket with integer compares, on every retained sample. From 10 µs: loopback and a
+/// data centre's RTTs are tens to hundreds of µs, which a first bucket of 100 µs lumped
+/// together. At most one bound between two powers of two (checked below).
+const RTT_BUCKETS_US: [u32; 18] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    500_000, 1_000_000, 2_500_000, 5_000_000,
 ];
 
 /// For each power of two 2^k (k = 0..=31), how many bounds lie below it.
@@ -382,7 +384,8 @@ mod tests {
         // Prometheus buckets are "≤ bound": an RTT equal to a bound is in that bucket, one
         // µs more is in the next.
         let published = [
-            0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+            0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
         ];
         assert_eq!(RTT_BUCKETS_S, published, "the `le` labels of the metrics");
         for (i, &us) in RTT_BUCKETS_US.iter().enumerate() {
@@ -423,7 +426,7 @@ mod tests {
         acc.observe_rtt(20_000); // 20 ms
         acc.observe_rtt(9_000_000); // 9 s: +Inf
         assert_eq!(acc.rtt_buckets.iter().sum::<u64>(), 2);
-        assert_eq!(acc.rtt_buckets[6], 1); // ≤ 25 ms
+        assert_eq!(acc.rtt_buckets[10], 1); // ≤ 25 ms
         assert_eq!(acc.rtt_buckets[RTT_BUCKETS_S.len()], 1);
         let mut a = Accounts::default();
         for id in 0..(MAX_ACCOUNTS as u64 + 10) {

@@ -152,7 +152,8 @@ impl Exporter {
         }
         let mut d = e.encode_descriptor(
             "cgmon_flow_rtt_seconds",
-            "Smoothed RTT of retained samples, by service and listening port",
+            "Smoothed RTT (tcpi_rtt) of retained samples, each counted once (not weighted by \
+             time), by service and listening port",
             None,
             MetricType::Histogram,
         )?;
