@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub mod catalogue;
 pub mod durations;
 pub mod process;
+pub mod verdicts;
 
 /// A monotonically increasing counter.
 #[derive(Debug, Default)]
@@ -317,6 +318,8 @@ pub struct Metrics {
     pub flow_durations: durations::DurationHistogram,
     /// The ClickHouse sink (`--clickhouse`), when it runs.
     pub sink: SinkMetrics,
+    /// Verdicts and limited time per service pair (the writer adds each record).
+    pub verdicts: verdicts::VerdictCounts,
 }
 
 /// The fleet sink's state, as `/metrics`, `/healthz` and the status page show it.
@@ -451,6 +454,7 @@ impl Metrics {
             last_good_dump: AtomicU64::new(0),
             flow_durations: durations::DurationHistogram::new(interval),
             sink: SinkMetrics::default(),
+            verdicts: verdicts::VerdictCounts::default(),
         }
     }
 }

@@ -230,6 +230,8 @@ impl Writer {
                 r.name_service(&mut s);
                 self.dests.name(r);
             }
+            drop(s);
+            self.metrics.verdicts.add(b.records.iter().map(verdict_of));
         }
         let mut lines = Vec::new();
         for r in &b.records {
@@ -604,6 +606,23 @@ impl Writer {
                 "closing the samples file failed");
         }
         Ok(())
+    }
+}
+
+/// A record as the verdict counters take it: its pair, its verdict, and the seconds of its
+/// sampled span each cause limited it (its time shares of its `Duration`).
+fn verdict_of(r: &crate::record::FlowStats) -> crate::metrics::verdicts::Ended<'_> {
+    let span_s = r.duration.max(0) as f64 / 1e9;
+    let d = r.diagnosis.as_ref();
+    let limited_s = d.map_or([0.0; 4], |d| {
+        let s = &d.shares;
+        [s.receiver_window, s.send_buffer, s.network, s.application].map(|pct| pct / 100.0 * span_s)
+    });
+    crate::metrics::verdicts::Ended {
+        service: r.service.as_deref(),
+        dest_service: r.dest_service.as_deref(),
+        verdict: d.map(|d| d.verdict),
+        limited_s,
     }
 }
 

@@ -1276,3 +1276,57 @@ fn dest_map_names_the_remote_end_and_is_read_again_on_sighup() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("dests.txt: line 1: \"40\": a prefix length of 0 to 32"), "{err}");
 }
+
+#[test]
+fn verdicts_are_counted_by_service_pair_for_every_record() {
+    let (l, a) = listener();
+    let (m, addr) = http_monitor("20ms", a);
+    for _ in 0..2 {
+        exchange_and_close(&l, a, 50_000);
+    }
+    // One that lives across samples, so that its record has a span to share out.
+    let mut p = Pair::connect(&l, a).unwrap();
+    for _ in 0..6 {
+        p.exchange(50_000).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(p);
+    let recs = m.records(6, Duration::from_secs(10));
+    // The writer counts a batch before the scrape can see it: wait for all six.
+    let end = Instant::now() + Duration::from_secs(10);
+    let (mut text, mut counted) = (String::new(), 0.0);
+    while counted < 6.0 && Instant::now() < end {
+        text = http_get(&addr, "/metrics");
+        counted = text
+            .lines()
+            .filter(|l| l.starts_with("cgmon_flows_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(counted, 6.0, "{text}");
+    // Every record's pair and verdict is a series of its own: loopback ends are `local`.
+    for r in &recs {
+        let verdict = r["Diagnosis"]["Verdict"].as_str().unwrap();
+        let want = format!("dest_service=\"local\",verdict=\"{verdict}\"}}");
+        assert!(
+            text.lines().any(|l| l.starts_with("cgmon_flows_total{") && l.contains(&want)),
+            "{want} in\n{text}"
+        );
+    }
+    // The time shares of a record sum to 100 %: the limited seconds add up to the spans.
+    let limited: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("cgmon_flow_limited_seconds_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    let spans: f64 = recs
+        .iter()
+        .filter(|r| r.get("Diagnosis").is_some())
+        .map(|r| r["Duration"].as_f64().unwrap() / 1e9)
+        .sum();
+    assert!(spans > 0.2 && (limited - spans).abs() < 1e-6 * spans, "{limited} vs {spans}");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}

@@ -115,7 +115,8 @@ impl Collector for Exporter {
         let m = &self.metrics;
         encode_own(&mut e, m)?;
         encode_process(&mut e)?;
-        self.encode_flows(&mut e)
+        self.encode_flows(&mut e)?;
+        encode_verdicts(&mut e, &m.verdicts)
     }
 }
 
@@ -180,6 +181,42 @@ pub(crate) use labels::owner_name;
 pub use labels::{DEFAULT_TOP_SERVICES, MAX_PORT_LABELS};
 use labels::{Labeler, labels};
 use own::{encode_own, encode_process};
+
+/// Verdicts and limited time per service pair, from the records written (absent until the
+/// first record).
+fn encode_verdicts(
+    e: &mut DescriptorEncoder,
+    v: &crate::metrics::verdicts::VerdictCounts,
+) -> std::fmt::Result {
+    let flows = v.flows();
+    if !flows.is_empty() {
+        let mut d = e.encode_descriptor(
+            "cgmon_flows",
+            "Flows (records written), by service, destination (DestService) and verdict",
+            None,
+            MetricType::Counter,
+        )?;
+        for (s, dst, verdict, n) in &flows {
+            let labels = [("service", s.as_str()), ("dest_service", dst), ("verdict", verdict)];
+            d.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+    }
+    let limited = v.limited();
+    if !limited.is_empty() {
+        let mut d = e.encode_descriptor(
+            "cgmon_flow_limited_seconds",
+            "Seconds of the records' sampled spans each cause limited (their time shares of \
+             their Duration), by service, destination and limit",
+            None,
+            MetricType::Counter,
+        )?;
+        for (s, dst, limit, x) in &limited {
+            let labels = [("service", s.as_str()), ("dest_service", dst), ("limit", limit)];
+            d.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(x, None)?;
+        }
+    }
+    Ok(())
+}
 pub use text::{render, to_prometheus_text};
 
 #[cfg(test)]
