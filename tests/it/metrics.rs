@@ -351,7 +351,8 @@ fn per_service_byte_counters_match_what_each_cgroup_sent() {
     m.signal(libc::SIGTERM);
     m.wait(Duration::from_secs(10));
     for (name, n) in names.iter().zip(sizes) {
-        let key = format!("cgmon_flow_acked_bytes_total{{service=\"{name}\",port=\"0\"}} ");
+        let key =
+            format!("cgmon_flow_acked_bytes_total{{service=\"{name}\",listen_port=\"client\"}} ");
         let line = text
             .lines()
             .find(|l| l.starts_with(&key))
@@ -360,7 +361,8 @@ fn per_service_byte_counters_match_what_each_cgroup_sent() {
         let err = (v - n as f64).abs() / n as f64;
         eprintln!("service {name}: sent {n} bytes, counter {v} (error {:.4} %)", err * 100.0);
         assert!(err < 0.01, "{name}: {v} vs {n}");
-        let opened = format!("cgmon_flows_opened_total{{service=\"{name}\",port=\"0\"}} 1");
+        let opened =
+            format!("cgmon_flows_opened_total{{service=\"{name}\",listen_port=\"client\"}} 1");
         assert!(text.contains(&opened), "{opened}\n{text}");
     }
 }
@@ -487,8 +489,9 @@ fn short_flows_count_under_their_own_services() {
         line[key.len()..].trim().parse().unwrap()
     };
     // The listening side: through its listener's cgroup.
-    let key =
-        format!("cgmon_flow_received_bytes_total{{service=\"{server_svc}\",port=\"{port}\"}} ");
+    let key = format!(
+        "cgmon_flow_received_bytes_total{{service=\"{server_svc}\",listen_port=\"{port}\"}} "
+    );
     let v = value(&key);
     let err = (v - n as f64).abs() / n as f64;
     eprintln!("{key}: {v} for {n} bytes sent (error {:.4} %)", err * 100.0);
@@ -497,8 +500,9 @@ fn short_flows_count_under_their_own_services() {
     // any closed socket (docs/records.md). It must be counted in full, under its own unit
     // where the kernel names the owner, else under "unknown"; never under another owner
     // such as "user:root".
-    let acked =
-        |svc: &str| format!("cgmon_flow_acked_bytes_total{{service=\"{svc}\",port=\"0\"}} ");
+    let acked = |svc: &str| {
+        format!("cgmon_flow_acked_bytes_total{{service=\"{svc}\",listen_port=\"client\"}} ")
+    };
     let (own, unknown) = (acked(&client_svc), acked("unknown"));
     let key = if text.contains(&own) { own } else { unknown };
     let v = value(&key);

@@ -27,6 +27,9 @@ pub(crate) fn owner_name(services: &mut Services, cgroup_id: u64, uid: u32) -> S
     }
 }
 
+/// The `listen_port` of a flow's connecting end.
+pub(super) const CLIENT: &str = "client";
+
 /// Decides label values, once per cgroup and port.
 #[derive(Debug)]
 pub(super) struct Labeler {
@@ -81,9 +84,12 @@ impl Labeler {
         }
     }
 
+    /// The `listen_port` label: the listening port a flow's server end accepted it on, or
+    /// `client` for the connecting end (whose own port is an ephemeral one, which would only
+    /// grow the series).
     pub(super) fn port(&mut self, p: u16) -> String {
         if p == 0 {
-            return "0".into();
+            return CLIENT.into();
         }
         if self.ports.contains(&p) || self.ports.len() < MAX_PORT_LABELS {
             self.ports.insert(p);
@@ -101,6 +107,6 @@ pub(super) fn labels<'a>(ns: &'a str, svc: &'a str, port: &'a str) -> Vec<(&'sta
         v.push(("netns", ns));
     }
     v.push(("service", svc));
-    v.push(("port", port));
+    v.push(("listen_port", port));
     v
 }

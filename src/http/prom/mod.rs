@@ -247,16 +247,22 @@ mod tests {
         ));
         let text = render(&ex.clone().registry()).unwrap();
         assert!(
-            text.contains("cgmon_flow_acked_bytes_total{service=\"cgroup-1\",port=\"0\"} 100"),
+            text.contains(
+                "cgmon_flow_acked_bytes_total{service=\"cgroup-1\",listen_port=\"client\"} 100"
+            ),
             "{text}"
         );
-        assert!(text.contains("cgmon_flow_acked_bytes_total{service=\"cgroup-2\",port=\"0\"} 200"));
-        assert!(text.contains("cgmon_flow_acked_bytes_total{service=\"other\",port=\"0\"} 300"));
+        assert!(text.contains(
+            "cgmon_flow_acked_bytes_total{service=\"cgroup-2\",listen_port=\"client\"} 200"
+        ));
+        assert!(text.contains(
+            "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\"} 300"
+        ));
         assert!(
             text.contains(
-                "cgmon_flow_rtt_seconds_bucket{le=\"0.025\",service=\"cgroup-1\",port=\"0\"} 1"
+                "cgmon_flow_rtt_seconds_bucket{le=\"0.025\",service=\"cgroup-1\",listen_port=\"client\"} 1"
             ) || text.contains(
-                "cgmon_flow_rtt_seconds_bucket{service=\"cgroup-1\",port=\"0\",le=\"0.025\"} 1"
+                "cgmon_flow_rtt_seconds_bucket{service=\"cgroup-1\",listen_port=\"client\",le=\"0.025\"} 1"
             ),
             "{text}"
         );
@@ -264,7 +270,9 @@ mod tests {
         accounts.lock().unwrap().push(account(4, 0, 5));
         let text = render(&ex.registry()).unwrap();
         assert!(
-            text.contains("cgmon_flow_acked_bytes_total{service=\"other\",port=\"0\"} 305"),
+            text.contains(
+                "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\"} 305"
+            ),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
