@@ -314,6 +314,14 @@ pub async fn run(
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     // Service names of cgroups: one cache for the records, `/metrics` and the web view.
     let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
+    // Destination names: one map for the records and the web view.
+    let dests = match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
+        Ok(d) => Arc::new(std::sync::Mutex::new(d.unwrap_or_else(writer::dests::Dests::fallbacks))),
+        Err(e) => {
+            eprintln!("cgmon-rs: --dest-map: {e}");
+            return EXIT_USAGE;
+        }
+    };
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
         Some(h) => {
@@ -327,6 +335,7 @@ pub async fn run(
                 netns: names,
                 accounts: accounts.clone(),
                 services: services.clone(),
+                dests: dests.clone(),
                 recent,
                 analysis: acfg.analysis,
             };
@@ -342,14 +351,7 @@ pub async fn run(
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
     let writer = writer.with_services(services);
-    let writer = match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
-        Ok(Some(d)) => writer.with_destinations(d),
-        Ok(None) => writer,
-        Err(e) => {
-            eprintln!("cgmon-rs: --dest-map: {e}");
-            return EXIT_USAGE;
-        }
-    };
+    let writer = writer.with_destinations(dests);
     // The fleet sink, beside the writer: the writer hands it each record without waiting.
     let (writer, sink) = match start_sink(&s, writer, &metrics) {
         Ok(w) => w,

@@ -140,7 +140,7 @@ pub struct Writer {
     /// block on the file system. Shared with the HTTP server's names when it runs.
     services: Arc<std::sync::Mutex<Services>>,
     /// `--dest-map` and the fallbacks: each record's `DestService`.
-    dests: dests::Dests,
+    dests: Arc<std::sync::Mutex<dests::Dests>>,
     /// Tests: the next batch panics (a stand-in for a bug) while set.
     #[cfg(test)]
     pub(crate) panic_next: Arc<std::sync::atomic::AtomicBool>,
@@ -207,7 +207,7 @@ impl Writer {
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
             services: Arc::default(),
-            dests: dests::Dests::fallbacks(),
+            dests: Arc::new(std::sync::Mutex::new(dests::Dests::fallbacks())),
             #[cfg(test)]
             panic_next: Arc::default(),
             sink: None,
@@ -226,11 +226,12 @@ impl Writer {
         assert!(!self.panic_next.swap(false, std::sync::atomic::Ordering::Relaxed), "injected");
         if !b.records.is_empty() {
             let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+            let d = self.dests.lock().unwrap_or_else(|e| e.into_inner());
             for r in &mut b.records {
                 r.name_service(&mut s);
-                self.dests.name(r);
+                d.name(r);
             }
-            drop(s);
+            drop((s, d));
             self.metrics.verdicts.add(b.records.iter().map(verdict_of));
         }
         let mut lines = Vec::new();
@@ -295,9 +296,10 @@ impl Writer {
         }
     }
 
-    /// Names each record's remote end from `d` (`--dest-map`), not only by the fallbacks.
+    /// Names each record's remote end from `d` (`--dest-map`, shared with the web view so
+    /// that a page shows a record as it is written), not only by the fallbacks.
     #[must_use]
-    pub fn with_destinations(mut self, d: dests::Dests) -> Self {
+    pub fn with_destinations(mut self, d: Arc<std::sync::Mutex<dests::Dests>>) -> Self {
         self.dests = d;
         self
     }
@@ -498,7 +500,7 @@ impl Writer {
 
     /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
     pub fn reopen(&mut self) {
-        self.dests.reload();
+        self.dests.lock().unwrap_or_else(|e| e.into_inner()).reload();
         self.rotate("SIGHUP");
         if let Some(s) = &mut self.samples {
             match s.rotate() {
@@ -523,7 +525,7 @@ impl Writer {
     /// # Errors
     /// Stdout's reader is gone.
     pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
-        self.dests.tick(now);
+        self.dests.lock().unwrap_or_else(|e| e.into_inner()).tick(now);
         self.retry_rotation();
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {

@@ -214,6 +214,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
     let mut r = crate::analysis::analyze(&mut e, &c.analysis);
     r.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
+    c.dests.lock().unwrap_or_else(|e| e.into_inner()).name(&mut r);
     let f = &e.flow;
     let latest = points.last().copied().unwrap_or_default();
     let mut facts: Vec<(String, String)> = vec![
@@ -279,6 +280,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
 fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
     let mut record = (*e.record).clone();
     record.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
+    c.dests.lock().unwrap_or_else(|e| e.into_inner()).name(&mut record);
     let rec: serde_json::Value = serde_json::to_value(&record).unwrap_or_default();
     let text = |k: &str| match &rec[k] {
         serde_json::Value::String(s) => s.clone(),

@@ -65,6 +65,7 @@ struct Ctx {
     netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
     accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     services: Arc<std::sync::Mutex<crate::services::Services>>,
+    dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
     recent: Arc<crate::recent::Recent>,
     analysis: Arc<crate::analysis::AnalyzerConfig>,
 }
@@ -110,6 +111,8 @@ pub struct Served {
     /// Service names of cgroups, for `/metrics` and the web view alike, and shared with the
     /// writer's records (one cache, one walk of the cgroup tree).
     pub services: Arc<std::sync::Mutex<crate::services::Services>>,
+    /// Destination names, shared with the writer (`--dest-map`).
+    pub dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
     /// The recently ended flows the analyzer keeps.
     pub recent: Arc<crate::recent::Recent>,
     /// How records are computed (for a live flow's provisional record, and the clock
@@ -348,6 +351,7 @@ fn router(s: Served) -> Router {
         netns: s.netns,
         accounts: s.accounts,
         services: s.services,
+        dests: s.dests,
         recent: s.recent,
         analysis: Arc::new(s.analysis),
     };

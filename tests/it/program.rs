@@ -1235,8 +1235,14 @@ fn dest_map_names_the_remote_end_and_is_read_again_on_sighup() {
     let dir = tempfile::tempdir().unwrap();
     let map = dir.path().join("dests.txt");
     let port = a.port();
-    std::fs::write(&map, format!("# the test's server\n127.0.0.1/32:{port} echo-server\n"))
-        .unwrap();
+    // Replaced whole, by a rename, as a map should be: a file rewritten in place can be read
+    // between its truncation and its new text (an empty map, for a second).
+    let put = |text: String| {
+        let tmp = dir.path().join("dests.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &map).unwrap();
+    };
+    put(format!("# the test's server\n127.0.0.1/32:{port} echo-server\n"));
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "20ms", "--filter", &port_filter(a), "--dest-map"]).arg(&map);
     let m = Monitor::spawn(c);
@@ -1253,20 +1259,20 @@ fn dest_map_names_the_remote_end_and_is_read_again_on_sighup() {
     // The server's remote end is the client's ephemeral port: no entry, so the fallback.
     assert_eq!(names(), ("echo-server".into(), "local".into()));
     // A new name, taken on SIGHUP.
-    std::fs::write(&map, format!("127.0.0.0/8:{port} renamed\n")).unwrap();
+    put(format!("127.0.0.0/8:{port} renamed\n"));
     m.signal(libc::SIGHUP);
     m.wait_log("destination map read", Duration::from_secs(10));
     assert_eq!(names().0, "renamed");
     // A map that no longer parses keeps the one before it, and says why.
-    std::fs::write(&map, "127.0.0.0/40 broken\n").unwrap();
+    put("127.0.0.0/40 broken\n".into());
     m.signal(libc::SIGHUP);
     m.wait_log("line 1: \"40\": a prefix length of 0 to 32", Duration::from_secs(10));
     assert_eq!(names().0, "renamed");
     // A changed file is read again without a signal (its modification time, once a second).
-    std::fs::write(&map, format!("127.0.0.1:{port} changed\n")).unwrap();
+    put(format!("127.0.0.1:{port} changed\n"));
     m.wait_log_count("destination map read", 2, Duration::from_secs(10));
     assert_eq!(names().0, "changed");
-    std::fs::write(&map, "127.0.0.0/40 broken\n").unwrap();
+    put("127.0.0.0/40 broken\n".into());
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
