@@ -592,7 +592,7 @@ fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate:
         eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
         EXIT_FAILURE
     })?;
-    served.metrics.verdicts.set_top(h.top_services);
+    served.metrics.verdicts.set_top(h.top_services, h.top_destinations);
     let mut exporter = crate::http::prom::Exporter::new(
         served.metrics.clone(),
         served.accounts.clone(),

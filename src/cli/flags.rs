@@ -288,6 +288,17 @@ pub struct Cli {
     )]
     pub top_services: usize,
 
+    /// Distinct dest_service label values in /metrics (the verdict counters); later
+    /// destinations share "other"
+    #[arg(
+        long = "metrics-top-destinations",
+        env = "CGMON_METRICS_TOP_DESTINATIONS",
+        value_name = "K",
+        default_value = "20",
+        help_heading = "Run"
+    )]
+    pub top_destinations: usize,
+
     /// Recently ended flows the web view keeps (their records and up to 300 samples each,
     /// from their whole life; about 43 KB each); 0 = none
     #[arg(

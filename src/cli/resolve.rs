@@ -69,6 +69,8 @@ pub struct HttpSettings {
     pub limits: crate::http::Limits,
     /// `--metrics-top-services`.
     pub top_services: usize,
+    /// `--metrics-top-destinations`.
+    pub top_destinations: usize,
     /// `--recent-flows`.
     pub recent_flows: usize,
 }
@@ -122,6 +124,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
                 write_timeout: c.http_write_timeout,
             },
             top_services: c.top_services,
+            top_destinations: c.top_destinations,
             recent_flows: c.recent_flows as usize,
         }),
         netns: c.netns.clone(),

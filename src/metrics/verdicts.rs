@@ -2,9 +2,10 @@
 //! spent limited by each cause, by `service` and `dest_service` (the records' `Service`
 //! and `DestService`), for `cgmon_flows_total` and `cgmon_flow_limited_seconds_total`.
 //!
-//! Bounded as the per-service byte counters are: the first `top` distinct services (and,
-//! apart, destinations) keep their names, later ones count under `other`; so the series
-//! stay at most (top + 1)² × the verdicts, however many services come and go.
+//! Bounded as the per-service byte counters are: the first K distinct services
+//! (`--metrics-top-services`) and destinations (`--metrics-top-destinations`) keep their
+//! names, later ones count under `other`; so the series stay at most (K₁ + 1)(K₂ + 1) × the
+//! verdicts, however many services come and go.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,13 +29,15 @@ pub struct VerdictCounts {
 
 impl Default for VerdictCounts {
     fn default() -> Self {
-        Self { inner: Mutex::new(Inner { top: DEFAULT_TOP, ..Inner::default() }) }
+        let inner = Inner { top: DEFAULT_TOP, top_dests: DEFAULT_TOP, ..Inner::default() };
+        Self { inner: Mutex::new(inner) }
     }
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     top: usize,
+    top_dests: usize,
     services: Vec<String>,
     dests: Vec<String>,
     /// (service, dest_service, verdict) → flows.
@@ -57,9 +60,11 @@ pub struct Ended<'a> {
 }
 
 impl VerdictCounts {
-    /// Keeps the first `top` distinct services and destinations under their names.
-    pub fn set_top(&self, top: usize) {
-        self.lock().top = top;
+    /// Keeps the first `services` distinct services, and `dests` destinations, under their
+    /// names.
+    pub fn set_top(&self, services: usize, dests: usize) {
+        let mut g = self.lock();
+        (g.top, g.top_dests) = (services, dests);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -69,10 +74,10 @@ impl VerdictCounts {
     /// Counts ended flows.
     pub fn add<'a>(&self, ended: impl IntoIterator<Item = Ended<'a>>) {
         let mut g = self.lock();
-        let top = g.top;
+        let (top, top_dests) = (g.top, g.top_dests);
         for e in ended {
             let svc = bounded(&mut g.services, e.service.unwrap_or("unknown"), top);
-            let dst = bounded(&mut g.dests, e.dest_service.unwrap_or("unknown"), top);
+            let dst = bounded(&mut g.dests, e.dest_service.unwrap_or("unknown"), top_dests);
             let verdict = e.verdict.unwrap_or("unknown");
             *g.flows.entry((svc.clone(), dst.clone(), verdict)).or_default() += 1;
             for (limit, s) in LIMITS.iter().zip(e.limited_s) {
@@ -113,7 +118,7 @@ mod tests {
     #[test]
     fn counts_by_pair_and_bounds_the_labels() {
         let c = VerdictCounts::default();
-        c.set_top(2);
+        c.set_top(2, 2);
         let e = |s: &'static str, d: &'static str, v| Ended {
             service: Some(s),
             dest_service: Some(d),

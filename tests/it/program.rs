@@ -1336,3 +1336,38 @@ fn verdicts_are_counted_by_service_pair_for_every_record() {
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
 }
+
+#[test]
+fn the_kubernetes_script_writes_a_map_the_monitor_reads() {
+    use cgmon_rs::destinations::DestMap;
+    let root = env!("CARGO_MANIFEST_DIR");
+    let fixture = std::fs::File::open(format!("{root}/tests/fixtures/kubernetes/cluster.json"));
+    let out = Command::new("python3")
+        .arg(format!("{root}/examples/kubernetes/dest-map.py"))
+        .stdin(fixture.unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let map = DestMap::parse(&text, vec![]).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let name = |a: &str, p: u16| map.name(a.parse().unwrap(), p).to_string();
+    // The ClusterIP (kube-proxy) and the pods (socket-level load balancing) alike.
+    assert_eq!(name("10.96.40.2", 80), "shop/api");
+    assert_eq!(name("fd00:10:96::2", 80), "shop/api");
+    assert_eq!(name("10.244.2.9", 8080), "shop/api");
+    assert_eq!(name("10.96.12.7", 5432), "db/postgres");
+    // A headless service's pods, through their slice; UDP ports are not TCP flows.
+    assert_eq!(name("fd00:244::5", 6379), "shop/cache");
+    assert_eq!(name("10.96.40.2", 53), "private");
+    // The monitor takes the file as it is written.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dests.txt");
+    std::fs::write(&path, &text).unwrap();
+    let st = Command::new(BIN)
+        .args(["-run-duration", "50ms", "--dest-map"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+}

@@ -291,6 +291,13 @@ mod tests {
         let m = Arc::new(Metrics::default());
         m.sink.enabled.set(1);
         *m.sink.last_error.lock().unwrap() = Some("connection refused \"x\"\n".into());
+        // And a record counted, so that the verdict families are served.
+        m.verdicts.add([crate::metrics::verdicts::Ended {
+            service: Some("api"),
+            dest_service: Some("db"),
+            verdict: Some("network"),
+            limited_s: [0.0, 0.0, 2.0, 0.0],
+        }]);
         let ex = Arc::new(
             Exporter::new(m, accounts, Arc::new(Mutex::new(Services::with_root(None))), 2)
                 .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
