@@ -188,11 +188,15 @@ pub fn churn(
     stop: Arc<AtomicBool>,
 ) -> u64 {
     let made = Arc::new(AtomicU64::new(0));
+    // The server stops only once every client has: a connection made after it stopped
+    // accepting sat in the queue until the listener closed, and was counted as made while
+    // it ended some other way (one CI run lost a connection's two records so).
+    let clients_done = Arc::new(AtomicBool::new(false));
     let server = {
-        let stop = stop.clone();
+        let done = clients_done.clone();
         std::thread::spawn(move || {
             l.set_nonblocking(true).unwrap();
-            while !stop.load(Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 match l.accept() {
                     Ok((s, _)) => {
                         s.set_nonblocking(false).unwrap();
@@ -235,6 +239,7 @@ pub fn churn(
     for c in clients {
         c.join().unwrap();
     }
+    clients_done.store(true, Ordering::Relaxed);
     server.join().unwrap();
     made.load(Ordering::Relaxed)
 }

@@ -51,6 +51,8 @@ pub async fn run(
     // most one window.
     let mut spare = Vec::new();
     while let Some(ended) = ended_rx.recv().await {
+        // What still waits behind this batch (the poll task sets it when it sends).
+        metrics.ended_queue.set(ended_rx.len() as u64);
         let start = std::time::Instant::now();
         let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
         let mut out = Batch::default();

@@ -55,16 +55,19 @@ fn churn_for(seconds: u64) {
     // Let the last destroy events and dumps come in: every flow ended and its record through
     // the channels, so that the counters scraped now are the run's final ones.
     let settle = Instant::now();
+    let mut last_written = -1.0;
     let text = loop {
         let text = http_get(&addr, "/metrics");
+        let written = metric(&text, "cgmon_records_written_total");
         let idle = metric(&text, "cgmon_flows_active") == 0.0
-            && metric(&text, "cgmon_channel_depth{channel=\"analyzer\"}") == 0.0
-            && metric(&text, "cgmon_channel_depth{channel=\"writer\"}") == 0.0
-            && metric(&text, "cgmon_writer_backlog_records") == 0.0;
+            && metric(&text, "cgmon_flows_awaiting_destroy") == 0.0
+            && metric(&text, "cgmon_writer_backlog_records") == 0.0
+            && written == last_written;
         if idle || settle.elapsed() > Duration::from_secs(20) {
             break text;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        last_written = written;
+        std::thread::sleep(Duration::from_millis(300));
     };
     let cpu = cpu_seconds(m.pid()) - cpu0;
     m.signal(libc::SIGTERM);
