@@ -24,7 +24,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cgmon_rs::clock::thread_cpu_ns;
@@ -40,20 +40,12 @@ fn proc_cpu_s(pid: u32) -> Option<f64> {
     Some((f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?) / tck)
 }
 
-/// A process's peak resident set, MiB.
-fn peak_rss_mib(pid: u32) -> f64 {
+/// A memory figure of a process from /proc/PID/status (`VmRSS:` now, `VmHWM:` the peak),
+/// MiB.
+fn status_mib(pid: u32, key: &str) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
-/// A process's resident set now, MiB.
-fn rss_mib(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -222,7 +214,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     let mut rss = Vec::new();
     for _ in 0..secs {
         std::thread::sleep(Duration::from_secs(1));
-        rss.push(rss_mib(pid));
+        rss.push(status_mib(pid, "VmRSS:"));
     }
     stop.store(true, Ordering::Relaxed);
     let made = generator.join().unwrap();
@@ -240,15 +232,16 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     }
     // The last events and records through (the destroy grace, the writer's turn).
     let settle = Instant::now();
-    let done = AtomicU64::new(0);
+    let mut last = -1.0;
     while settle.elapsed() < Duration::from_secs(15) {
         let w = scrape(http, "cgmon_records_written_total")
             + scrape(http, "cgmon_records_lost_total")
             + scrape(http, "cgmon_records_dropped_total")
             + scrape(http, "cgmon_flows_refused_total");
-        if w >= 2.0 * made as f64 || done.swap(w as u64, Ordering::Relaxed) == w as u64 {
+        if w >= 2.0 * made as f64 || w == last {
             break;
         }
+        last = w;
         // Longer than the files' one-second flush, which is when they count records written.
         std::thread::sleep(Duration::from_millis(1200));
     }
@@ -266,7 +259,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         refused: scrape(http, "cgmon_flows_refused_total"),
         overruns: scrape(http, "cgmon_destroy_overruns_total"),
         floor_overruns,
-        peak_mib: peak_rss_mib(pid),
+        peak_mib: status_mib(pid, "VmHWM:"),
         exact_per_conn: scrape(http, "cgmon_exact_requests_total") / made as f64,
         rss,
         sleeps: sw.join(", "),

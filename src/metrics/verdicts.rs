@@ -40,10 +40,23 @@ struct Inner {
     top_dests: usize,
     services: Vec<String>,
     dests: Vec<String>,
-    /// (service, dest_service, verdict) → flows.
-    flows: BTreeMap<(String, String, &'static str), u64>,
+    /// (service, dest_service, verdict) → flows; the names by their index in `services`
+    /// and `dests` ([`OTHER_INDEX`] for `other`), so that counting a record copies no name.
+    flows: BTreeMap<(u16, u16, &'static str), u64>,
     /// (service, dest_service, limit) → seconds.
-    limited: BTreeMap<(String, String, &'static str), f64>,
+    limited: BTreeMap<(u16, u16, &'static str), f64>,
+}
+
+/// The index that stands for `other`.
+const OTHER_INDEX: u16 = u16::MAX;
+
+impl Inner {
+    fn names(&self, svc: u16, dst: u16) -> (String, String) {
+        fn name(v: &[String], i: u16) -> String {
+            v.get(usize::from(i)).map_or(OTHER, String::as_str).to_string()
+        }
+        (name(&self.services, svc), name(&self.dests, dst))
+    }
 }
 
 /// One ended flow, as the counts take it.
@@ -79,10 +92,10 @@ impl VerdictCounts {
             let svc = bounded(&mut g.services, e.service.unwrap_or("unknown"), top);
             let dst = bounded(&mut g.dests, e.dest_service.unwrap_or("unknown"), top_dests);
             let verdict = e.verdict.unwrap_or("unknown");
-            *g.flows.entry((svc.clone(), dst.clone(), verdict)).or_default() += 1;
+            *g.flows.entry((svc, dst, verdict)).or_default() += 1;
             for (limit, s) in LIMITS.iter().zip(e.limited_s) {
                 if s > 0.0 {
-                    *g.limited.entry((svc.clone(), dst.clone(), limit)).or_default() += s;
+                    *g.limited.entry((svc, dst, limit)).or_default() += s;
                 }
             }
         }
@@ -90,25 +103,50 @@ impl VerdictCounts {
 
     /// (service, dest_service, verdict, flows), in label order.
     pub fn flows(&self) -> Vec<(String, String, &'static str, u64)> {
-        self.lock().flows.iter().map(|((s, d, v), n)| (s.clone(), d.clone(), *v, *n)).collect()
+        let g = self.lock();
+        let mut v: Vec<_> = g
+            .flows
+            .iter()
+            .map(|(&(s, d, verdict), &n)| {
+                let (s, d) = g.names(s, d);
+                (s, d, verdict, n)
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        v
     }
 
     /// (service, dest_service, limit, seconds), in label order.
     pub fn limited(&self) -> Vec<(String, String, &'static str, f64)> {
-        self.lock().limited.iter().map(|((s, d, l), x)| (s.clone(), d.clone(), *l, *x)).collect()
+        let g = self.lock();
+        let mut v: Vec<_> = g
+            .limited
+            .iter()
+            .map(|(&(s, d, limit), &x)| {
+                let (s, d) = g.names(s, d);
+                (s, d, limit, x)
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        v
     }
 }
 
-/// `name` when it is one of the first `top` seen (and then remembered), else `other`.
-fn bounded(seen: &mut Vec<String>, name: &str, top: usize) -> String {
-    if seen.iter().any(|s| s == name) {
-        return name.to_string();
+/// The index of `name` when it is one of the first `top` seen (and then remembered), else
+/// [`OTHER_INDEX`].
+fn bounded(seen: &mut Vec<String>, name: &str, top: usize) -> u16 {
+    // A service that is itself called "other" counts with the others: one series.
+    if name == OTHER {
+        return OTHER_INDEX;
     }
-    if seen.len() < top {
+    if let Some(i) = seen.iter().position(|s| s == name) {
+        return i as u16;
+    }
+    if seen.len() < top.min(usize::from(OTHER_INDEX)) {
         seen.push(name.to_string());
-        return name.to_string();
+        return (seen.len() - 1) as u16;
     }
-    OTHER.to_string()
+    OTHER_INDEX
 }
 
 #[cfg(test)]
@@ -140,5 +178,9 @@ mod tests {
         assert!(limited.contains(&("api".into(), "db".into(), "network", 3.0)), "{limited:?}");
         assert!(limited.contains(&("api".into(), "db".into(), "application", 1.0)));
         assert!(!limited.iter().any(|(.., l, _)| *l == "receiver-window"), "no zero series");
+        // A service called "other" counts with the others, in one series.
+        c.add([e("other", "db", "application")]);
+        assert!(c.flows().contains(&(OTHER.into(), "db".into(), "application", 2)));
+        assert_eq!(c.flows().len(), 4);
     }
 }

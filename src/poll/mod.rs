@@ -293,14 +293,15 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
 /// How long the loop leaves the destroy sockets alone after reading them: the events that
 /// come meanwhile wait in the socket's buffer and are read together. Woken for every event,
 /// the loop spent a fifth of its CPU at 2,000 connections a second going to sleep and
-/// waking again, and on this VM each wake-up costs tens of µs (benches/RESULTS.md, issue
-/// 34); the flows they end wait for the next tick in any case. 50 ms of events at 30,000 a
-/// second (15,000 connections) is ~1,500 events, ~2 MB as the kernel counts them, within
-/// the 4 MiB buffer. Never more than half the interval.
+/// waking again (benches/RESULTS.md, issue 34); the flows they end wait for the next tick
+/// in any case. 50 ms at 30,000 events a second (15,000 connections) is ~1,500 events; at
+/// that rate, with the 4 MiB buffer, the churn bench saw no overrun. Never more than half
+/// the interval.
 pub const DESTROY_REST: Duration = Duration::from_millis(50);
 
 /// The rest when a destroy socket's buffer is capped (net.core.rmem_max, 208 KiB by
-/// default): 10 ms of events at 15,000 a second fit in it.
+/// default): a fifth of the full rest, for a buffer a twentieth of the size (an estimate,
+/// not measured; the capped buffer overruns at high churn anyway, README "High churn").
 pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(10);
 
 /// The loop's state between ticks: the flow table, the namespaces' samplers, the flows

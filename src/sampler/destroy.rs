@@ -93,11 +93,11 @@ impl DestroyListener<NetlinkSource> {
             }
         };
         // The kernel reports twice what was set (its bookkeeping).
-        let capped = source.rcvbuf().is_ok_and(|got| got / 2 < DESTROY_RCVBUF);
+        let got = source.rcvbuf().map(|b| b / 2);
+        let capped = got.as_ref().is_ok_and(|&b| b < DESTROY_RCVBUF);
         if capped {
-            let got = source.rcvbuf().unwrap_or(0);
             tracing::warn!(
-                bytes = got / 2,
+                bytes = got.unwrap_or(0),
                 wanted = DESTROY_RCVBUF,
                 "destroy events' receive buffer is capped by net.core.rmem_max; at thousands of \
                  closes a second events may be lost (counted as cgmon_destroy_overruns_total): \
