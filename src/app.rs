@@ -24,6 +24,7 @@ pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
 use crate::poll::namespaces;
 use crate::poll::{self as task, DumpOutcome, ENDED_CHANNEL_CAPACITY};
+use crate::processes::WALK_SHARE;
 use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
@@ -322,6 +323,7 @@ pub async fn run(
             return EXIT_USAGE;
         }
     };
+    let tracker = attributed(Tracker::new(tcfg), s.process, &dests);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
         Some(h) => {
@@ -366,7 +368,7 @@ pub async fn run(
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let tracker_task = tokio::spawn(task::run_spaces(
-        Tracker::new(tcfg),
+        tracker,
         spaces,
         updates,
         s.task.clone(),
@@ -585,6 +587,26 @@ fn systemd_hooks() -> impl FnMut(DumpOutcome) + Send {
     }
 }
 
+/// The tracker with its flows' processes looked for (unless `--no-process`) and their
+/// remote ends named by the map the writer uses.
+fn attributed(
+    mut tracker: Tracker,
+    process: bool,
+    dests: &Arc<std::sync::Mutex<writer::dests::Dests>>,
+) -> Tracker {
+    let link = process
+        .then(|| crate::processes::spawn(crate::processes::RealProcfs::new(), WALK_SHARE))
+        .and_then(|r| {
+            r.map_err(|e| tracing::warn!("cannot start the process walker ({e}): no Comm, Pid"))
+                .ok()
+        });
+    let d = dests.clone();
+    let namer: crate::tracker::DestNamer =
+        Box::new(move |ip, port| d.lock().unwrap_or_else(|e| e.into_inner()).lookup(ip, port));
+    tracker.attribute(link, Some(namer));
+    tracker
+}
+
 /// Binds and starts the HTTP server, with the `/metrics` exporter of `served`'s counters
 /// and accounts.
 fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate::http::Server, u8> {
@@ -598,7 +620,8 @@ fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate:
         served.accounts.clone(),
         served.services.clone(),
         h.top_services,
-    );
+    )
+    .with_attribution(h.top_destinations, h.top_programs, h.kernsnoopd);
     if let Some(n) = &served.netns {
         exporter = exporter.with_netns(n.clone());
     }

@@ -47,6 +47,7 @@ pub mod logging;
 pub mod metrics;
 pub mod netns;
 pub mod poll;
+pub mod processes;
 
 pub mod recent;
 pub mod record;

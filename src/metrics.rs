@@ -202,6 +202,8 @@ pub struct Metrics {
     pub flows_refused: Counter,
     /// Flows dropped by `-tracker-min-samples`.
     pub flows_too_short: Counter,
+    /// Flows ended, by how their process was found ([`crate::processes::How::ALL`] order).
+    pub flow_owners: [Counter; 5],
     /// Samples retained and deduped.
     pub samples_retained: Counter,
     /// Samples not retained because nothing the analysis uses changed.
@@ -400,6 +402,7 @@ impl Metrics {
             flows_ended: Counter::default(),
             flows_refused: Counter::default(),
             flows_too_short: Counter::default(),
+            flow_owners: Default::default(),
             samples_retained: Counter::default(),
             samples_deduped: Counter::default(),
             destroy_events: Counter::default(),

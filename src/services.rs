@@ -174,20 +174,28 @@ impl Services {
         self.walked = Some(Instant::now());
         self.names.clear();
         let Some(root) = self.root.clone() else { return };
-        let mut stack = vec![(root.clone(), 0u32)];
-        while let Some((dir, depth)) = stack.pop() {
-            let Ok(meta) = std::fs::metadata(&dir) else { continue };
-            let rel = dir.strip_prefix(&root).unwrap_or(Path::new(""));
-            let rel = format!("/{}", rel.display());
-            self.names.insert(meta.ino(), service_name(&rel));
-            if depth >= 32 {
-                continue;
-            }
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push((e.path(), depth + 1));
-                }
+        let names = &mut self.names;
+        walk_tree(&root, |ino, rel| {
+            names.insert(ino, service_name(rel));
+        });
+    }
+}
+
+/// Calls `f` with every cgroup directory's inode (the id sock_diag reports) and its path
+/// relative to `root` (starting with '/'), down to 32 levels.
+pub fn walk_tree(root: &Path, mut f: impl FnMut(u64, &str)) {
+    let mut stack = vec![(root.to_path_buf(), 0u32)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&dir) else { continue };
+        let rel = dir.strip_prefix(root).unwrap_or(Path::new(""));
+        f(meta.ino(), &format!("/{}", rel.display()));
+        if depth >= 32 {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
             }
         }
     }

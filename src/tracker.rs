@@ -246,6 +246,8 @@ pub struct Tracker {
     flow_netns: FxHashMap<u64, u32>,
     /// What records say about each namespace, by index; empty when only one is sampled.
     labels: Vec<Option<std::sync::Arc<crate::record::NetnsLabel>>>,
+    /// Who owns each flow and what its remote end is called.
+    attr: owners::Attribution,
 }
 
 impl Tracker {
@@ -277,6 +279,7 @@ impl Tracker {
             netns: 0,
             flow_netns: FxHashMap::default(),
             labels: Vec::new(),
+            attr: owners::Attribution::default(),
         }
     }
 
@@ -357,7 +360,9 @@ impl Tracker {
     pub fn observe(&mut self, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
         if s.msg().state() == tcp::LISTEN {
             // Listeners start no flow; they name the server side's port in the accounts.
-            self.accounts.saw_listener(self.netns, s.msg().sport(), s.cgroup_id().unwrap_or(0));
+            let (port, cgroup) = (s.msg().sport(), s.cgroup_id().unwrap_or(0));
+            self.accounts.saw_listener(self.netns, port, cgroup);
+            self.listener_seen(port, s.msg().inode(), cgroup);
             return;
         }
         let cookie = s.msg().cookie();
@@ -485,8 +490,10 @@ impl Tracker {
         if f.stage.window as usize >= self.cfg.window_samples {
             let held = self.stages.detach(&mut f.stage, &mut f.samples);
             sync(f, h);
-            let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            let mut e =
+                Self::cut_window(f, edge, Rest { held, sampling: h.sampling(), unresolved: None });
             e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
+            e.owner = self.attr.owner_now(h.cookie);
             // The edge sample stays held: it also begins the next window.
             self.stats.samples_handed_on += e.sample_count() as u64 - 1;
             out.push(e);
@@ -535,7 +542,7 @@ impl Tracker {
             (f.cgroup_id == 0).then(|| s.msg().uid()).filter(|&u| u != 0 || seen == Seen::Dump);
         // A flow open before we started counts from here; a new one from its first byte.
         let l = &sn.last;
-        f.counted.slot = self.accounts.slot(self.netns, f.cgroup_id, f.key.sport, uid);
+        f.counted = self.open_account(&f, s.msg().inode(), seen, uid);
         if self.netns != 0 {
             // Kept aside, not in the flow (whose lines are full): a socket cookie is unique
             // host-wide, across namespaces (docs/kernel.md).
@@ -588,6 +595,7 @@ impl Tracker {
             netns: None,
             held: rest.held,
             unresolved: None,
+            owner: None,
         }
     }
 }
@@ -666,6 +674,8 @@ fn gap_us(a: u64, b: u64) -> u32 {
 pub mod accounts;
 mod decode;
 mod ending;
+mod owners;
+pub use owners::DestNamer;
 mod fingerprint;
 mod flow;
 mod pool;

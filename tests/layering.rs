@@ -18,6 +18,7 @@ const RANKS: &[(&str, u32)] = &[
     ("stats", 0),
     ("services", 0),
     ("destinations", 0),
+    ("processes", 0),
     ("metrics", 0),
     ("testkit", 1),
     ("filter", 1),

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS cgmon.flows
     `CgroupID` Nullable(UInt64),
     `Service` LowCardinality(String),
     `DestService` LowCardinality(String),
+    `Comm` LowCardinality(String),
+    `Pid` UInt32,
     `Sampling` Tuple(FromDumps UInt32, FromExact UInt32, FromDestroyEvent Bool, MaxGapms Float64),
     `Diagnosis` Tuple(
         TimeShares Tuple(ReceiverWindowPct Float64, SendBufferPct Float64, NetworkPct Float64,

@@ -408,6 +408,8 @@ fn record(
         // writer's own thread may block on.
         service: None,
         dest_service: None,
+        comm: e.owner.as_ref().map(|o| o.name.clone()),
+        pid: e.owner.as_ref().map(|o| o.pid),
         diagnosis,
     }
 }

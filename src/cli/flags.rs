@@ -299,6 +299,21 @@ pub struct Cli {
     )]
     pub top_destinations: usize,
 
+    /// Distinct comm label values (programs) in /metrics; later programs share "other"
+    #[arg(
+        long = "metrics-top-programs",
+        env = "CGMON_METRICS_TOP_PROGRAMS",
+        value_name = "K",
+        default_value = "20",
+        help_heading = "Run"
+    )]
+    pub top_programs: usize,
+
+    /// Also export kernsnoopd's byte counters under its names:
+    /// linux_bytes_sent_total{binary_name} and magma_bytes_sent_total{service_name,dest_service}
+    #[arg(long = "metrics-kernsnoopd", env = "CGMON_METRICS_KERNSNOOPD", help_heading = "Run")]
+    pub kernsnoopd: bool,
+
     /// Recently ended flows the web view keeps (their records and up to 300 samples each,
     /// from their whole life; about 43 KB each); 0 = none
     #[arg(
@@ -441,6 +456,11 @@ pub struct Cli {
     /// external
     #[arg(long = "dest-map", env = "CGMON_DEST_MAP", value_name = "FILE", help_heading = "Writer")]
     pub dest_map: Option<PathBuf>,
+    /// Do not look for the process behind each flow (Comm, Pid, the comm label). Finding
+    /// it reads /proc/PID/fd of the socket's cgroup's processes; other users' processes
+    /// need CAP_SYS_PTRACE
+    #[arg(long = "no-process", env = "CGMON_NO_PROCESS", help_heading = "Writer")]
+    pub no_process: bool,
     /// Records held in memory while the output cannot be written, in bytes of JSON (1M to
     /// 16G); beyond it the oldest are counted as lost
     #[arg(long = "writer-backlog", env = "CGMON_WRITER_BACKLOG", value_name = "SIZE",

@@ -58,6 +58,8 @@ pub struct Settings {
     pub sink: Option<crate::sink::SinkConfig>,
     /// `--dest-map`, read and checked (the writer reads it again on SIGHUP).
     pub dest_map: Option<std::path::PathBuf>,
+    /// Look for the process behind each flow (not `--no-process`).
+    pub process: bool,
 }
 
 /// `-run-http-server` and its bounds.
@@ -71,6 +73,10 @@ pub struct HttpSettings {
     pub top_services: usize,
     /// `--metrics-top-destinations`.
     pub top_destinations: usize,
+    /// `--metrics-top-programs`.
+    pub top_programs: usize,
+    /// `--metrics-kernsnoopd`.
+    pub kernsnoopd: bool,
     /// `--recent-flows`.
     pub recent_flows: usize,
 }
@@ -125,6 +131,8 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             },
             top_services: c.top_services,
             top_destinations: c.top_destinations,
+            top_programs: c.top_programs,
+            kernsnoopd: c.kernsnoopd,
             recent_flows: c.recent_flows as usize,
         }),
         netns: c.netns.clone(),
@@ -134,6 +142,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
         summary: format!("{} window_samples={window}", parts.summary),
         sink: parts.sink,
         dest_map: c.dest_map.clone(),
+        process: !c.no_process,
     }
 }
 

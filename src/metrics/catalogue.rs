@@ -196,6 +196,21 @@ const fn plain(
     }
 }
 
+/// One member of `cgmon_flow_owners_total`: the flows counted at `Metrics::flow_owners[i]`.
+macro_rules! owners {
+    ($i:literal, $how:literal, $says:literal) => {
+        labelled(
+            ("how", $how),
+            counter(Flows, "cgmon_flow_owners", $says, OWNERS_HELP, |m| m.flow_owners[$i].get()),
+        )
+    };
+}
+
+/// The help of `cgmon_flow_owners_total`.
+const OWNERS_HELP: &str = "Flows ended, by how the process that owned the socket was found \
+     (socket, listener) or why not (not_found, skipped, none: a connecting socket seen only in \
+     its destroy event, or --no-process)";
+
 /// A counter of events.
 const fn counter(
     section: Section,
@@ -368,6 +383,11 @@ pub static SERIES: &[Series] = &[
         "Flows not recorded for -tracker-max-flows",
         |m| m.flows_refused.get(),
     ),
+    owners!(0, "socket", "process found by its socket"),
+    owners!(1, "listener", "process of its listener"),
+    owners!(2, "not_found", "no process found"),
+    owners!(3, "skipped", "process not looked for (walker behind)"),
+    owners!(4, "none", "nothing to look for"),
     counter(Destroy, "cgmon_destroy_events", "received", "Socket destroy events received", |m| {
         m.destroy_events.get()
     }),
@@ -668,46 +688,5 @@ pub static SERIES: &[Series] = &[
 ];
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_prometheus_names_and_families_are_consecutive() {
-        let mut seen = std::collections::HashSet::new();
-        let mut last = "";
-        for s in SERIES {
-            assert!(s.name.starts_with("cgmon_"), "{}", s.name);
-            assert!(
-                s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
-                "{}",
-                s.name
-            );
-            assert!(!s.name.ends_with("_total"), "the encoder adds _total: {}", s.name);
-            if s.name != last {
-                assert!(seen.insert(s.name), "{} split in two", s.name);
-            } else {
-                assert!(s.label.is_some(), "{} twice without a label", s.name);
-            }
-            last = s.name;
-            assert!(!s.says.is_empty() && !s.help.is_empty());
-        }
-    }
-
-    #[test]
-    fn values_scale_to_base_units() {
-        let m = Metrics::default();
-        m.full_dump_interval_ns.set(1_500_000_000);
-        m.cpu_budget_ppm.set(20_000);
-        m.records_lost.add(3);
-        let find = |n: &str| SERIES.iter().find(|s| s.name == n).unwrap();
-        assert_eq!(find("cgmon_full_dump_interval_seconds").value(&m), 1.5);
-        assert_eq!(find("cgmon_full_dump_interval_seconds").shown(&m), "1.500 s");
-        assert_eq!(find("cgmon_cpu_budget_ratio").value(&m), 0.02);
-        assert_eq!(find("cgmon_cpu_budget_ratio").shown(&m), "2.00 %");
-        assert_eq!(find("cgmon_records_lost").shown(&m), "3");
-        assert_eq!(find("cgmon_records_lost").phrase(&m), "3 lost (output failed)");
-        m.dump_seconds.observe(std::time::Duration::from_millis(2));
-        assert_eq!(find("cgmon_dump_duration_seconds").shown(&m), "1, mean 2.000 ms");
-        assert_eq!(find("cgmon_dump_duration_seconds").phrase(&m), "1 dumps timed (mean 2.000 ms)");
-    }
-}
+#[path = "catalogue_tests.rs"]
+mod tests;

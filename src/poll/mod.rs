@@ -163,6 +163,8 @@ fn apply_destroyed(
         );
     }
     metrics.destroy_events.add(b.batch.len() as u64);
+    // An owner answered since the last tick reaches its flow before the flow can end.
+    tracker.settle_owners();
     for s in b.batch.iter() {
         tracker.destroyed(&s, out);
     }
@@ -188,6 +190,9 @@ fn publish(
     m.flows_ended.mirror(st.flows_ended);
     m.flows_refused.mirror(st.flows_refused);
     m.flows_too_short.mirror(st.flows_too_short);
+    for (c, n) in m.flow_owners.iter().zip(tracker.owner_counts()) {
+        c.mirror(n);
+    }
     m.flows_awaiting_destroy.set(tracker.awaiting_destroy() as u64);
     m.destroy_awaited.mirror(st.destroy_awaited);
     m.destroy_wait_expired.mirror(st.destroy_wait_expired);

@@ -297,6 +297,14 @@ pub struct FlowStats {
     /// (`local`, `private`, `external`); absent only when the remote address does not parse.
     #[serde(rename = "DestService", skip_serializing_if = "Option::is_none")]
     pub dest_service: Option<String>,
+    /// The program that owned the socket (its task name, or for an interpreter the
+    /// module or script it runs: docs/processes.md); absent when none was found, never a
+    /// guess.
+    #[serde(rename = "Comm", skip_serializing_if = "Option::is_none")]
+    pub comm: Option<std::sync::Arc<str>>,
+    /// That process's pid, in the monitor's pid namespace.
+    #[serde(rename = "Pid", skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
     #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,

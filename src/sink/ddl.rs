@@ -58,6 +58,8 @@ const SCALARS: &[(&str, &str, &str)] = &[
     ("Cookie", "UInt64", "UInt64"),
     ("Service", "LowCardinality(String)", "String"),
     ("DestService", "LowCardinality(String)", "String"),
+    ("Comm", "LowCardinality(String)", "String"),
+    ("Pid", "UInt32", "UInt32"),
 ];
 
 /// The flat columns' types: (current, 18.16).

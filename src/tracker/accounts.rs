@@ -8,8 +8,15 @@
 //! its first byte; one already open at start counts from the first sample (its history
 //! before that is not the monitor's to report). Counters only ever grow.
 //!
+//! An account is also per remote end's name (`--dest-map`) and per program (the
+//! process that owns the socket, `processes`). A flow whose program is being looked for
+//! counts no bytes until it is known ([`Counted::pending`]): its bytes then go to its
+//! program at once, or to `unknown` when none is found or the flow ends first.
+//!
 //! Cardinality is bounded here by [`MAX_ACCOUNTS`] slots; what comes after goes to an
 //! overflow slot. (Service names, and the top-K cap on them, are resolved at scrape time.)
+
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -101,6 +108,12 @@ pub struct Account {
     pub cgroup_id: u64,
     /// Local port when it is a listening port (server side), else 0.
     pub port: u16,
+    /// The remote end's name (`--dest-map` and its fallbacks); None when not named.
+    pub dest_service: Option<Arc<str>>,
+    /// The program that owns the sockets; None when unknown.
+    pub comm: Option<Arc<str>>,
+    /// The ids that key `dest_service` and `comm`.
+    key_names: (u32, u32),
     /// The sockets' uid when no cgroup is known (a flow seen only in its destroy event,
     /// whose port does not listen); [`NO_UID`] otherwise.
     pub uid: u32,
@@ -136,6 +149,9 @@ impl Account {
             netns,
             cgroup_id,
             port,
+            dest_service: None,
+            comm: None,
+            key_names: (NO_NAME, NO_NAME),
             uid,
             opened: 0,
             closed: 0,
@@ -161,11 +177,30 @@ impl Account {
     }
 }
 
+/// The id of no name in an account's key.
+const NO_NAME: u32 = u32::MAX;
+
+/// Most distinct destination names kept; later ones share the overflow id (and name).
+const MAX_DEST_NAMES: usize = 65_536;
+
+/// What names a flow's account besides its service: the remote end, and its program
+/// (with the id the program resolver gave its name).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Names<'a> {
+    /// The remote end's name.
+    pub dest: Option<&'a Arc<str>>,
+    /// The program's name id and name.
+    pub comm: Option<(u32, &'a Arc<str>)>,
+}
+
 /// What a flow has been counted for so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counted {
     /// Its account slot.
     pub slot: u32,
+    /// Its program is being looked for: its bytes wait (the counts below stay where they
+    /// are) until [`Accounts::reslot`] or its end. Fits the padding after `slot`.
+    pub pending: bool,
     /// bytes_acked counted.
     pub acked: u64,
     /// bytes_received counted.
@@ -178,7 +213,9 @@ pub struct Counted {
 #[derive(Debug)]
 pub struct Accounts {
     slots: Vec<Account>,
-    index: FxHashMap<(u32, u64, u16, u32), u32>,
+    index: FxHashMap<(u32, u64, u16, u32, u32, u32), u32>,
+    /// Destination name → its id in the keys.
+    dest_ids: FxHashMap<Arc<str>, u32>,
     /// Listening port (with its namespace, [`listen_key`]) → the cgroup of a listener on
     /// it (0 when the kernel sent none).
     listening: FxHashMap<u64, u64>,
@@ -188,7 +225,7 @@ pub struct Accounts {
 }
 
 /// A port's key in the listening set: ports listen per network namespace.
-fn listen_key(netns: u32, port: u16) -> u64 {
+pub(crate) fn listen_key(netns: u32, port: u16) -> u64 {
     u64::from(netns) << 16 | u64::from(port)
 }
 
@@ -203,6 +240,7 @@ impl Default for Accounts {
             // Slot 0 is the overflow account.
             slots: vec![Account::new(0, OVERFLOW_CGROUP, 0, NO_UID)],
             index: FxHashMap::default(),
+            dest_ids: FxHashMap::default(),
             listening: FxHashMap::default(),
             next_listening: FxHashMap::default(),
             marked_ns: 0,
@@ -212,20 +250,80 @@ impl Default for Accounts {
 
 impl Accounts {
     /// The slot for a socket in namespace `netns` of `cgroup_id` with local port `sport`;
-    /// `uid` names the account when no cgroup is known.
+    /// `uid` names the account when no cgroup is known. No destination or program.
     pub fn slot(&mut self, netns: u32, cgroup_id: u64, sport: u16, uid: Option<u32>) -> u32 {
+        self.slot_named(netns, cgroup_id, sport, uid, Names::default())
+    }
+
+    /// As [`slot`](Self::slot), for a flow to `names.dest` owned by `names.comm`.
+    pub fn slot_named(
+        &mut self,
+        netns: u32,
+        cgroup_id: u64,
+        sport: u16,
+        uid: Option<u32>,
+        names: Names<'_>,
+    ) -> u32 {
         let port = if self.is_listening(netns, sport) { sport } else { 0 };
         let uid = if cgroup_id == 0 { uid.unwrap_or(NO_UID) } else { NO_UID };
-        if let Some(&i) = self.index.get(&(netns, cgroup_id, port, uid)) {
+        let (dest, dest_name) = match names.dest {
+            Some(d) => self.dest_id(d),
+            None => (NO_NAME, None),
+        };
+        let comm = names.comm.map_or(NO_NAME, |c| c.0);
+        let key = (netns, cgroup_id, port, uid, dest, comm);
+        if let Some(&i) = self.index.get(&key) {
             return i;
         }
         if self.slots.len() > MAX_ACCOUNTS {
             return 0;
         }
         let i = self.slots.len() as u32;
-        self.slots.push(Account::new(netns, cgroup_id, port, uid));
-        self.index.insert((netns, cgroup_id, port, uid), i);
+        let mut a = Account::new(netns, cgroup_id, port, uid);
+        a.dest_service = dest_name;
+        a.comm = names.comm.map(|c| c.1.clone());
+        a.key_names = (dest, comm);
+        self.slots.push(a);
+        self.index.insert(key, i);
         i
+    }
+
+    /// The slot like `slot`'s but for the program `comm` (id and name): where a flow goes
+    /// once its program is known. The overflow slot stays the overflow.
+    pub fn reslot(&mut self, slot: u32, comm: (u32, &Arc<str>)) -> u32 {
+        let a = &self.slots[slot as usize];
+        if slot == 0 {
+            return 0;
+        }
+        let key = (a.netns, a.cgroup_id, a.port, a.uid, a.key_names.0, comm.0);
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        if self.slots.len() > MAX_ACCOUNTS {
+            return 0;
+        }
+        let mut b = Account::new(a.netns, a.cgroup_id, a.port, a.uid);
+        b.dest_service = a.dest_service.clone();
+        b.comm = Some(comm.1.clone());
+        b.key_names = (a.key_names.0, comm.0);
+        let i = self.slots.len() as u32;
+        self.slots.push(b);
+        self.index.insert(key, i);
+        i
+    }
+
+    /// The id of a destination name, and the name an account under it shows (`other`
+    /// past [`MAX_DEST_NAMES`]).
+    fn dest_id(&mut self, name: &Arc<str>) -> (u32, Option<Arc<str>>) {
+        if let Some(&id) = self.dest_ids.get(name) {
+            return (id, Some(name.clone()));
+        }
+        if self.dest_ids.len() >= MAX_DEST_NAMES {
+            return (MAX_DEST_NAMES as u32, Some(Arc::from("other")));
+        }
+        let id = self.dest_ids.len() as u32;
+        self.dest_ids.insert(name.clone(), id);
+        (id, Some(name.clone()))
     }
 
     /// Whether `port` listened in `netns` as of the last complete dump, or in the current
@@ -266,6 +364,9 @@ impl Accounts {
     /// Counts the growth of a flow's cumulative counters since the last call.
     #[inline]
     pub fn count(&mut self, c: &mut Counted, acked: u64, received: u64, retrans: u64) {
+        if c.pending {
+            return;
+        }
         let a = &mut self.slots[c.slot as usize];
         a.bytes_acked += acked.saturating_sub(c.acked);
         a.bytes_received += received.saturating_sub(c.received);

@@ -27,7 +27,7 @@ impl Tracker {
         }
         let held = self.stages.release(&mut f.stage, &mut f.samples);
         sync(&mut f, &h);
-        Some((f, Rest { held, sampling: h.sampling() }))
+        Some((f, Rest { held, sampling: h.sampling(), unresolved: None }))
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
@@ -199,13 +199,8 @@ impl Tracker {
         };
         self.destroyed.insert(key.cookie, self.generation);
         rest.sampling.event = true;
-        let before = out.len();
+        rest.unresolved = unresolved;
         self.hand_on(f, rest, EndReason::Destroyed, s.ts_ns, close, out);
-        if out.len() > before
-            && let Some(e) = out.last_mut()
-        {
-            e.unresolved = unresolved;
-        }
     }
 
     /// True when some flow in `out` waits to learn which side it was (see
@@ -218,7 +213,9 @@ impl Tracker {
     /// of the current namespace.
     pub fn observe_listener(&mut self, s: &Sample<'_>) {
         if s.msg().state() == tcp::LISTEN {
-            self.accounts.saw_listener(self.netns, s.msg().sport(), s.cgroup_id().unwrap_or(0));
+            let (port, cgroup) = (s.msg().sport(), s.cgroup_id().unwrap_or(0));
+            self.accounts.saw_listener(self.netns, port, cgroup);
+            self.listener_seen(port, s.msg().inode(), cgroup);
         }
     }
 
@@ -240,6 +237,7 @@ impl Tracker {
             } else {
                 e.close = Close::from_final_either_side(&f.last);
             }
+            self.owner_of_side(e, ns);
         }
     }
 
@@ -301,7 +299,7 @@ impl Tracker {
 
     pub(super) fn hand_on(
         &mut self,
-        flow: Flow,
+        mut flow: Flow,
         rest: Rest,
         reason: EndReason,
         end_ts_ns: u64,
@@ -311,11 +309,12 @@ impl Tracker {
         if reason != EndReason::Shutdown {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
-        let Rest { held, sampling } = rest;
+        let Rest { held, sampling, unresolved } = rest;
+        let owner = self.owner_at_end(&mut flow, unresolved.is_none());
         let netns = label_of(&self.labels, &self.flow_netns, flow.key.cookie);
         self.flow_netns.remove(&flow.key.cookie);
         let e =
-            EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved: None };
+            EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved, owner };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {
@@ -350,8 +349,10 @@ impl Tracker {
             let Some(&edge) = self.stages.newest(&f.stage, &f.samples, 1).last() else { continue };
             let held = self.stages.detach(&mut f.stage, &mut f.samples);
             sync(f, h);
-            let mut e = Self::cut_window(f, edge, Rest { held, sampling: h.sampling() });
+            let mut e =
+                Self::cut_window(f, edge, Rest { held, sampling: h.sampling(), unresolved: None });
             e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
+            e.owner = self.attr.owner_now(h.cookie);
             h.deduped = 0;
             (h.max_gap_us, h.exact) = (0, 0);
             // The edge sample stays held: it also begins the next window.

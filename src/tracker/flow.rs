@@ -226,6 +226,8 @@ pub struct EndedFlow {
     /// namespace index): which side it was, so its close and its listener's cgroup, waits
     /// for [`Tracker::resolve_sides`] after a listeners' dump.
     pub(crate) unresolved: Option<u32>,
+    /// The process that owned its socket, when one was found (`processes`).
+    pub owner: Option<crate::processes::Owner>,
 }
 
 /// What leaves the table with a flow besides the flow itself.
@@ -233,6 +235,9 @@ pub struct EndedFlow {
 pub(super) struct Rest {
     pub(super) held: Option<Held>,
     pub(super) sampling: Sampling,
+    /// Seen only in its destroy event on a port not known to listen: its namespace, until
+    /// [`Tracker::resolve_sides`] decides its side.
+    pub(super) unresolved: Option<u32>,
 }
 
 impl EndedFlow {
@@ -247,6 +252,7 @@ impl EndedFlow {
             netns: None,
             held: None,
             unresolved: None,
+            owner: None,
         }
     }
 

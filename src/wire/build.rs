@@ -178,6 +178,11 @@ impl SockBuilder {
         self.msg.head[64..68].copy_from_slice(&v.to_ne_bytes());
         self
     }
+    /// `idiag_inode`.
+    pub fn inode(mut self, v: u32) -> Self {
+        self.msg.head[68..72].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
     /// INET_DIAG_CGROUP_ID.
     pub fn cgroup(mut self, id: u64) -> Self {
         self.cgroup = Some(id);

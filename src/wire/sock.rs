@@ -386,6 +386,15 @@ pub struct SockKey {
 }
 
 impl SockKey {
+    /// The remote address.
+    pub fn remote_ip(&self) -> IpAddr {
+        if self.family == AF_INET {
+            IpAddr::from(<[u8; 4]>::try_from(&self.dst[..4]).expect("four bytes"))
+        } else {
+            IpAddr::from(self.dst)
+        }
+    }
+
     /// Builds a key from socket addresses (cookie 0), for tests and userspace filtering.
     pub fn from_addrs(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Self {
         fn raw(ip: IpAddr) -> [u8; 16] {

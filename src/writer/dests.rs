@@ -56,6 +56,11 @@ impl Dests {
         Ok(Dests { path: Some(path), map, mtime, checked: now, addresses_read: now })
     }
 
+    /// The name of a remote end.
+    pub fn lookup(&self, addr: std::net::IpAddr, port: u16) -> std::sync::Arc<str> {
+        self.map.name(addr, port)
+    }
+
     /// Names the record's remote end.
     pub fn name(&self, r: &mut FlowStats) {
         if let Ok(ip) = r.id.dst_ip.parse() {

@@ -17,6 +17,7 @@ mod metrics;
 #[path = "../common/monitor.rs"]
 mod monitor;
 mod pipeline;
+mod processes;
 mod program;
 mod robustness;
 mod sink;

@@ -177,6 +177,17 @@ fn process_metrics_describe_the_monitor_process() {
     m.wait(Duration::from_secs(10));
 }
 
+/// The sum of the series whose line starts with `prefix` (a family and its first labels:
+/// the byte families split further by dest_service and comm), or None when there is none.
+fn summed(text: &str, prefix: &str) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a value"))
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -352,12 +363,8 @@ fn per_service_byte_counters_match_what_each_cgroup_sent() {
     m.wait(Duration::from_secs(10));
     for (name, n) in names.iter().zip(sizes) {
         let key =
-            format!("cgmon_flow_acked_bytes_total{{service=\"{name}\",listen_port=\"client\"}} ");
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&key))
-            .unwrap_or_else(|| panic!("no {key} in\n{text}"));
-        let v: f64 = line[key.len()..].trim().parse().unwrap();
+            format!("cgmon_flow_acked_bytes_total{{service=\"{name}\",listen_port=\"client\",");
+        let v = summed(&text, &key).unwrap_or_else(|| panic!("no {key} in\n{text}"));
         let err = (v - n as f64).abs() / n as f64;
         eprintln!("service {name}: sent {n} bytes, counter {v} (error {:.4} %)", err * 100.0);
         assert!(err < 0.01, "{name}: {v} vs {n}");
@@ -481,16 +488,11 @@ fn short_flows_count_under_their_own_services() {
         assert_eq!(r["Samples"], 1, "seen only in its destroy event: {r:#}");
         assert!(r.get("CgroupID").is_none() || r["ID"]["SrcPort"] == port, "{r:#}");
     }
-    let value = |key: &str| -> f64 {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(key))
-            .unwrap_or_else(|| panic!("no {key} in\n{text}"));
-        line[key.len()..].trim().parse().unwrap()
-    };
+    let value =
+        |key: &str| -> f64 { summed(&text, key).unwrap_or_else(|| panic!("no {key} in\n{text}")) };
     // The listening side: through its listener's cgroup.
     let key = format!(
-        "cgmon_flow_received_bytes_total{{service=\"{server_svc}\",listen_port=\"{port}\"}} "
+        "cgmon_flow_received_bytes_total{{service=\"{server_svc}\",listen_port=\"{port}\","
     );
     let v = value(&key);
     let err = (v - n as f64).abs() / n as f64;
@@ -501,7 +503,7 @@ fn short_flows_count_under_their_own_services() {
     // where the kernel names the owner, else under "unknown"; never under another owner
     // such as "user:root".
     let acked = |svc: &str| {
-        format!("cgmon_flow_acked_bytes_total{{service=\"{svc}\",listen_port=\"client\"}} ")
+        format!("cgmon_flow_acked_bytes_total{{service=\"{svc}\",listen_port=\"client\",")
     };
     let (own, unknown) = (acked(&client_svc), acked("unknown"));
     let key = if text.contains(&own) { own } else { unknown };

@@ -39,6 +39,20 @@ pub(super) struct Labeler {
     top: usize,
     ports: FxHashSet<u16>,
     netns_given: FxHashSet<String>,
+    /// `dest_service` values given, and how many may be.
+    dests: (FxHashSet<String>, usize),
+    /// `comm` values given, and how many may be.
+    comms: (FxHashSet<String>, usize),
+}
+
+/// `name` while it was given before or fewer than `top` were, else `other`.
+fn bounded((given, top): &mut (FxHashSet<String>, usize), name: &str) -> String {
+    if given.contains(name) || given.len() < *top {
+        given.insert(name.to_string());
+        name.to_string()
+    } else {
+        "other".into()
+    }
 }
 
 impl Labeler {
@@ -51,7 +65,24 @@ impl Labeler {
             top,
             ports: FxHashSet::default(),
             netns_given: FxHashSet::default(),
+            dests: (FxHashSet::default(), DEFAULT_TOP_SERVICES),
+            comms: (FxHashSet::default(), DEFAULT_TOP_SERVICES),
         }
+    }
+
+    /// Keeps the first `dests` destination names and `comms` program names.
+    pub(super) fn set_tops(&mut self, dests: usize, comms: usize) {
+        (self.dests.1, self.comms.1) = (dests, comms);
+    }
+
+    /// A `dest_service` label (`unknown` for an account with no name).
+    pub(super) fn dest(&mut self, name: Option<&str>) -> String {
+        bounded(&mut self.dests, name.unwrap_or("unknown"))
+    }
+
+    /// A `comm` label (`unknown` for an account with no program).
+    pub(super) fn comm(&mut self, name: Option<&str>) -> String {
+        bounded(&mut self.comms, name.unwrap_or("unknown"))
     }
 
     /// The label of an account's owner: its cgroup, or with none, its sockets' uid.
@@ -76,12 +107,10 @@ impl Labeler {
     /// A namespace's label: its name while fewer than `top` names were given, else `other`;
     /// a name given keeps its label.
     pub(super) fn netns(&mut self, name: &str) -> String {
-        if self.netns_given.contains(name) || self.netns_given.len() < self.top {
-            self.netns_given.insert(name.to_string());
-            name.to_string()
-        } else {
-            "other".into()
-        }
+        let mut given = (std::mem::take(&mut self.netns_given), self.top);
+        let label = bounded(&mut given, name);
+        self.netns_given = given.0;
+        label
     }
 
     /// The `listen_port` label: the listening port a flow's server end accepted it on, or

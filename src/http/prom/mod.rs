@@ -27,14 +27,11 @@ use crate::metrics::Metrics;
 use crate::services::Services;
 use crate::tracker::accounts::{Account, RTT_BUCKETS_S};
 
-/// Sums per label pair.
+/// Sums per label set.
 #[derive(Debug, Default, Clone)]
 struct Agg {
     opened: u64,
     closed: u64,
-    acked: u64,
-    received: u64,
-    retrans: u64,
     rtt: Vec<u64>,
     rtt_sum: f64,
 }
@@ -47,6 +44,8 @@ pub struct Exporter {
     labels: Mutex<Labeler>,
     /// Namespace names by index, when more than one namespace is sampled.
     netns: Option<Arc<Mutex<Vec<String>>>>,
+    /// `--metrics-kernsnoopd`.
+    kernsnoopd: bool,
 }
 
 impl Exporter {
@@ -58,7 +57,7 @@ impl Exporter {
         top_services: usize,
     ) -> Self {
         let labels = Labeler::new(services, top_services);
-        Self { metrics, accounts, labels: Mutex::new(labels), netns: None }
+        Self { metrics, accounts, labels: Mutex::new(labels), netns: None, kernsnoopd: false }
     }
 
     /// Labels the flow aggregates with their network namespace, named by index in `names`
@@ -75,15 +74,25 @@ impl Exporter {
         r
     }
 
-    fn aggregate(&self) -> BTreeMap<(String, String, String), Agg> {
+    /// Keeps the first `dests` destination and `comms` program label values; with
+    /// `kernsnoopd`, also exports kernsnoopd's byte families under their own names.
+    pub fn with_attribution(self, dests: usize, comms: usize, kernsnoopd: bool) -> Self {
+        self.labels.lock().unwrap_or_else(|e| e.into_inner()).set_tops(dests, comms);
+        Self { kernsnoopd, ..self }
+    }
+
+    /// The accounts summed by label set: per (netns, service, listen_port) for the flow
+    /// counts and RTTs, and per those and (dest_service, comm) for the bytes.
+    fn aggregate(&self) -> (BTreeMap<FlowKey, Agg>, BTreeMap<ByteKey, Bytes>) {
         let accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let names =
             self.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let mut l = self.labels.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: BTreeMap<(String, String, String), Agg> = BTreeMap::new();
+        let mut flows: BTreeMap<FlowKey, Agg> = BTreeMap::new();
+        let mut bytes: BTreeMap<ByteKey, Bytes> = BTreeMap::new();
         for a in &accounts {
-            if a.opened == 0 && a.bytes_acked == 0 && a.bytes_received == 0 {
-                continue; // the unused overflow slot
+            if a.opened == 0 && a.closed == 0 && a.bytes_acked == 0 && a.bytes_received == 0 {
+                continue; // the unused overflow slot, or a flow's account before its bytes
             }
             let ns = match &names {
                 Some(n) => {
@@ -93,21 +102,36 @@ impl Exporter {
                 None => String::new(),
             };
             let key = (ns, l.service(a.cgroup_id, a.uid), l.port(a.port));
-            let g = out
-                .entry(key)
+            let g = flows
+                .entry(key.clone())
                 .or_insert_with(|| Agg { rtt: vec![0; RTT_BUCKETS_S.len() + 1], ..Agg::default() });
             g.opened += a.opened;
             g.closed += a.closed;
-            g.acked += a.bytes_acked;
-            g.received += a.bytes_received;
-            g.retrans += a.bytes_retrans;
             for (t, v) in g.rtt.iter_mut().zip(&a.rtt_buckets) {
                 *t += v;
             }
             g.rtt_sum += a.rtt_sum_us as f64 / 1e6;
+            let (dest, comm) = (l.dest(a.dest_service.as_deref()), l.comm(a.comm.as_deref()));
+            let b = bytes.entry((key, dest, comm)).or_default();
+            b.acked += a.bytes_acked;
+            b.received += a.bytes_received;
+            b.retrans += a.bytes_retrans;
         }
-        out
+        (flows, bytes)
     }
+}
+
+/// A flow family's labels: netns ("" when not told apart), service, listen_port.
+type FlowKey = (String, String, String);
+/// A byte family's labels: those and dest_service, comm.
+type ByteKey = (FlowKey, String, String);
+
+/// Bytes per label set.
+#[derive(Debug, Default, Clone)]
+struct Bytes {
+    acked: u64,
+    received: u64,
+    retrans: u64,
 }
 
 impl Collector for Exporter {
@@ -123,26 +147,11 @@ impl Collector for Exporter {
 impl Exporter {
     /// The per-service flow families: opened, closed, bytes, RTT.
     fn encode_flows(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let agg = self.aggregate();
+        let (agg, bytes) = self.aggregate();
         type Get = fn(&Agg) -> u64;
-        let families: [(&str, &str, Get); 5] = [
+        let families: [(&str, &str, Get); 2] = [
             ("cgmon_flows_opened", "Flows opened, by service and listening port", |a| a.opened),
             ("cgmon_flows_closed", "Flows closed, by service and listening port", |a| a.closed),
-            (
-                "cgmon_flow_acked_bytes",
-                "Bytes acknowledged by the peer (tcpi_bytes_acked), by service and listening port",
-                |a| a.acked,
-            ),
-            (
-                "cgmon_flow_received_bytes",
-                "Bytes received (tcpi_bytes_received), by service and listening port",
-                |a| a.received,
-            ),
-            (
-                "cgmon_flow_retransmitted_bytes",
-                "Bytes retransmitted (tcpi_bytes_retrans), by service and listening port",
-                |a| a.retrans,
-            ),
         ];
         for (name, help, get) in families {
             let mut d = e.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -150,6 +159,29 @@ impl Exporter {
                 d.encode_family(&labels(ns, svc, port))?
                     .encode_counter::<NoLabelSet, _, u64>(&get(a), None)?;
             }
+        }
+        type Of = fn(&Bytes) -> u64;
+        let by = "by service, listening port, destination (dest_service) and program (comm)";
+        let families: [(&str, &str, Of); 3] = [
+            ("cgmon_flow_acked_bytes", "Bytes acknowledged by the peer (tcpi_bytes_acked)", |b| {
+                b.acked
+            }),
+            ("cgmon_flow_received_bytes", "Bytes received (tcpi_bytes_received)", |b| b.received),
+            ("cgmon_flow_retransmitted_bytes", "Bytes retransmitted (tcpi_bytes_retrans)", |b| {
+                b.retrans
+            }),
+        ];
+        for (name, help, get) in families {
+            let mut d =
+                e.encode_descriptor(name, &format!("{help}, {by}"), None, MetricType::Counter)?;
+            for (((ns, svc, port), dest, comm), b) in &bytes {
+                let mut l = labels(ns, svc, port);
+                l.extend([("dest_service", dest.as_str()), ("comm", comm.as_str())]);
+                d.encode_family(&l)?.encode_counter::<NoLabelSet, _, u64>(&get(b), None)?;
+            }
+        }
+        if self.kernsnoopd {
+            encode_kernsnoopd(e, &bytes)?;
         }
         let mut d = e.encode_descriptor(
             "cgmon_flow_rtt_seconds",
@@ -181,6 +213,44 @@ pub(crate) use labels::owner_name;
 pub use labels::{DEFAULT_TOP_SERVICES, MAX_PORT_LABELS};
 use labels::{Labeler, labels};
 use own::{encode_own, encode_process};
+
+/// kernsnoopd's two families, with its names and labels (`--metrics-kernsnoopd`): the
+/// bytes each program sent, and each service sent to each destination. Sent bytes are
+/// the acknowledged ones: each byte the application sent, once (retransmissions are not
+/// counted again).
+fn encode_kernsnoopd(
+    e: &mut DescriptorEncoder,
+    bytes: &BTreeMap<ByteKey, Bytes>,
+) -> std::fmt::Result {
+    let mut by_binary: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut by_pair: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for (((_, svc, _), dest, comm), b) in bytes {
+        *by_binary.entry(comm).or_default() += b.acked;
+        *by_pair.entry((svc, dest)).or_default() += b.acked;
+    }
+    let mut d = e.encode_descriptor(
+        "linux_bytes_sent",
+        "Bytes sent (acknowledged) by each binary (kernsnoopd's family)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (binary, n) in &by_binary {
+        d.encode_family(&[("binary_name", *binary)])?
+            .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+    }
+    let mut d = e.encode_descriptor(
+        "magma_bytes_sent",
+        "Bytes sent (acknowledged) by each service to each destination service (kernsnoopd's \
+         family)",
+        None,
+        MetricType::Counter,
+    )?;
+    for ((svc, dest), n) in &by_pair {
+        d.encode_family(&[("service_name", *svc), ("dest_service", *dest)])?
+            .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+    }
+    Ok(())
+}
 
 /// Verdicts and limited time per service pair, from the records written (absent until the
 /// first record).
@@ -248,15 +318,15 @@ mod tests {
         let text = render(&ex.clone().registry()).unwrap();
         assert!(
             text.contains(
-                "cgmon_flow_acked_bytes_total{service=\"cgroup-1\",listen_port=\"client\"} 100"
+                "cgmon_flow_acked_bytes_total{service=\"cgroup-1\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 100"
             ),
             "{text}"
         );
         assert!(text.contains(
-            "cgmon_flow_acked_bytes_total{service=\"cgroup-2\",listen_port=\"client\"} 200"
+            "cgmon_flow_acked_bytes_total{service=\"cgroup-2\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 200"
         ));
         assert!(text.contains(
-            "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\"} 300"
+            "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 300"
         ));
         assert!(
             text.contains(
@@ -271,7 +341,7 @@ mod tests {
         let text = render(&ex.registry()).unwrap();
         assert!(
             text.contains(
-                "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\"} 305"
+                "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 305"
             ),
             "{text}"
         );
@@ -280,6 +350,42 @@ mod tests {
         assert!(plain.contains("# HELP cgmon_dumps_total sock_diag dumps taken\n# TYPE cgmon_dumps_total counter\ncgmon_dumps_total 0\n"), "{plain}");
         assert!(plain.contains("# TYPE cgmon_flow_rtt_seconds histogram\n"));
         assert!(!plain.contains("# EOF"));
+    }
+
+    #[test]
+    fn bytes_carry_destination_and_program_bounded_and_kernsnoopd_sums_them() {
+        use crate::tracker::accounts::{Accounts, Counted, Names};
+        let mut a = Accounts::default();
+        let (db, cache, web): (Arc<str>, Arc<str>, Arc<str>) =
+            (Arc::from("db"), Arc::from("cache"), Arc::from("web"));
+        let (api, cron): (Arc<str>, Arc<str>) = (Arc::from("api"), Arc::from("cron"));
+        let mut add = |cg, dest: &Arc<str>, comm: (u32, &Arc<str>), acked| {
+            let names = Names { dest: Some(dest), comm: Some(comm) };
+            let slot = a.slot_named(0, cg, 40000, None, names);
+            a.count(&mut Counted { slot, ..Counted::default() }, acked, 0, 0);
+            a.get_mut(slot).opened += 1;
+        };
+        add(1, &db, (1, &api), 100);
+        add(1, &db, (1, &api), 50); // the same account
+        add(1, &cache, (1, &api), 7);
+        add(1, &web, (2, &cron), 3); // a third destination: past the top 2, "other"
+        let accounts = Arc::new(Mutex::new(a.all().to_vec()));
+        let services = Arc::new(Mutex::new(Services::with_root(None)));
+        let ex = Exporter::new(Arc::default(), accounts, services, 5).with_attribution(2, 5, true);
+        let text = to_prometheus_text(&render(&Arc::new(ex).registry()).unwrap());
+        let line = |l: &str| assert!(text.lines().any(|x| x == l), "{l}\n{text}");
+        let s = "service=\"cgroup-1\",listen_port=\"client\"";
+        line(&format!("cgmon_flow_acked_bytes_total{{{s},dest_service=\"db\",comm=\"api\"}} 150"));
+        line(&format!("cgmon_flow_acked_bytes_total{{{s},dest_service=\"cache\",comm=\"api\"}} 7"));
+        line(&format!(
+            "cgmon_flow_acked_bytes_total{{{s},dest_service=\"other\",comm=\"cron\"}} 3"
+        ));
+        // The flow counts stay per service and port.
+        line(&format!("cgmon_flows_opened_total{{{s}}} 4"));
+        line("linux_bytes_sent_total{binary_name=\"api\"} 157");
+        line("linux_bytes_sent_total{binary_name=\"cron\"} 3");
+        line("magma_bytes_sent_total{service_name=\"cgroup-1\",dest_service=\"db\"} 150");
+        line("magma_bytes_sent_total{service_name=\"cgroup-1\",dest_service=\"other\"} 3");
     }
 
     /// Every series the README names is served: a name documented but never exported (as
@@ -300,7 +406,8 @@ mod tests {
         }]);
         let ex = Arc::new(
             Exporter::new(m, accounts, Arc::new(Mutex::new(Services::with_root(None))), 2)
-                .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()]))),
+                .with_netns(Arc::new(Mutex::new(vec!["host".into(), "blue".into()])))
+                .with_attribution(20, 20, true),
         );
         let text = to_prometheus_text(&render(&ex.registry()).unwrap());
         // The error's quotes and newline are escaped in its label.

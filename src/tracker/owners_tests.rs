@@ -1,0 +1,157 @@
+//! Attribution in the tracker, over made-up processes (no kernel, no /proc).
+
+use std::time::Duration;
+
+use super::*;
+use crate::processes::{Procfs, spawn};
+use crate::tracker::{EndedFlow, TrackerConfig};
+use crate::wire::build::SockBuilder;
+use crate::wire::sock::batch;
+
+/// Two processes in cgroup 7: pid 42 `python3 -m api` holding sockets 500 and 600 (a
+/// listener), pid 43 `cron` holding 700.
+struct Host;
+
+impl Procfs for Host {
+    fn cgroup_pids(&mut self, id: u64) -> Option<Vec<u32>> {
+        (id == 7).then(|| vec![42, 43])
+    }
+    fn all_pids(&mut self) -> Vec<u32> {
+        vec![42, 43]
+    }
+    fn socket_inodes(&mut self, pid: u32) -> Vec<u64> {
+        match pid {
+            42 => vec![500, 600],
+            43 => vec![700],
+            _ => vec![],
+        }
+    }
+    fn comm(&mut self, pid: u32) -> Option<String> {
+        Some(if pid == 42 { "python3" } else { "cron" }.into())
+    }
+    fn cmdline(&mut self, pid: u32) -> Option<Vec<u8>> {
+        Some(if pid == 42 { b"python3\0-m\0api\0".to_vec() } else { b"cron\0".to_vec() })
+    }
+}
+
+fn tracker() -> Tracker {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let namer: DestNamer = Box::new(|_, port| Arc::from(if port == 5432 { "db" } else { "web" }));
+    t.attribute(Some(spawn(Host, 0.0).expect("walker")), Some(namer));
+    t
+}
+
+fn dump(t: &mut Tracker, ts: u64, socks: &[&SockBuilder]) -> Vec<EndedFlow> {
+    let b = batch(&socks.iter().map(|s| (ts, s.build())).collect::<Vec<_>>());
+    let mut out = Vec::new();
+    t.settle_owners();
+    t.begin_dump();
+    for s in b.iter() {
+        t.observe(&s, &mut out);
+    }
+    t.end_dump(true, ts, &mut out);
+    out
+}
+
+fn destroy(t: &mut Tracker, ts: u64, s: &SockBuilder) -> Vec<EndedFlow> {
+    let b = batch(&[(ts, s.clone().state(7).build())]);
+    let mut out = Vec::new();
+    t.settle_owners();
+    t.destroyed(&b.get(0).unwrap(), &mut out);
+    out
+}
+
+/// Settles until `done` holds (the walker answers on its own thread).
+fn settle_until(t: &mut Tracker, done: impl Fn(&Tracker) -> bool) {
+    for _ in 0..500 {
+        t.settle_owners();
+        if done(t) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the walker never answered");
+}
+
+fn bytes_of(t: &Tracker, comm: &str) -> u64 {
+    let of =
+        |a: &&crate::tracker::accounts::Account| a.comm.as_deref().unwrap_or("unknown") == comm;
+    t.accounts().all().iter().filter(of).map(|a| a.bytes_acked).sum()
+}
+
+fn count(t: &Tracker, how: How) -> u64 {
+    t.owner_counts()[How::ALL.iter().position(|&h| h == how).unwrap()]
+}
+
+#[test]
+fn a_flow_waits_for_its_program_and_then_counts_all_its_bytes_there() {
+    let s = SockBuilder::new(2, 40001, 5432).inode(500).cgroup(7);
+    let mut t = tracker();
+    dump(&mut t, 1, &[]); // after the first dump: a new flow counts from its first byte
+    dump(&mut t, 2, &[&s.clone().bytes_acked(1_000)]);
+    // Before the answer its bytes wait: counted nowhere.
+    assert_eq!(t.accounts().all().iter().map(|a| a.bytes_acked).sum::<u64>(), 0);
+    settle_until(&mut t, |t| t.attr.owners.contains_key(&2));
+    assert_eq!(bytes_of(&t, "api"), 1_000, "what it carried before the answer");
+    dump(&mut t, 3, &[&s.clone().bytes_acked(3_000)]);
+    let ended = destroy(&mut t, 4, &s.clone().bytes_acked(3_500));
+    let o = ended[0].owner.as_ref().expect("an owner");
+    assert_eq!((o.pid, &*o.name, o.how), (42, "api", How::Socket));
+    assert_eq!(bytes_of(&t, "api"), 3_500);
+    assert_eq!(bytes_of(&t, "unknown"), 0);
+    let a = t.accounts().all().iter().find(|a| a.comm.as_deref() == Some("api")).unwrap();
+    assert_eq!(a.dest_service.as_deref(), Some("db"));
+    assert_eq!(count(&t, How::Socket), 1);
+}
+
+#[test]
+fn accepted_connections_seen_only_at_their_end_inherit_their_listener() {
+    let mut t = tracker();
+    let listener =
+        SockBuilder::new(9, 8080, 0).state(crate::states::tcp::LISTEN).inode(600).cgroup(7);
+    dump(&mut t, 1, &[&listener]);
+    settle_until(&mut t, |t| !t.attr.listeners.is_empty());
+    // Accepted and closed between two dumps: its destroy event has no inode.
+    let ended = destroy(&mut t, 2, &SockBuilder::new(3, 8080, 51000).bytes_acked(100));
+    let o = ended[0].owner.as_ref().expect("its listener's process");
+    assert_eq!((o.pid, &*o.name, o.how), (42, "api", How::Listener));
+    assert_eq!(bytes_of(&t, "api"), 100);
+    // The connecting side of a short connection has no owner: never a guess.
+    let mut ended = destroy(&mut t, 3, &SockBuilder::new(4, 51001, 9000).bytes_acked(5));
+    t.resolve_sides(&mut ended); // which side it was waits for a listeners' dump
+    assert!(ended[0].owner.is_none());
+    assert_eq!((count(&t, How::Listener), count(&t, How::None)), (1, 1));
+    assert_eq!(bytes_of(&t, "unknown"), 5);
+}
+
+#[test]
+fn a_socket_no_process_holds_goes_to_unknown_with_its_bytes() {
+    let mut t = tracker();
+    dump(&mut t, 1, &[]);
+    let s = SockBuilder::new(5, 40005, 80).inode(999).cgroup(7);
+    dump(&mut t, 2, &[&s.clone().bytes_acked(10)]);
+    settle_until(&mut t, |t| t.attr.owners.contains_key(&5));
+    let ended = destroy(&mut t, 3, &s.clone().bytes_acked(20));
+    assert!(ended[0].owner.is_none());
+    assert_eq!((bytes_of(&t, "unknown"), count(&t, How::NotFound)), (20, 1));
+    // Still waiting at its end: its bytes are counted, as not found.
+    let s = SockBuilder::new(6, 40006, 80).inode(700).cgroup(7);
+    dump(&mut t, 4, &[&s.clone().bytes_acked(1)]);
+    let mut out = Vec::new();
+    let b = batch(&[(5, s.clone().state(7).bytes_acked(8).build())]);
+    t.destroyed(&b.get(0).unwrap(), &mut out); // no settle: the answer has not come in
+    assert_eq!(bytes_of(&t, "unknown"), 28);
+    assert_eq!(count(&t, How::NotFound), 2);
+}
+
+#[test]
+fn without_a_walker_nothing_waits_and_nothing_is_named() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    dump(&mut t, 1, &[]);
+    let s = SockBuilder::new(7, 40007, 80).inode(500).cgroup(7);
+    dump(&mut t, 2, &[&s.clone().bytes_acked(10)]);
+    assert_eq!(t.accounts().all().iter().map(|a| a.bytes_acked).sum::<u64>(), 10);
+    let ended = destroy(&mut t, 3, &s);
+    assert!(ended[0].owner.is_none());
+    assert_eq!(count(&t, How::None), 1);
+}
