@@ -31,24 +31,9 @@ use cgmon_rs::clock::thread_cpu_ns;
 use cgmon_rs::sampler::destroy::{SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
 
-/// CPU seconds (user + system) of a process, from /proc/PID/stat.
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    // SAFETY: sysconf has no preconditions.
-    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?) / tck)
-}
-
-/// A memory figure of a process from /proc/PID/status (`VmRSS:` now, `VmHWM:` the peak),
-/// MiB.
-fn status_mib(pid: u32, key: &str) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::{proc_cpu_s, status_mib};
 
 /// Voluntary context switches (sleeps) of each of a process's threads, by thread name.
 fn switches(pid: u32) -> std::collections::BTreeMap<String, u64> {

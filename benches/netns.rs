@@ -26,13 +26,9 @@ use std::time::{Duration, Instant};
 use cgmon_rs::netns::{self, Roots, Which};
 use cgmon_rs::testkit::ConnHolder;
 
-fn proc_cpu_s(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let f: Vec<&str> = s[s.rfind(')').unwrap() + 2..].split(' ').collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / hz
-}
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::proc_cpu_s;
 
 /// CPU ms per tick of the monitor run with `args` for `secs`.
 fn per_tick(args: &[String], secs: u64) -> f64 {
@@ -52,9 +48,10 @@ fn run_monitor(bin: &str, args: &[String], budget: &str, secs: u64) -> (f64, Str
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    let (c0, t0) = (proc_cpu_s(child.id()), Instant::now());
+    let (c0, t0) = (proc_cpu_s(child.id()).expect("the monitor's /proc/PID/stat"), Instant::now());
     std::thread::sleep(Duration::from_secs(secs - 3));
-    let (c1, dt) = (proc_cpu_s(child.id()), t0.elapsed().as_secs_f64());
+    let (c1, dt) =
+        (proc_cpu_s(child.id()).expect("the monitor's /proc/PID/stat"), t0.elapsed().as_secs_f64());
     let metrics = get_metrics(http);
     child.wait().unwrap();
     ((c1 - c0) * 1000.0 / (dt / 0.1), metrics)

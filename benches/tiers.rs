@@ -34,19 +34,12 @@ use cgmon_rs::wire::inet_diag::{DumpRequest, RequestKind, default_extensions};
 use cgmon_rs::wire::nlmsg::{NLMSG_DONE, NlMsgIter};
 use serde_json::Value;
 
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::proc_cpu_s;
+
 const IDLE_CONNECTIONS: usize = 10_000;
 const BUSY_CONNECTIONS: usize = 100;
-
-/// CPU seconds (user + system) the process has used, from /proc/PID/stat.
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
-}
 
 fn scrape(port: u16, name: &str) -> Option<f64> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;

@@ -20,6 +20,8 @@
 //! - The pure parts, each testable without a kernel: `tracker`, `analysis`, `record`,
 //!   `stats`, `wire` (kernel formats over `&[u8]`), `filter` (expression →
 //!   INET_DIAG_REQ_BYTECODE), `units`; `chart` draws, above them all.
+//! - Beside the pipeline: `services` (cgroup → service), `destinations` (address → name,
+//!   `--dest-map`) and `processes` (socket → process, on a walker thread of its own).
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`; a
 //!   namespace's sockets are opened together by `sampler::space`). Its stand-ins for
 //!   tests (replay, script, simulated host) are `sampler::fakes`, in the `testkit` feature.

@@ -990,6 +990,22 @@ fn the_all_namespaces_drop_in_verifies_and_stays_ok() {
     assert!(conf.contains("CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_PTRACE\n"));
 }
 
+/// The processes drop-in: it verifies and grants the two capabilities reading other users'
+/// /proc/PID/fd needs, and no other
+/// (`processes::nobody_sees_other_users_processes_only_with_both_capabilities` shows the
+/// difference they make).
+#[test]
+fn the_processes_drop_in_verifies_and_grants_only_what_fd_links_need() {
+    drop_in_verifies("cgmon-rs-processes.conf", 3.0);
+    let conf = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/systemd/cgmon-rs-processes.conf"
+    ))
+    .unwrap();
+    assert!(conf.contains("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_SYS_PTRACE\n"));
+    assert!(conf.contains("AmbientCapabilities=CAP_DAC_READ_SEARCH CAP_SYS_PTRACE\n"));
+}
+
 /// The ClickHouse drop-in (issue 35): it verifies, grants no capability, and keeps the
 /// unit's exposure as it was; its variables parse as the sink's flags.
 #[test]

@@ -4,13 +4,16 @@
 //! waits on a scrape.
 //!
 //! Names take the `cgmon_` prefix and base units (seconds, bytes); counters end in `_total`.
-//! Flow aggregates carry two labels, bounding cardinality:
+//! Flow aggregates carry these labels, each bounded:
 //! - `service`: the systemd unit or container of the sockets' cgroup
 //!   ([`crate::services`]); the first `top_services` distinct services keep their own label
 //!   and later ones share `other` (a label, once given, never moves, so counters never go
 //!   backwards);
-//! - `port`: the local port when it is a listening port (the server side of a flow), else
-//!   `0`; the first [`MAX_PORT_LABELS`] ports keep their own label, later ones `other`;
+//! - `listen_port`: the local port when it is a listening port (the server side of a
+//!   flow), else `client`; the first [`MAX_PORT_LABELS`] ports keep their own label, later
+//!   ones `other`;
+//! - on the byte families only, `dest_service` (the remote end's name) and `comm` (the
+//!   program, `processes`), the first K of each keeping their own value;
 //! - with `--netns` sampling more than the monitor's own namespace, `netns`: the namespace's
 //!   name (its `ip netns` name, `pod:<uid>`, `<runtime>:<container>`, `host`), the first
 //!   `top_services` distinct ones keeping their own label, later ones `other`.
