@@ -9,8 +9,8 @@
 //!                                                            with and without the monitor
 //! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
-//! `flows`: 50 processes each open 100 connections to their own listener (both ends
-//! theirs: 200 sockets each) and send 100 bytes on each every second. `churn`: 10 processes
+//! `flows`: 50 processes each open N connections (default 200) to their own listener (both
+//! ends theirs: 2N sockets each) and send 100 bytes on each every second. `churn`: 10 processes
 //! each make 200 connections a second (100 bytes, then close) to a listener in this
 //! process. Each round runs the monitor (`-run-interval 100ms`, filtered on the traffic's
 //! ports) for SECS (default 20) once with attribution and once without, and prints the
@@ -41,17 +41,17 @@ fn child(spec: &str) {
     }
 }
 
-/// Holds N connections to its own listener (on an ephemeral port it prints), sending 100
-/// bytes on each every second, until its stdin closes.
+/// Holds N connections to its own listener (on an ephemeral port it prints once they are
+/// all open), sending 100 bytes on each every second, until its stdin closes.
 fn hold(n: usize) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    println!("{}", l.local_addr().unwrap().port());
     let mut pairs: Vec<(TcpStream, TcpStream)> = (0..n)
         .map(|_| {
             let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
             (c, l.accept().unwrap().0)
         })
         .collect();
+    println!("{}", l.local_addr().unwrap().port());
     std::thread::spawn(|| {
         let mut b = [0u8; 1];
         let _ = std::io::stdin().read(&mut b);
@@ -101,6 +101,8 @@ fn spawn_child(spec: &str) -> Child {
 struct Run {
     /// The monitor's CPU seconds, from its start.
     cpu: f64,
+    /// Its CPU seconds after its first 5 (the first walk done): the steady state.
+    steady: f64,
     /// Its walker thread's CPU seconds.
     walker: f64,
     /// Records written, and those naming their process.
@@ -115,7 +117,7 @@ struct Run {
 fn monitor(filter: &str, secs: u64, attribute: bool) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
-    cmd.args(["-run-interval", "100ms", "--filter", filter])
+    cmd.args(["-run-interval", "100ms", "--filter", filter, "-writer-partial"])
         .args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -124,7 +126,9 @@ fn monitor(filter: &str, secs: u64, attribute: bool) -> Run {
     }
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
-    std::thread::sleep(Duration::from_secs(secs));
+    std::thread::sleep(Duration::from_secs(5));
+    let at5 = proc_cpu_s(pid).unwrap();
+    std::thread::sleep(Duration::from_secs(secs.saturating_sub(5)));
     let (cpu, walker) = (proc_cpu_s(pid).unwrap(), thread_cpu_s(pid, "cgmon-procs"));
     let peak_mib = status_mib(pid, "VmHWM:");
     // SAFETY: signalling our own child.
@@ -137,23 +141,24 @@ fn monitor(filter: &str, secs: u64, attribute: bool) -> Run {
             named += usize::from(line.contains("\"Comm\":") && line.contains("\"Pid\":"));
         }
     }
-    Run { cpu, walker, records, named, peak_mib }
+    Run { cpu, steady: cpu - at5, walker, records, named, peak_mib }
 }
 
 /// ROUNDS rounds of the monitor with and without attribution over `filter`; prints each
 /// and the ratio of the medians.
 fn compare(what: &str, filter: &str, secs: u64, rounds: usize) {
-    let (mut on, mut off) = (Vec::new(), Vec::new());
+    let (mut on, mut off, mut on_steady, mut off_steady) = (vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         // Alternate which goes first: the machine's noise drifts.
         let order = if round % 2 == 0 { [true, false] } else { [false, true] };
         for attribute in order {
             let r = monitor(filter, secs, attribute);
             println!(
-                "  {what} round {round} {:>14}: CPU {:.3} s, walker {:.3} s ({:.2} % of a core), \
-                 records {}, named {} ({:.2} %), peak RSS {:.1} MiB",
+                "  {what} round {round} {:>14}: CPU {:.3} s (after 5 s: {:.3}), walker {:.3} s \
+                 ({:.2} % of a core), records {}, named {} ({:.2} %), peak RSS {:.1} MiB",
                 if attribute { "attribution" } else { "--no-process" },
                 r.cpu,
+                r.steady,
                 r.walker,
                 r.walker / secs as f64 * 100.0,
                 r.records,
@@ -161,13 +166,22 @@ fn compare(what: &str, filter: &str, secs: u64, rounds: usize) {
                 r.named as f64 / r.records.max(1) as f64 * 100.0,
                 r.peak_mib,
             );
-            if attribute { on.push(r.cpu) } else { off.push(r.cpu) }
+            if attribute {
+                on.push(r.cpu);
+                on_steady.push(r.steady);
+            } else {
+                off.push(r.cpu);
+                off_steady.push(r.steady);
+            }
         }
     }
     let (a, b) = (median(&mut on), median(&mut off));
+    let (c, d) = (median(&mut on_steady), median(&mut off_steady));
     println!(
-        "{what}: median CPU {a:.3} s with attribution, {b:.3} s without: {:+.1} %",
-        (a / b - 1.0) * 100.0
+        "{what}: median CPU {a:.3} s with attribution, {b:.3} s without: {:+.1} %; after the \
+         first 5 s {c:.3} s and {d:.3} s: {:+.1} %",
+        (a / b - 1.0) * 100.0,
+        (c / d - 1.0) * 100.0
     );
 }
 
@@ -178,7 +192,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// 50 processes holding 200 sockets each.
 fn flows(secs: u64, rounds: usize) {
-    let mut kids: Vec<Child> = (0..50).map(|_| spawn_child("hold,100")).collect();
+    let mut kids: Vec<Child> = (0..50).map(|_| spawn_child("hold,200")).collect();
     let ports: Vec<u16> = kids
         .iter_mut()
         .map(|k| {
@@ -191,10 +205,10 @@ fn flows(secs: u64, rounds: usize) {
             line.trim().parse().unwrap()
         })
         .collect();
-    let (lo, hi) = (ports.iter().min().unwrap(), ports.iter().max().unwrap());
-    println!("flows: 50 processes, 10,000 connections (20,000 sockets), ports {lo}..{hi}");
-    // Their listeners' ports, as one range: the sockets of other programs in it are few.
-    let filter = format!("(sport >= {lo} and sport <= {hi}) or (dport >= {lo} and dport <= {hi})");
+    println!("flows: 50 processes, 10,000 connections (20,000 sockets, both ends theirs)");
+    // Exactly their sockets: each listener's port, either way.
+    let filter: Vec<String> = ports.iter().map(|p| format!("sport {p} or dport {p}")).collect();
+    let filter = filter.join(" or ");
     compare("flows", &filter, secs, rounds);
     for k in &mut kids {
         drop(k.stdin.take());

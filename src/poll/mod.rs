@@ -394,6 +394,10 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
+        // The flows opened since the last tick that are still open go to the process
+        // walker (those already gone cost no walk); its answers reach their flows.
+        self.tracker.ask_owners();
+        self.tracker.settle_owners();
         let (t, sp, out, m, pacer) =
             (&mut self.tracker, &mut self.spaces, &mut self.out, &self.metrics, &mut self.pacer);
         let r = match plan {

@@ -18,8 +18,6 @@ pub(super) async fn full_dump<S: DumpSource, D: DumpSource>(
     why: Why,
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
     let opened = tracker.stats().flows_opened;
-    // Last dump's new sockets go to the process walker; answers since reach their flows.
-    tracker.settle_owners();
     tracker.begin_dump();
     let walk = match why {
         Why::Always => Walk::Every,

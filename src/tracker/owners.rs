@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::accounts::{Counted, Names, listen_key};
 use super::{EndedFlow, Flow, Seen, Tracker};
@@ -26,14 +26,17 @@ pub type DestNamer = Box<dyn FnMut(IpAddr, u16) -> Arc<str> + Send>;
 pub struct Attribution {
     link: Option<Link>,
     namer: Option<DestNamer>,
-    /// Requests of this tick, sent at [`Tracker::settle_owners`].
+    /// Requests of this tick, sent at [`Tracker::ask_owners`].
     requests: Vec<Request>,
     /// Owners of flows being followed, by cookie (found or not).
     owners: FxHashMap<u64, Owner>,
     /// Listeners' owners, by listen key.
     listeners: FxHashMap<u64, Owner>,
-    /// Listen keys already asked for.
-    asked: FxHashSet<u64>,
+    /// Listen keys already asked for, with the listener's inode then: a listener asks
+    /// again only when it is another socket (restarted), not because it was not found
+    /// (one that cannot be found, another user's or another pid namespace's, would cost a
+    /// walk at every listeners' dump).
+    asked: FxHashMap<u64, u32>,
     /// Flows ended, by how their owner was found ([`How::ALL`] order).
     pub counts: [u64; How::ALL.len()],
 }
@@ -121,31 +124,46 @@ impl Tracker {
     /// A listener seen in a dump: its owner is asked for once.
     pub(super) fn listener_seen(&mut self, port: u16, inode: u32, cgroup_id: u64) {
         let key = listen_key(self.netns, port);
-        if self.attr.link.is_none() || inode == 0 || !self.attr.asked.insert(key) {
+        if self.attr.link.is_none()
+            || inode == 0
+            || self.attr.asked.insert(key, inode) == Some(inode)
+        {
             return;
         }
         let r = Request { target: Target::Listener(key), inode: inode.into(), cgroup_id };
         self.attr.requests.push(r);
     }
 
-    /// Sends this tick's requests to the walker and applies the answers ready: a flow
-    /// whose owner is now known moves to its program's account, with the bytes it has
-    /// carried so far. Cheap when there is nothing to do; call it once per tick and before
-    /// destroy events.
-    pub fn settle_owners(&mut self) {
+    /// Sends the requests of flows opened since the last call to the walker, leaving out
+    /// the flows that have ended since: a connection that lived less than a tick costs no
+    /// walk (its owner would not be found anyway: the walk looks for open sockets). Call it
+    /// once per tick.
+    pub fn ask_owners(&mut self) {
         let Some(link) = self.attr.link.as_ref() else { return };
-        let mut answers: Vec<Answer> = link.ready().collect();
-        if !self.attr.requests.is_empty() {
-            let batch = std::mem::take(&mut self.attr.requests);
-            if let Err(batch) = link.send(batch) {
-                // The walker is behind: these are not looked for.
-                answers.extend(
-                    batch
-                        .into_iter()
-                        .map(|r| Answer { target: r.target, owner: Owner::none(How::Skipped) }),
-                );
+        let (index, waiting) = (&self.index, &self.waiting);
+        let mut batch = std::mem::take(&mut self.attr.requests);
+        // (A flow gone first was counted as not found at its end.)
+        batch.retain(|r| match r.target {
+            Target::Flow(c) => index.contains_key(&c) || waiting.contains_key(&c),
+            Target::Listener(_) => true,
+        });
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(batch) = link.send(batch) {
+            // The walker is behind: these are not looked for.
+            for r in batch {
+                self.apply(Answer { target: r.target, owner: Owner::none(How::Skipped) });
             }
         }
+    }
+
+    /// Applies the walker's answers ready now: a flow whose owner is now known moves to
+    /// its program's account, with the bytes it has carried so far. Cheap when there is
+    /// nothing to do; call it before destroy events too.
+    pub fn settle_owners(&mut self) {
+        let Some(link) = self.attr.link.as_ref() else { return };
+        let answers: Vec<Answer> = link.ready().collect();
         for a in answers {
             self.apply(a);
         }
@@ -157,7 +175,7 @@ impl Tracker {
                 if a.owner.found() {
                     self.attr.listeners.insert(key, a.owner);
                 } else {
-                    self.attr.asked.remove(&key); // asked again when next seen
+                    self.attr.listeners.remove(&key); // a restarted listener not found
                 }
                 return;
             }

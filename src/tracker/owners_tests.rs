@@ -9,8 +9,9 @@ use crate::wire::build::SockBuilder;
 use crate::wire::sock::batch;
 
 /// Two processes in cgroup 7: pid 42 `python3 -m api` holding sockets 500 and 600 (a
-/// listener), pid 43 `cron` holding 700.
-struct Host;
+/// listener), pid 43 `cron` holding 700. Counts the processes whose descriptors it read.
+#[derive(Default)]
+struct Host(Arc<std::sync::atomic::AtomicUsize>);
 
 impl Procfs for Host {
     fn cgroup_pids(&mut self, id: u64) -> Option<Vec<u32>> {
@@ -20,6 +21,7 @@ impl Procfs for Host {
         vec![42, 43]
     }
     fn socket_inodes(&mut self, pid: u32) -> Vec<u64> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match pid {
             42 => vec![500, 600],
             43 => vec![700],
@@ -35,15 +37,20 @@ impl Procfs for Host {
 }
 
 fn tracker() -> Tracker {
+    tracker_over(Host::default())
+}
+
+fn tracker_over(host: Host) -> Tracker {
     let mut t = Tracker::new(TrackerConfig::default());
     let namer: DestNamer = Box::new(|_, port| Arc::from(if port == 5432 { "db" } else { "web" }));
-    t.attribute(Some(spawn(Host, 0.0).expect("walker")), Some(namer));
+    t.attribute(Some(spawn(host, 0.0).expect("walker")), Some(namer));
     t
 }
 
 fn dump(t: &mut Tracker, ts: u64, socks: &[&SockBuilder]) -> Vec<EndedFlow> {
     let b = batch(&socks.iter().map(|s| (ts, s.build())).collect::<Vec<_>>());
     let mut out = Vec::new();
+    t.ask_owners();
     t.settle_owners();
     t.begin_dump();
     for s in b.iter() {
@@ -64,6 +71,7 @@ fn destroy(t: &mut Tracker, ts: u64, s: &SockBuilder) -> Vec<EndedFlow> {
 /// Settles until `done` holds (the walker answers on its own thread).
 fn settle_until(t: &mut Tracker, done: impl Fn(&Tracker) -> bool) {
     for _ in 0..500 {
+        t.ask_owners();
         t.settle_owners();
         if done(t) {
             return;
@@ -154,4 +162,40 @@ fn without_a_walker_nothing_waits_and_nothing_is_named() {
     let ended = destroy(&mut t, 3, &s);
     assert!(ended[0].owner.is_none());
     assert_eq!(count(&t, How::None), 1);
+}
+
+#[test]
+fn a_flow_gone_before_the_next_tick_costs_no_walk() {
+    let walks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut t = tracker_over(Host(walks.clone()));
+    dump(&mut t, 1, &[]);
+    let s = SockBuilder::new(8, 40008, 80).inode(500).cgroup(7);
+    dump(&mut t, 2, &[&s.clone().bytes_acked(10)]);
+    let ended = destroy(&mut t, 3, &s.clone().bytes_acked(10));
+    dump(&mut t, 4, &[]); // the tick that would have asked
+    std::thread::sleep(Duration::from_millis(50));
+    t.settle_owners();
+    assert!(ended[0].owner.is_none());
+    assert_eq!(walks.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing was walked");
+    assert_eq!((count(&t, How::NotFound), bytes_of(&t, "unknown")), (1, 10));
+}
+
+#[test]
+fn a_listener_not_found_is_not_looked_for_again_until_it_is_another_socket() {
+    let walks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut t = tracker_over(Host(walks.clone()));
+    let listen = |inode| {
+        SockBuilder::new(9, 2024, 0).state(crate::states::tcp::LISTEN).inode(inode).cgroup(7)
+    };
+    let read = || walks.load(std::sync::atomic::Ordering::Relaxed);
+    for ts in 1..=3 {
+        dump(&mut t, ts, &[&listen(999)]); // held by no process we can read
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    settle_until(&mut t, |_| read() == 2); // one walk: cgroup 7's two processes
+    dump(&mut t, 4, &[&listen(999)]);
+    dump(&mut t, 5, &[&listen(600)]); // restarted: another socket, found
+    // Asked once more, for the new socket, and answered from what the first walk cached.
+    settle_until(&mut t, |t| !t.attr.listeners.is_empty());
+    assert_eq!(read(), 2);
 }
