@@ -40,7 +40,8 @@ fn promtool_accepts_the_exposition() {
     }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
-    let m = monitor(&["--filter", &format!("sport {0} or dport {0}", a.port())]);
+    let filter = format!("sport {0} or dport {0}", a.port());
+    let m = monitor(&["--filter", &filter, "--metrics-kernsnoopd"]);
     let addr = http_addr(&m);
     let p = cgmon_rs::testkit::Pair::connect(&l, a).unwrap();
     drop(p);
@@ -80,6 +81,9 @@ fn promtool_accepts_the_exposition() {
         "cgmon_flows_opened_total{service=",
         "cgmon_flow_acked_bytes_total{service=",
         "cgmon_flow_rtt_seconds_bucket{",
+        "cgmon_flow_owners_total{how=\"socket\"}",
+        "linux_bytes_sent_total{binary_name=",
+        "magma_bytes_sent_total{service_name=",
     ] {
         assert!(text.contains(name), "no {name} in\n{text}");
     }

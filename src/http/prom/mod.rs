@@ -391,6 +391,44 @@ mod tests {
         line("magma_bytes_sent_total{service_name=\"cgroup-1\",dest_service=\"other\"} 3");
     }
 
+    #[test]
+    fn ten_thousand_destinations_and_programs_keep_the_labels_bounded() {
+        use crate::tracker::accounts::{Accounts, Counted, Names};
+        let mut a = Accounts::default();
+        for i in 0..10_000u32 {
+            let (dest, comm): (Arc<str>, Arc<str>) =
+                (Arc::from(format!("dest-{i}")), Arc::from(format!("prog-{i}")));
+            let names = Names { dest: Some(&dest), comm: Some((i + 1, &comm)) };
+            let slot = a.slot_named(0, 7, 40000, None, names);
+            a.count(&mut Counted { slot, ..Counted::default() }, 10, 0, 0);
+        }
+        let accounts = Arc::new(Mutex::new(a.all().to_vec()));
+        let services = Arc::new(Mutex::new(Services::with_root(None)));
+        let ex =
+            Exporter::new(Arc::default(), accounts, services, 20).with_attribution(20, 20, true);
+        let text = to_prometheus_text(&render(&Arc::new(ex).registry()).unwrap());
+        let values = |label: &str| {
+            let mut v: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.split(&format!("{label}=\"")).nth(1)?.split('"').next())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        // The first 20 of each, and other (the accounts past 4,096 share the overflow).
+        assert_eq!(values("dest_service"), 21, "{text}");
+        assert_eq!(values("comm"), 21);
+        assert_eq!(values("binary_name"), 21);
+        // Every byte is still counted, under some label.
+        let sum: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("cgmon_flow_acked_bytes_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(sum, 100_000.0);
+    }
+
     /// Every series the README names is served: a name documented but never exported (as
     /// `cgmon_netns_sampled` once was) fails here.
     #[test]
