@@ -93,34 +93,3 @@ fn socket_links_parse() {
     assert_eq!(procfs::socket_inode(b"pipe:[12345]"), None);
     assert_eq!(procfs::socket_inode(b"/dev/null"), None);
 }
-
-#[test]
-#[ignore]
-fn tmp_walk_cost() {
-    use std::os::unix::fs::MetadataExt;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut keep = Vec::new();
-    let mut reqs = Vec::new();
-    for i in 0..5000u64 {
-        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let s = l.accept().unwrap().0;
-        for x in [&c, &s] {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(x);
-            let inode = std::fs::metadata(format!("/proc/self/fd/{fd}")).unwrap().ino();
-            reqs.push(req(i, inode, 0));
-        }
-        keep.push((c, s));
-    }
-    let mut r = Resolver::new(RealProcfs::new());
-    let t = crate::clock::thread_cpu_ns();
-    let w = std::time::Instant::now();
-    let out = r.resolve(&reqs);
-    let cpu = crate::clock::thread_cpu_ns() - t;
-    eprintln!(
-        "{} answers, {} found, {:.1} ms cpu, {:?} wall",
-        out.len(),
-        out.iter().filter(|a| a.owner.found()).count(),
-        cpu as f64 / 1e6,
-        w.elapsed()
-    );
-}
