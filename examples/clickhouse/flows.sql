@@ -48,11 +48,13 @@ CREATE TABLE IF NOT EXISTS cgmon.flows
                       CEMarkedPct Nullable(Float64), RTOs UInt32),
         AchievedMbps Float64,
         Verdict String,
+        Cause Nullable(String),
         Finding String),
     -- The flat columns every row carries (src/sink/row.rs).
     `Host` LowCardinality(String),
     `BatchId` String,
     `Verdict` LowCardinality(String),
+    `Cause` LowCardinality(String),
     `Finding` String,
     `ReceiverWindowPct` Float64,
     `SendBufferPct` Float64,

@@ -61,8 +61,38 @@ pub struct Inputs {
 /// or without evidence (one of the verdicts docs/records.md lists).
 pub const UNKNOWN: &str = "unknown";
 
-/// A median RTT above this multiple of the minimum counts as a queue in the finding.
-const QUEUE_RTT_RATIO: f64 = 1.25;
+/// A median RTT above this multiple of the minimum counts as a queue: network evidence.
+pub const QUEUE_RTT_RATIO: f64 = 1.25;
+
+/// A limit's cap is a cap only when the flow stayed at or below it within this fraction
+/// (the min RTT and the windows are sampled, so a flow at its cap can measure a little
+/// above it): a finding names a cap only then.
+pub const CAP_TOLERANCE: f64 = 0.10;
+
+/// The send buffer's overshoot: the kernel charges the buffer with per-packet overhead but
+/// lets it run over by one packet train, so flows it held reached 0.51–1.18 of its cap in
+/// the lab. Its cap is a cap within this fraction.
+pub const SNDBUF_TOLERANCE: f64 = 0.20;
+
+/// A flow at this fraction of its receiver-window cap or more, with no queue and no loss,
+/// was held by the window (docs/diagnosis.md: an iperf3 `-w 32K` flow reached 0.94 of its
+/// window cap and was called `network` before this rule).
+pub const CAP_REACHED: f64 = 0.90;
+
+/// A receiver-window-limited flow below this fraction of its window cap had a window
+/// that was mostly not open to its largest size: the receiving application read slowly,
+/// and a bigger buffer would not help.
+pub const SLOW_READER_FRACTION: f64 = 0.5;
+
+/// An application share of at least this much (percent), with no network evidence, makes a
+/// mostly busy flow `application` (`paced`): the kernel counts as busy the time a sender
+/// waits for the acknowledgements of a burst the application handed over. In the lab paced
+/// senders showed 21–79 % application time, network- and send-buffer-limited flows at most
+/// 1.9 % (docs/diagnosis.md).
+pub const PACED_APP_SHARE_PCT: f64 = 10.0;
+
+/// The finer causes a diagnosis may name (`Cause`), and no others.
+pub const CAUSES: [&str; 5] = ["small-buffer", "slow-reader", "queueing", "loss", "paced"];
 
 /// Milliseconds with as many decimals as they need to show (loopback RTTs are µs).
 pub(crate) fn ms_text(v: f64) -> String {
@@ -80,9 +110,12 @@ fn kb(b: f64) -> String {
 }
 
 fn signals(l: &Last) -> Signals {
+    // Retransmissions the peer reported twice (DSACK) were not lost: a retransmission
+    // timeout on a loaded host, or reordering, sent them again needlessly.
+    let lost = l.total_retrans.saturating_sub(l.dsack_dups);
     Signals {
         loss_pct: if l.segs_out > 0 {
-            100.0 * f64::from(l.total_retrans) / f64::from(l.segs_out)
+            100.0 * f64::from(lost) / f64::from(l.segs_out)
         } else {
             0.0
         },
@@ -188,17 +221,71 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             signals: sig,
             achieved_mbps: got,
             verdict: UNKNOWN,
+            cause: None,
             finding,
         });
     }
-    let mut verdict = largest(&shares);
+    let (verdict, cause) = judge(&shares, &caps, &sig, &x, got);
+    let finding = finding(verdict, cause, l, &x, &shares, &caps, &sig, got);
+    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, cause, finding })
+}
+
+/// The verdict and its cause: the largest time share, then the evidence. `network` needs
+/// network evidence (a queue or loss); without it a flow at its window cap was held by the
+/// window, and one with a substantial application share by the application's pacing.
+fn judge(
+    shares: &TimeShares,
+    caps: &Caps,
+    sig: &Signals,
+    x: &Inputs,
+    got: f64,
+) -> (&'static str, Option<&'static str>) {
+    let mut verdict = largest(shares);
     let near_sndbuf_cap =
         caps.send_buffer_cap_mbps.is_some_and(|c| c > 0.0 && got >= SNDBUF_CAP_FRACTION * c);
     if verdict == "network" && shares.send_buffer >= SNDBUF_MIN_SHARE_PCT && near_sndbuf_cap {
         verdict = "send-buffer";
     }
-    let finding = finding(verdict, l, &x, &shares, &caps, &sig, got);
-    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, finding })
+    let queue = queued(x);
+    let loss = sig.loss_pct > 0.0;
+    let reached = |cap: Option<f64>| cap.is_some_and(|c| c > 0.0 && got >= CAP_REACHED * c);
+    let mut paced = false;
+    if verdict == "network" && !queue && !loss {
+        if reached(caps.window_cap_mbps) {
+            verdict = "receiver-window";
+        } else if shares.application >= PACED_APP_SHARE_PCT && shares.basis == "span" {
+            (verdict, paced) = ("application", true);
+        }
+    }
+    let cause = match verdict {
+        "receiver-window" => Some(match caps.window_cap_mbps {
+            Some(c) if got < SLOW_READER_FRACTION * c => "slow-reader",
+            _ => "small-buffer",
+        }),
+        "send-buffer" => Some("small-buffer"),
+        "network" if loss && mathis_cap(caps, got).is_some() => Some("loss"),
+        "network" if queue => Some("queueing"),
+        "network" if loss => Some("loss"),
+        "application" if paced => Some("paced"),
+        _ => None,
+    };
+    (verdict, cause)
+}
+
+/// Whether the median RTT stood well above the minimum: a queue on the path.
+fn queued(x: &Inputs) -> bool {
+    x.min_rtt_ms > 0.0 && x.rtt_p50_ms > QUEUE_RTT_RATIO * x.min_rtt_ms
+}
+
+/// The loss cap when it explains the rate: at or above what the flow reached (a cap), and
+/// not so far above that something else held it first.
+fn mathis_cap(caps: &Caps, got: f64) -> Option<f64> {
+    caps.loss_cap_mbps.filter(|&m| m >= got * (1.0 - CAP_TOLERANCE) && m <= 2.0 * got)
+}
+
+/// Whether `cap` bounds `got` (within `tolerance`).
+fn is_cap(cap: Option<f64>, got: f64, tolerance: f64) -> bool {
+    cap.is_some_and(|c| got <= c * (1.0 + tolerance))
 }
 
 /// Why a flow gets no sender's verdict, if it gets none: one that mostly received was
@@ -223,9 +310,13 @@ fn unjudged(l: &Last, x: &Inputs) -> Option<String> {
         .then(|| format!("too short to judge: {} sent", crate::units::si_bytes(sent)))
 }
 
-/// The finding that explains `verdict` in the flow's own figures.
+/// The finding that explains `verdict` in the flow's own figures. It names a cap only when
+/// the flow stayed within it ([`is_cap`]); otherwise it names the evidence, or says that the
+/// cause is unclear.
+#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
 fn finding(
     verdict: &str,
+    cause: Option<&str>,
     l: &Last,
     x: &Inputs,
     shares: &TimeShares,
@@ -234,20 +325,38 @@ fn finding(
     got: f64,
 ) -> String {
     let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), |v| format!("{v:.1} Mbit/s"));
-    match verdict {
-        "receiver-window" => format!(
-            "receiver window {} at {} ms RTT caps this flow at {}; it reached {got:.1} \
-             ({:.0} % of the time receiver-window limited)",
+    let rtt = ms_text(x.min_rtt_ms);
+    let spurious = match sig.spurious {
+        0 => String::new(),
+        n => format!("; {n} retransmits were spurious (the peer had the data), not loss"),
+    };
+    let text = match (verdict, cause) {
+        ("receiver-window", Some("slow-reader")) => format!(
+            "the receiving application read only {got:.1} Mbit/s: the peer's window, up to {}, \
+             would carry {} at {rtt} ms RTT, but it was mostly not open that far ({:.0} % of \
+             the time receiver-window limited): fix the reader, a bigger buffer won't help",
             kb(f64::from(l.snd_wnd_max)),
-            ms_text(x.min_rtt_ms),
             cap(caps.window_cap_mbps),
             shares.receiver_window
         ),
-        "send-buffer" => format!(
-            "send buffer {} at {} ms RTT caps this flow at {}; it reached {got:.1} ({:.0} % \
+        ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
+            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got:.1} \
+             ({:.0} % of the time receiver-window limited)",
+            kb(f64::from(l.snd_wnd_max)),
+            cap(caps.window_cap_mbps),
+            shares.receiver_window
+        ),
+        ("receiver-window", _) => format!(
+            "receiver-window limited {:.0} % of the time, but it reached {got:.1} Mbit/s, above \
+             the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
+            shares.receiver_window,
+            cap(caps.window_cap_mbps),
+            kb(f64::from(l.snd_wnd_max))
+        ),
+        ("send-buffer", _) if is_cap(caps.send_buffer_cap_mbps, got, SNDBUF_TOLERANCE) => format!(
+            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got:.1} ({:.0} % \
              of the time send-buffer limited{})",
             kb(f64::from(l.sndbuf)),
-            ms_text(x.min_rtt_ms),
             cap(caps.send_buffer_cap_mbps),
             shares.send_buffer,
             if shares.network > shares.send_buffer {
@@ -256,41 +365,71 @@ fn finding(
                 String::new()
             }
         ),
-        // Loss explains the rate when its Mathis cap is near what was achieved; otherwise
-        // the bottleneck's rate did (and the RTT shows its queue).
-        "network" => match caps.loss_cap_mbps.filter(|&m| (got / 2.0..=2.0 * got).contains(&m)) {
-            Some(m) => format!(
-                "network limited {:.0} % of the time: {:.2} % loss at {} ms RTT caps this flow \
-                 near {m:.1} Mbit/s (Mathis); it reached {got:.1}",
-                shares.network,
-                sig.loss_pct,
-                ms_text(x.rtt_p50_ms)
-            ),
-            // A median RTT well above the minimum is a queue at the bottleneck.
-            None if x.min_rtt_ms > 0.0 && x.rtt_p50_ms > QUEUE_RTT_RATIO * x.min_rtt_ms => {
-                format!(
-                    "network limited {:.0} % of the time at the path's bottleneck: it reached \
-                     {got:.1} Mbit/s with the RTT at {} ms over a {} ms minimum (queueing) and \
-                     {:.2} % loss",
-                    shares.network,
-                    ms_text(x.rtt_p50_ms),
-                    ms_text(x.min_rtt_ms),
-                    sig.loss_pct
-                )
-            }
-            None => format!(
-                "network limited {:.0} % of the time: it reached {got:.1} Mbit/s with the RTT \
-                 at {} ms, near its {} ms minimum (no queue), and {:.2} % loss",
-                shares.network,
-                ms_text(x.rtt_p50_ms),
-                ms_text(x.min_rtt_ms),
-                sig.loss_pct
-            ),
-        },
+        ("send-buffer", _) => format!(
+            "send-buffer limited {:.0} % of the time with a {} buffer, though it reached \
+             {got:.1} Mbit/s, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
+             its queue grow past it): cause unclear",
+            shares.send_buffer,
+            kb(f64::from(l.sndbuf)),
+            cap(caps.send_buffer_cap_mbps)
+        ),
+        ("network", _) => network_finding(cause, x, shares, caps, sig, got),
+        ("application", Some("paced")) => format!(
+            "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
+             waiting for the acknowledgements of what it handed over, with the RTT at {} ms \
+             near its {rtt} ms minimum (no queue) and no loss; it reached {got:.1} Mbit/s",
+            shares.application,
+            ms_text(x.rtt_p50_ms)
+        ),
         _ => format!(
             "the application left the connection idle or app-limited {:.0} % of the time; it \
              reached {got:.1} Mbit/s",
             shares.application
+        ),
+    };
+    text + &spurious
+}
+
+/// A `network` verdict's finding: the loss that caps it, the queue that shows the
+/// bottleneck, or the loss as evidence when its Mathis bound is no cap; without either,
+/// the cause is unclear.
+fn network_finding(
+    cause: Option<&str>,
+    x: &Inputs,
+    shares: &TimeShares,
+    caps: &Caps,
+    sig: &Signals,
+    got: f64,
+) -> String {
+    let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
+    let share = shares.network;
+    match (cause, mathis_cap(caps, got)) {
+        (Some("loss"), Some(m)) => format!(
+            "network limited {share:.0} % of the time: {:.2} % loss at {rtt} ms RTT caps this \
+             flow near {m:.1} Mbit/s (Mathis); it reached {got:.1}",
+            sig.loss_pct
+        ),
+        (Some("queueing"), _) => format!(
+            "network limited {share:.0} % of the time at the path's bottleneck: it reached \
+             {got:.1} Mbit/s with the RTT at {rtt} ms over a {min} ms minimum (queueing) and \
+             {:.2} % loss",
+            sig.loss_pct
+        ),
+        (Some("loss"), None) => format!(
+            "network limited {share:.0} % of the time with {:.2} % loss at {rtt} ms RTT; it \
+             reached {got:.1} Mbit/s{}",
+            sig.loss_pct,
+            match caps.loss_cap_mbps {
+                Some(m) if m < got => format!(
+                    " (its Mathis bound, {m:.1}, is below that: the loss did not hold it there)"
+                ),
+                Some(m) => format!(" (the loss alone would allow {m:.1}: something else held it)"),
+                None => String::new(),
+            }
+        ),
+        _ => format!(
+            "network limited {share:.0} % of the time, cause unclear: it reached {got:.1} Mbit/s \
+             with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
         ),
     }
 }
@@ -319,9 +458,15 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
-    /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms.
+    /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms, at its 50 ms
+    /// minimum RTT (no queue) with an 85 KB window.
     fn verdict(busy: u64, rwnd: u64, sndbuf: u64) -> super::Diagnosis {
-        let a = SockBuilder::new(1, 5000, 80).rtt_us(50_000).min_rtt_us(50_000).snd_wnd(85_000);
+        verdict_at(busy, rwnd, sndbuf, 50_000)
+    }
+
+    /// As [`verdict`], with the smoothed RTT at `rtt_us` (above 62.5 ms: a queue).
+    fn verdict_at(busy: u64, rwnd: u64, sndbuf: u64, rtt_us: u32) -> super::Diagnosis {
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(rtt_us).min_rtt_us(50_000).snd_wnd(85_000);
         let mut e = ended_flow(&[
             (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
             (11 * S, a.chrono_us(busy * 1000, rwnd * 1000, sndbuf * 1000).bytes_acked(16_500_001)),
@@ -333,13 +478,13 @@ mod tests {
 
     #[test]
     fn each_limit_wins_when_it_dominates_and_shares_sum_to_100() {
-        for (busy, rwnd, sndbuf, want) in [
-            (9_800, 9_500, 0, "receiver-window"),
-            (9_800, 100, 9_000, "send-buffer"),
-            (9_900, 0, 0, "network"),
-            (2_000, 0, 0, "application"),
+        for (busy, rwnd, sndbuf, rtt, want) in [
+            (9_800, 9_500, 0, 50_000, "receiver-window"),
+            (9_800, 100, 9_000, 50_000, "send-buffer"),
+            (9_900, 0, 0, 80_000, "network"),
+            (2_000, 0, 0, 50_000, "application"),
         ] {
-            let d = verdict(busy, rwnd, sndbuf);
+            let d = verdict_at(busy, rwnd, sndbuf, rtt);
             assert_eq!(d.verdict, want, "{d:?}");
             let t = &d.shares;
             let sum = t.receiver_window + t.send_buffer + t.network + t.application;
@@ -482,5 +627,125 @@ mod tests {
         let d = verdict(12_000, 13_000, 0);
         assert_eq!(d.shares.receiver_window, 100.0);
         assert_eq!(d.shares.application, 0.0);
+    }
+
+    /// A 10 s flow at `min_us` min RTT and `rtt_us` smoothed, with window `wnd`, that
+    /// delivered `mbit` Mbit with the chrono growths (busy, rwnd) ms and `retrans` of
+    /// `segs` segments retransmitted, `spurious` of them DSACKed.
+    #[allow(clippy::too_many_arguments)]
+    fn flow(
+        min_us: u32,
+        rtt_us: u32,
+        wnd: u32,
+        mbit: u64,
+        busy: u64,
+        rwnd: u64,
+        (segs, retrans, spurious): (u32, u32, u32),
+    ) -> super::Diagnosis {
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(rtt_us).min_rtt_us(min_us).snd_wnd(wnd);
+        let mut e = ended_flow(&[
+            (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
+            (
+                11 * S,
+                a.chrono_us(busy * 1000, rwnd * 1000, 0)
+                    .bytes_acked(mbit * 125_000 + 1)
+                    .total_retrans(retrans)
+                    .segs(segs, spurious),
+            ),
+        ]);
+        analyze(&mut e, &AnalyzerConfig::default()).diagnosis.expect("busy time")
+    }
+
+    #[test]
+    fn a_paced_sender_without_network_evidence_is_the_application() {
+        // 70 % busy (waiting for the ACKs of its bursts), 30 % idle, RTT at its minimum,
+        // no loss, far below its window's cap: not the network.
+        let d = flow(20_000, 20_500, 1_000_000, 20, 7_000, 0, (10_000, 0, 0));
+        assert_eq!((d.verdict, d.cause), ("application", Some("paced")), "{}", d.finding);
+        assert!(
+            d.finding.starts_with("the application sent in bursts: idle 30 %"),
+            "{}",
+            d.finding
+        );
+        // The same with a queue is the network's.
+        let d = flow(20_000, 40_000, 1_000_000, 20, 7_000, 0, (10_000, 0, 0));
+        assert_eq!((d.verdict, d.cause), ("network", Some("queueing")), "{}", d.finding);
+        // And with little idle time and no evidence, the network, cause unclear.
+        let d = flow(20_000, 20_500, 1_000_000, 20, 9_500, 0, (10_000, 0, 0));
+        assert_eq!((d.verdict, d.cause), ("network", None));
+        assert!(d.finding.contains("cause unclear"), "{}", d.finding);
+    }
+
+    #[test]
+    fn a_flow_at_its_window_cap_with_no_queue_or_loss_is_held_by_the_window() {
+        // iperf3 -w 32K over 50 ms: 32 KB ÷ 50 ms = 5.24 Mbit/s; it reached 5.0, busy all the
+        // time, the kernel counting little of it as receiver-window limited.
+        let d = flow(50_000, 50_500, 32_768, 50, 9_900, 500, (10_000, 0, 0));
+        assert_eq!((d.verdict, d.cause), ("receiver-window", Some("small-buffer")));
+        assert!(d.finding.starts_with("receiver window 33 KB at 50 ms RTT caps this flow at 5.2"));
+    }
+
+    #[test]
+    fn a_slow_reader_is_not_a_small_buffer() {
+        // An 80 KB window at 50 ms would carry 12.8 Mbit/s; the reader took 1.3.
+        let d = flow(50_000, 50_000, 80_000, 13, 9_900, 8_000, (10_000, 0, 0));
+        assert_eq!((d.verdict, d.cause), ("receiver-window", Some("slow-reader")));
+        assert!(
+            d.finding.starts_with("the receiving application read only 1.3 Mbit/s")
+                && d.finding.ends_with("fix the reader, a bigger buffer won't help"),
+            "{}",
+            d.finding
+        );
+    }
+
+    #[test]
+    fn spurious_retransmits_are_not_loss() {
+        // Five retransmits, all DSACKed after a host-load RTO.
+        let d = flow(20_000, 20_500, 1_000_000, 20, 9_900, 0, (3_500, 5, 5));
+        assert_eq!(d.signals.loss_pct, 0.0);
+        assert_eq!(d.caps.loss_cap_mbps, None);
+        assert!(
+            d.finding.ends_with("5 retransmits were spurious (the peer had the data), not loss")
+        );
+        // Real loss stays loss.
+        let d = flow(20_000, 20_500, 1_000_000, 20, 9_900, 0, (3_500, 5, 1));
+        assert!((d.signals.loss_pct - 400.0 / 3_500.0).abs() < 1e-9, "{:?}", d.signals);
+    }
+
+    /// Over a grid of rates, RTTs, windows, loss and time shares: a finding that says
+    /// "caps this flow at C" or "near C" never has the flow above C (beyond the tolerance).
+    #[test]
+    fn no_finding_names_a_cap_the_flow_exceeded() {
+        let mut checked = 0;
+        for min_us in [200, 5_000, 50_000] {
+            for q in [1.0, 2.0] {
+                for wnd in [16_384, 65_536, 1_000_000] {
+                    for mbit in [1, 10, 100, 1_000] {
+                        for (busy, rwnd) in [(9_900, 0), (9_900, 9_000), (5_000, 0)] {
+                            for retrans in [0, 3, 300] {
+                                let rtt = (f64::from(min_us) * q) as u32;
+                                let d =
+                                    flow(min_us, rtt, wnd, mbit, busy, rwnd, (10_000, retrans, 0));
+                                checked += 1;
+                                let got = d.achieved_mbps;
+                                for mark in ["caps this flow at ", "caps this flow near "] {
+                                    let Some(rest) = d.finding.split(mark).nth(1) else { continue };
+                                    let c: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+                                    // The sentence rounds C to 0.1 Mbit/s.
+                                    assert!(
+                                        got <= (c + 0.05) * 1.2 + 1e-9,
+                                        "{got} above {c}: {}",
+                                        d.finding
+                                    );
+                                }
+                                assert!(super::VERDICTS.contains(&d.verdict));
+                                assert!(d.cause.is_none_or(|c| super::CAUSES.contains(&c)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 3 * 2 * 3 * 4 * 3 * 3);
     }
 }

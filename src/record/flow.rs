@@ -383,7 +383,8 @@ pub struct Caps {
 /// Other signals of trouble.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Signals {
-    /// Retransmitted ÷ sent segments, percent.
+    /// Retransmitted ÷ sent segments, percent, leaving out the retransmissions the peer
+    /// reported as spurious (`SpuriousRetransmits`): loss, not retransmission.
     #[serde(rename = "LossPct")]
     pub loss_pct: f64,
     /// Reordering events (tcpi_reord_seen).
@@ -417,9 +418,15 @@ pub struct Diagnosis {
     /// busy time.
     #[serde(rename = "AchievedMbps")]
     pub achieved_mbps: f64,
-    /// The dominant limit: `receiver-window`, `send-buffer`, `network` or `application`.
+    /// The dominant limit: `receiver-window`, `send-buffer`, `network`, `application` or
+    /// `unknown` (the only values: `analysis::diagnosis::VERDICTS`).
     #[serde(rename = "Verdict")]
     pub verdict: &'static str,
+    /// What behind the verdict, when the evidence names it: `small-buffer`, `slow-reader`,
+    /// `queueing`, `loss` or `paced` (`analysis::diagnosis::CAUSES`); absent when the cause
+    /// is unclear (the finding says so).
+    #[serde(rename = "Cause", skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
     /// One plain sentence with the numbers behind the verdict.
     #[serde(rename = "Finding")]
     pub finding: String,

@@ -67,6 +67,7 @@ const FLATS: &[(&str, &str, &str)] = &[
     ("Host", "LowCardinality(String)", "String"),
     ("BatchId", "String", "String"),
     ("Verdict", "LowCardinality(String)", "String"),
+    ("Cause", "LowCardinality(String)", "String"),
     ("Finding", "String", "String"),
     ("ReceiverWindowPct", "Float64", "Float64"),
     ("SendBufferPct", "Float64", "Float64"),

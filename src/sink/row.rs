@@ -13,10 +13,11 @@ use std::io::Write;
 use crate::record::FlowStats;
 
 /// The flat columns a row adds to its record, in order (the DDL declares each).
-pub const FLAT_COLUMNS: [&str; 12] = [
+pub const FLAT_COLUMNS: [&str; 13] = [
     "Host",
     "BatchId",
     "Verdict",
+    "Cause",
     "Finding",
     "ReceiverWindowPct",
     "SendBufferPct",
@@ -50,9 +51,9 @@ pub fn append(
     out.extend_from_slice(open);
     // A record always has fields, so a comma follows the last one.
     let q = |s: &str| serde_json::to_string(s).expect("a string serialises");
-    let (verdict, finding, shares) = match &r.diagnosis {
-        Some(d) => (d.verdict, d.finding.as_str(), Some(&d.shares)),
-        None => ("", "", None),
+    let (verdict, cause, finding, shares) = match &r.diagnosis {
+        Some(d) => (d.verdict, d.cause.unwrap_or(""), d.finding.as_str(), Some(&d.shares)),
+        None => ("", "", "", None),
     };
     // Through serde_json, as the record's own numbers are (98.0, not 98).
     let pct = |f: fn(&crate::record::TimeShares) -> f64| {
@@ -60,12 +61,14 @@ pub fn append(
     };
     writeln!(
         out,
-        ",\"Host\":{},\"BatchId\":{},\"Verdict\":{},\"Finding\":{},\"ReceiverWindowPct\":{},\
+        ",\"Host\":{},\"BatchId\":{},\"Verdict\":{},\"Cause\":{},\"Finding\":{},\
+         \"ReceiverWindowPct\":{},\
          \"SendBufferPct\":{},\"NetworkPct\":{},\"ApplicationPct\":{},\"SrcIP\":{},\
          \"SrcPort\":{},\"DstIP\":{},\"DstPort\":{}}}",
         q(host),
         q(batch_id),
         q(verdict),
+        q(cause),
         q(finding),
         pct(|s| s.receiver_window),
         pct(|s| s.send_buffer),

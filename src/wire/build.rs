@@ -178,6 +178,11 @@ impl SockBuilder {
         self.msg.head[64..68].copy_from_slice(&v.to_ne_bytes());
         self
     }
+    /// tcpi_segs_out and tcpi_dsack_dups.
+    pub fn segs(mut self, out: u32, dsack_dups: u32) -> Self {
+        self.set32(136, out).set32(216, dsack_dups);
+        self
+    }
     /// `idiag_inode`.
     pub fn inode(mut self, v: u32) -> Self {
         self.msg.head[68..72].copy_from_slice(&v.to_ne_bytes());
