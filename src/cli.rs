@@ -313,6 +313,7 @@ mod values;
 pub use flags::{Cli, CumulantKind, command};
 pub use resolve::{HttpSettings, Settings};
 use validate::validate;
+pub(crate) use values::netns_which;
 
 #[cfg(test)]
 mod tests;

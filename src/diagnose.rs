@@ -30,7 +30,8 @@ const MAX_SECONDS: u64 = 10 * 365 * 86_400;
     about = "Watch TCP flows for a while and say what limited each: the receiver's window, the \
              send buffer, the network, or the application.",
     after_help = "EXAMPLES:\n  cgmon-rs diagnose                      every flow, 10 s\n  \
-                  cgmon-rs diagnose --seconds 30 dport 443\n  cgmon-rs diagnose --json sport 22\n\n\
+                  cgmon-rs diagnose --seconds 30 dport 443\n  cgmon-rs diagnose --json sport 22\n  \
+                  cgmon-rs diagnose --netns all       flows in every namespace (root)\n\n\
                   EXIT STATUS:\n  0 done, 1 sampling failed, 2 a usage error",
     color = clap::ColorChoice::Never
 )]
@@ -48,6 +49,10 @@ pub struct DiagnoseCli {
     /// Print the records as JSON lines instead of a table
     #[arg(long)]
     pub json: bool,
+    /// Network namespaces to watch, as the monitor's --netns: own, all, or a comma list of
+    /// `ip netns` names, paths and own (a flow of another namespace is shown with its name)
+    #[arg(long, value_name = "WHICH", value_parser = crate::cli::netns_which, default_value = "own")]
+    pub netns: crate::netns::Which,
     /// Filter expression (ss syntax), before or after the flags, e.g. dport 443 or sport 22
     #[arg(value_name = "FILTER", trailing_var_arg = true)]
     pub filter: Vec<String>,
@@ -98,6 +103,7 @@ pub fn settings(cli: &DiagnoseCli) -> Result<Settings, UsageError> {
         c.partial = true;
         c.window_samples = Some(WHOLE_FLOW);
         c.filter = (!cli.filter.is_empty()).then(|| cli.filter.join(" "));
+        c.netns = cli.netns.clone();
     })
 }
 
@@ -192,8 +198,13 @@ pub fn print_table(records: &[Value], out: &mut impl Write) -> std::io::Result<(
     )?;
     for r in records {
         let id = &r["ID"];
+        // With --netns, a flow of another namespace than the monitor's says which.
+        let ns = match r["Netns"]["Name"].as_str() {
+            Some(n) if n != "host" => format!("{n} "),
+            _ => String::new(),
+        };
         let flow = format!(
-            "{}:{} > {}:{}",
+            "{ns}{}:{} > {}:{}",
             id["SrcIP"].as_str().unwrap_or("?"),
             id["SrcPort"],
             id["DstIP"].as_str().unwrap_or("?"),

@@ -26,7 +26,7 @@ pub(super) fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
     Ok(d)
 }
 
-pub(super) fn netns_which(s: &str) -> Result<crate::netns::Which, ValueError> {
+pub(crate) fn netns_which(s: &str) -> Result<crate::netns::Which, ValueError> {
     crate::netns::Which::parse(s)
 }
 

@@ -578,6 +578,33 @@ fn diagnosis_a_reached_window_cap_is_the_receiver_window() {
     }
 }
 
+/// Runs `cmd` (a `diagnose` command: `--json` added when `json`, the filter on the sink's
+/// port) while a 2 s transfer goes to `sink`; its stdout, and how long it ran after the
+/// transfer began.
+fn diagnosed(
+    lab: &Lab,
+    mut cmd: std::process::Command,
+    sink: &Sink,
+    json: bool,
+) -> (String, Duration) {
+    if json {
+        cmd.arg("--json");
+    }
+    let child = cmd
+        .args(["dport", &sink.port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let t = std::time::Instant::now();
+    let bulk = Bulk::for_duration(Duration::from_secs(2)).cc("cubic");
+    send(lab, Side::A, to(sink.port, false), &bulk).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), t.elapsed())
+}
+
 #[test]
 fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
     let _one = one_at_a_time();
@@ -586,23 +613,8 @@ fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
     for json in [false, true] {
         let mut cmd = lab.command(Side::A, BIN);
         cmd.args(["diagnose", "--seconds", "20"]);
-        if json {
-            cmd.arg("--json");
-        }
-        let child = cmd
-            .args(["dport", &sink.port.to_string()])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        let t = std::time::Instant::now();
-        let bulk = Bulk::for_duration(Duration::from_secs(2)).cc("cubic");
-        send(&lab, Side::A, to(sink.port, false), &bulk).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(t.elapsed() < Duration::from_secs(8), "it stops once the flow has ended");
+        let (stdout, took) = diagnosed(&lab, cmd, &sink, json);
+        assert!(took < Duration::from_secs(8), "it stops once the flow has ended");
         eprintln!("LAB diagnose (json {json}):\n{stdout}");
         if json {
             let r: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
@@ -615,6 +627,30 @@ fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
                 "{stdout}"
             );
             assert!(lines[1].contains("receiver window"), "the finding: {stdout}");
+        }
+    }
+}
+
+/// `diagnose --netns NAME` from the host diagnoses the flows inside a namespace (a user
+/// could not diagnose the lab's flows from outside it), and names the namespace.
+#[test]
+fn diagnose_from_the_host_sees_into_a_namespace_with_netns() {
+    let _one = one_at_a_time();
+    let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(25))) else { return };
+    let sink = Sink::start(&lab, Side::B, 0, Some(16 << 10)).unwrap();
+    let ns = lab.ns_name(Side::A).to_string();
+    for json in [true, false] {
+        let mut cmd = std::process::Command::new(BIN); // the host's namespace
+        cmd.args(["diagnose", "--seconds", "20", "--netns", &ns]);
+        let (stdout, _) = diagnosed(&lab, cmd, &sink, json);
+        eprintln!("LAB diagnose --netns {ns} (json {json}):\n{stdout}");
+        if json {
+            let r: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+            assert_eq!(r["Netns"]["Name"], ns.as_str(), "{r}");
+            assert_eq!(r["Diagnosis"]["Verdict"], "receiver-window", "{r}");
+        } else {
+            let line = stdout.lines().nth(1).unwrap_or_default();
+            assert!(line.starts_with(&format!("{ns} 192.0.2.1")), "{stdout}");
         }
     }
 }
