@@ -30,7 +30,7 @@ use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{BufferRefused, NetlinkSource, Source};
 use crate::sampler::space::open_space;
-use crate::tracker::Tracker;
+use crate::tracker::{Tracker, TrackerConfig};
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
 
@@ -307,22 +307,16 @@ pub async fn run(
         task::Space::new(0, first_label, sampler, sources.destroy).with_activity(sources.activity),
     );
     // Without destroy events nothing would end a waiting flow but the grace period.
-    let mut tcfg = s.tracker;
-    if spaces.iter().all(|sp| sp.destroy.is_none()) {
-        tcfg.destroy_grace_ns = 0;
-    }
+    let no_events = spaces.iter().all(|sp| sp.destroy.is_none());
+    let tcfg = TrackerConfig {
+        destroy_grace_ns: if no_events { 0 } else { s.tracker.destroy_grace_ns },
+        ..s.tracker
+    };
     let mut acfg = analyzer_config(&s);
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     // Service names of cgroups: one cache for the records, `/metrics` and the web view.
     let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
-    // Destination names: one map for the records and the web view.
-    let dests = match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
-        Ok(d) => Arc::new(std::sync::Mutex::new(d.unwrap_or_else(writer::dests::Dests::fallbacks))),
-        Err(e) => {
-            eprintln!("cgmon-rs: --dest-map: {e}");
-            return EXIT_USAGE;
-        }
-    };
+    let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
     let tracker = attributed(Tracker::new(tcfg), s.process, &dests);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let http = match s.http {
@@ -352,8 +346,7 @@ pub async fn run(
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
-    let writer = writer.with_services(services);
-    let writer = writer.with_destinations(dests);
+    let writer = writer.with_services(services).with_destinations(dests);
     // The fleet sink, beside the writer: the writer hands it each record without waiting.
     let (writer, sink) = match start_sink(&s, writer, &metrics) {
         Ok(w) => w,
@@ -383,14 +376,8 @@ pub async fn run(
     ));
     let analyzer_task = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
-    let stage = Running {
-        tracker: tracker_task,
-        analyzer: analyzer_task,
-        writer: writer_thread,
-        sink,
-        stop: stop_tx,
-        http,
-    };
+    let (tracker, analyzer, writer, stop) = (tracker_task, analyzer_task, writer_thread, stop_tx);
+    let stage = Running { tracker, analyzer, writer, sink, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
     drop(wtx); // the analyzer's sender is the writer's last one
     let code = shut_down(&s, &mut events, stage, code).await;
@@ -583,6 +570,20 @@ fn systemd_hooks() -> impl FnMut(DumpOutcome) + Send {
         {
             last_ping = Instant::now();
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
+        }
+    }
+}
+
+/// The destination map (`--dest-map`, or the fallbacks alone): one for the tracker, the
+/// records and the web view. A bad file is a usage error, reported here.
+fn destinations(s: &Settings) -> Result<Arc<std::sync::Mutex<writer::dests::Dests>>, ()> {
+    match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
+        Ok(d) => {
+            Ok(Arc::new(std::sync::Mutex::new(d.unwrap_or_else(writer::dests::Dests::fallbacks))))
+        }
+        Err(e) => {
+            eprintln!("cgmon-rs: --dest-map: {e}");
+            Err(())
         }
     }
 }

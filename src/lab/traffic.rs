@@ -87,6 +87,21 @@ impl Sink {
     /// # Errors
     /// The socket cannot be created or bound.
     pub fn start(lab: &Lab, side: Side, port: u16, rcvbuf: Option<usize>) -> io::Result<Sink> {
+        Self::start_reading(lab, side, port, rcvbuf, None)
+    }
+
+    /// As [`start`](Self::start), each connection read at no more than `read_bytes_per_s`
+    /// (a slow reader: the receive buffer fills and the window closes) when given.
+    ///
+    /// # Errors
+    /// The socket cannot be created or bound.
+    pub fn start_reading(
+        lab: &Lab,
+        side: Side,
+        port: u16,
+        rcvbuf: Option<usize>,
+        read_bytes_per_s: Option<u64>,
+    ) -> io::Result<Sink> {
         let l = in_netns(lab.ns(side), || {
             let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
             s.set_only_v6(false)?;
@@ -112,13 +127,23 @@ impl Sink {
                         let rx = rx.clone();
                         readers.push(std::thread::spawn(move || {
                             let _ = c.set_nonblocking(false);
-                            let mut buf = vec![0u8; 256 << 10];
+                            // Paced reads take a little at a time, so that the window
+                            // opens as the reader drains it, not in one gulp.
+                            let size = if read_bytes_per_s.is_some() { 4 << 10 } else { 256 << 10 };
+                            let mut buf = vec![0u8; size];
                             let mut n = 0u64;
+                            let t0 = std::time::Instant::now();
                             while let Ok(k) = c.read(&mut buf) {
                                 if k == 0 {
                                     break;
                                 }
                                 n += k as u64;
+                                if let Some(rate) = read_bytes_per_s {
+                                    let due = Duration::from_secs_f64(n as f64 / rate as f64);
+                                    if let Some(w) = due.checked_sub(t0.elapsed()) {
+                                        std::thread::sleep(w);
+                                    }
+                                }
                             }
                             rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
                             let _ = c.shutdown(Shutdown::Both);

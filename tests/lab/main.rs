@@ -631,6 +631,40 @@ fn diagnose_command_prints_the_limit_of_each_flow_and_stops_when_they_end() {
     }
 }
 
+/// A receiver that reads slowly: its window is mostly not open to its largest size, so the
+/// flow is receiver-window limited far below its window cap, and the finding says to fix the
+/// reader, not the buffer (it read as a small buffer before). v4 and v6, at 10 and 100 ms.
+#[test]
+fn diagnosis_a_slow_reader_is_not_a_small_buffer() {
+    let _one = one_at_a_time();
+    for (delay_ms, read_kb_s, v6) in [(25, 160, false), (10, 400, true)] {
+        let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms));
+        let Some(lab) = lab(cfg) else { return };
+        let sink = Sink::start_reading(&lab, Side::B, 0, None, Some(read_kb_s * 1000)).unwrap();
+        let port = sink.port.to_string();
+        let ms: Vec<Monitor> = ["10ms", "100ms"]
+            .iter()
+            .map(|i| monitor(&lab, i, &["-netlink-dport", &port]))
+            .collect();
+        let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
+        send(&lab, Side::A, to(sink.port, v6), &bulk).unwrap();
+        for (m, every) in ms.into_iter().zip(["10ms", "100ms"]) {
+            let r = m.records(1, Duration::from_secs(30)).remove(0);
+            m.signal(libc::SIGTERM);
+            m.wait(Duration::from_secs(10));
+            report(
+                &format!("slow reader {read_kb_s} KB/s at {delay_ms} ms v6={v6} every {every}"),
+                &r,
+            );
+            consistent(&r);
+            let d = diagnosis(&r);
+            assert_eq!(d["Verdict"], "receiver-window", "{every}: {d}");
+            assert_eq!(d["Cause"], "slow-reader", "{every}: {d}");
+            assert!(d["Finding"].as_str().unwrap().contains("fix the reader"), "{d}");
+        }
+    }
+}
+
 /// `diagnose --netns NAME` from the host diagnoses the flows inside a namespace (a user
 /// could not diagnose the lab's flows from outside it), and names the namespace.
 #[test]
