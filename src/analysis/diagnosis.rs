@@ -84,6 +84,10 @@ pub const CAP_REACHED: f64 = 0.90;
 /// and a bigger buffer would not help.
 pub const SLOW_READER_FRACTION: f64 = 0.5;
 
+/// A receiver-window-limited flow whose peer's window was closed (under one MSS) for at
+/// least this share of its span had a reader that stalled (docs/diagnosis.md).
+pub const SLOW_READER_CLOSED_PCT: f64 = 10.0;
+
 /// An application share of at least this much (percent), with no network evidence, makes a
 /// mostly busy flow `application` (`paced`): the kernel counts as busy the time a sender
 /// waits for the acknowledgements of a burst the application handed over. In the lab paced
@@ -109,6 +113,37 @@ fn kb(b: f64) -> String {
     format!("{:.0} KB", b / 1000.0)
 }
 
+/// The peer's window over the samples: its time-weighted median while the flow was
+/// receiver-window limited (its rwnd-limited time grew; all samples when it never was),
+/// and the share of the span it was closed (under one MSS). Each sample's window holds
+/// until the next sample. `None` with fewer than two samples.
+pub fn window_stats(samples: &[crate::record::Retained]) -> Option<(u32, f64)> {
+    let (mut limited, mut all) = (Vec::new(), Vec::new());
+    let (mut closed, mut total) = (0u64, 0u64);
+    for p in samples.windows(2) {
+        let (a, b) = (&p[0], &p[1]);
+        let dt = b.ts_ns.saturating_sub(a.ts_ns);
+        let w = a.snd_wnd();
+        total += dt;
+        if w < u32::from(a.snd_mss.max(1)) {
+            closed += dt;
+        }
+        all.push((w, dt));
+        if b.chrono16[1] != a.chrono16[1] {
+            limited.push((w, dt));
+        }
+    }
+    let mut v = if limited.is_empty() { all } else { limited };
+    v.sort_unstable();
+    let half = v.iter().map(|&(_, dt)| dt).sum::<u64>().div_ceil(2);
+    let mut acc = 0;
+    let typical = v.iter().find(|&&(_, dt)| {
+        acc += dt;
+        acc >= half
+    })?;
+    (total > 0).then(|| (typical.0, 100.0 * closed as f64 / total as f64))
+}
+
 fn signals(l: &Last) -> Signals {
     // Retransmissions the peer reported twice (DSACK) were not lost: a retransmission
     // timeout on a loaded host, or reordering, sent them again needlessly.
@@ -124,6 +159,7 @@ fn signals(l: &Last) -> Signals {
         ce_pct: (l.delivered > 0)
             .then(|| 100.0 * f64::from(l.delivered_ce) / f64::from(l.delivered)),
         rtos: l.total_rto,
+        window_closed_pct: None,
     }
 }
 
@@ -198,12 +234,18 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     };
     let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
     let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
-    let sig = signals(l);
+    let mut sig = signals(l);
+    let window = window_stats(&f.samples);
+    sig.window_closed_pct = window.map(|w| w.1);
+    // The cap is the window the flow typically had while the window held it: a reader
+    // that let it close is not capped by the largest window it ever offered.
+    let cap_window = window.map_or(l.snd_wnd_max, |w| w.0);
     let p = sig.loss_pct / 100.0;
     let srtt_s = if x.rtt_p50_ms > 0.0 { x.rtt_p50_ms / 1000.0 } else { x.min_rtt_ms / 1000.0 };
     let caps = Caps {
         peer_window_bytes: l.snd_wnd_max,
-        window_cap_mbps: (l.snd_wnd_max > 0).then(|| mbps_over(f64::from(l.snd_wnd_max))).flatten(),
+        typical_window_bytes: window.map(|w| w.0),
+        window_cap_mbps: (cap_window > 0).then(|| mbps_over(f64::from(cap_window))).flatten(),
         send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
         send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
         loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
@@ -257,11 +299,13 @@ fn judge(
             (verdict, paced) = ("application", true);
         }
     }
+    // Against the largest window: a reader that kept it open would have had that much.
+    let largest_cap = mbps_at(f64::from(caps.peer_window_bytes), x.min_rtt_ms);
+    let slow_reader = sig.window_closed_pct.is_some_and(|p| p >= SLOW_READER_CLOSED_PCT)
+        || largest_cap.is_some_and(|c| got < SLOW_READER_FRACTION * c);
     let cause = match verdict {
-        "receiver-window" => Some(match caps.window_cap_mbps {
-            Some(c) if got < SLOW_READER_FRACTION * c => "slow-reader",
-            _ => "small-buffer",
-        }),
+        "receiver-window" if slow_reader => Some("slow-reader"),
+        "receiver-window" => Some("small-buffer"),
         "send-buffer" => Some("small-buffer"),
         "network" if loss && mathis_cap(caps, got).is_some() => Some("loss"),
         "network" if queue => Some("queueing"),
@@ -270,6 +314,11 @@ fn judge(
         _ => None,
     };
     (verdict, cause)
+}
+
+/// `bytes` per `rtt_ms`, Mbit/s (None without an RTT).
+fn mbps_at(bytes: f64, rtt_ms: f64) -> Option<f64> {
+    (rtt_ms > 0.0).then(|| bytes * 8.0 / (rtt_ms / 1000.0) / 1e6)
 }
 
 /// Whether the median RTT stood well above the minimum: a queue on the path.
@@ -333,16 +382,22 @@ fn finding(
     let text = match (verdict, cause) {
         ("receiver-window", Some("slow-reader")) => format!(
             "the receiving application read only {got:.1} Mbit/s: the peer's window, up to {}, \
-             would carry {} at {rtt} ms RTT, but it was mostly not open that far ({:.0} % of \
-             the time receiver-window limited): fix the reader, a bigger buffer won't help",
+             would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
+             ({:.0} % of the time receiver-window limited): fix the reader, a bigger buffer \
+             won't help",
             kb(f64::from(l.snd_wnd_max)),
-            cap(caps.window_cap_mbps),
+            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
+            caps.typical_window_bytes.map_or("smaller".into(), |w| kb(f64::from(w))),
+            sig.window_closed_pct
+                .filter(|&p| p >= 1.0)
+                .map(|p| format!(" and closed {p:.0} % of the time"))
+                .unwrap_or_default(),
             shares.receiver_window
         ),
         ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
             "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got:.1} \
              ({:.0} % of the time receiver-window limited)",
-            kb(f64::from(l.snd_wnd_max)),
+            kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
             cap(caps.window_cap_mbps),
             shares.receiver_window
         ),
@@ -496,13 +551,16 @@ mod tests {
     #[test]
     fn the_receiver_window_finding_carries_its_numbers() {
         // NDT's classic: an 85 KB window at 50 ms caps a flow at 13.6 Mbit/s.
+        // The samples keep the window within 6.25 % (86,016 for 85,000): the cap is 13.76.
         let d = verdict(9_900, 9_800, 0);
         assert_eq!(d.caps.peer_window_bytes, 85_000);
+        assert_eq!(d.caps.typical_window_bytes, Some(86_016));
         let cap = d.caps.window_cap_mbps.unwrap();
-        assert!((cap - 13.6).abs() < 1e-9, "{cap}");
+        assert!((cap - 13.76256).abs() < 1e-9, "{cap}");
+        assert_eq!(d.signals.window_closed_pct, Some(0.0));
         assert!(
             d.finding.starts_with(
-                "receiver window 85 KB at 50 ms RTT caps this flow at 13.6 Mbit/s; it reached 13.2"
+                "receiver window 86 KB at 50 ms RTT caps this flow at 13.8 Mbit/s; it reached 13.2"
             ),
             "{}",
             d.finding
@@ -678,11 +736,21 @@ mod tests {
 
     #[test]
     fn a_flow_at_its_window_cap_with_no_queue_or_loss_is_held_by_the_window() {
-        // iperf3 -w 32K over 50 ms: 32 KB ÷ 50 ms = 5.24 Mbit/s; it reached 5.0, busy all the
-        // time, the kernel counting little of it as receiver-window limited.
-        let d = flow(50_000, 50_500, 32_768, 50, 9_900, 500, (10_000, 0, 0));
-        assert_eq!((d.verdict, d.cause), ("receiver-window", Some("small-buffer")));
-        assert!(d.finding.starts_with("receiver window 33 KB at 50 ms RTT caps this flow at 5.2"));
+        // iperf3 -w 32K over 50 ms: 32 KB ÷ 50 ms = 5.24 Mbit/s (5.57 as the samples keep
+        // the window); it reached 5.2, busy all the time, the kernel counting little of it
+        // as receiver-window limited.
+        let d = flow(50_000, 50_500, 32_768, 52, 9_900, 500, (10_000, 0, 0));
+        assert_eq!(
+            (d.verdict, d.cause),
+            ("receiver-window", Some("small-buffer")),
+            "{}",
+            d.finding
+        );
+        assert!(
+            d.finding.starts_with("receiver window 35 KB at 50 ms RTT caps this flow at 5.6"),
+            "{}",
+            d.finding
+        );
     }
 
     #[test]
@@ -747,5 +815,31 @@ mod tests {
             }
         }
         assert_eq!(checked, 3 * 2 * 3 * 4 * 3 * 3);
+    }
+
+    #[test]
+    fn a_window_closed_part_of_the_time_is_a_slow_reader_and_the_finding_says_how_long() {
+        // Ten 1 s steps, receiver-window limited throughout; the window closed in three of
+        // them, open at 20 KB otherwise (a cap of 3.2 Mbit/s at 50 ms, which it nearly
+        // reached: by its rate alone it would read as a small buffer).
+        let a = SockBuilder::new(1, 5000, 80).rtt_us(50_000).min_rtt_us(50_000).mss(1448);
+        let samples: Vec<(u64, SockBuilder)> = (0..=10u64)
+            .map(|i| {
+                let wnd = if [2, 5, 8].contains(&i) { 0 } else { 20_000 };
+                let b = a.clone().snd_wnd(wnd).chrono_us(i * 990_000, i * 900_000, 0);
+                ((i + 1) * S, b.bytes_acked(i * 350_000 + 1))
+            })
+            .collect();
+        let mut e = ended_flow(&samples);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!(d.signals.window_closed_pct, Some(30.0));
+        assert_eq!((d.verdict, d.cause), ("receiver-window", Some("slow-reader")), "{}", d.finding);
+        assert!(
+            d.finding.contains("it was typically 19 KB and closed 30 % of the time"),
+            "{}",
+            d.finding
+        );
+        // The typical window while limited is the open one, not the largest nor a closed one.
+        assert_eq!(d.caps.typical_window_bytes, Some(19_456)); // 20,000 as kept
     }
 }

@@ -356,7 +356,12 @@ pub struct Caps {
     /// Largest receive window the peer advertised, bytes.
     #[serde(rename = "PeerWindowBytes")]
     pub peer_window_bytes: u32,
-    /// Window cap: peer window ÷ min RTT, Mbit/s.
+    /// The peer's typical window: the time-weighted median over the samples while the flow
+    /// was receiver-window limited (over all samples when it never was), bytes; absent with
+    /// fewer than two samples.
+    #[serde(rename = "TypicalWindowBytes", skip_serializing_if = "Option::is_none")]
+    pub typical_window_bytes: Option<u32>,
+    /// Window cap: the typical window (else the largest) ÷ min RTT, Mbit/s.
     #[serde(rename = "WindowCapMbps", skip_serializing_if = "Option::is_none")]
     pub window_cap_mbps: Option<f64>,
     /// SO_SNDBUF as the kernel reports it (SKMEMINFO; twice what was asked for), bytes.
@@ -387,6 +392,10 @@ pub struct Signals {
     /// reported as spurious (`SpuriousRetransmits`): loss, not retransmission.
     #[serde(rename = "LossPct")]
     pub loss_pct: f64,
+    /// Share of the sampled span the peer's window was closed (under one MSS), percent;
+    /// absent with fewer than two samples.
+    #[serde(rename = "WindowClosedPct", skip_serializing_if = "Option::is_none")]
+    pub window_closed_pct: Option<f64>,
     /// Reordering events (tcpi_reord_seen).
     #[serde(rename = "ReorderingEvents")]
     pub reordering: u32,

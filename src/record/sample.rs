@@ -32,6 +32,11 @@ pub struct Retained {
     pub chrono16: [u16; 3],
     /// TCP state.
     pub state: u8,
+    /// tcpi_snd_wnd (the peer's advertised window, bytes) on a log scale: 8 steps per
+    /// doubling, read back as the middle of its step, within 6.25 %
+    /// ([`Retained::snd_wnd`]); 0 for a window under 2 bytes.
+    /// It fills the struct's last byte: the exact value would take 8 more in every sample.
+    wnd8: u8,
 }
 
 // The packing above exists to keep this: a flow keeps thousands of samples.
@@ -76,6 +81,26 @@ impl Retained {
     #[inline]
     pub fn delivery_rate(&self) -> u64 {
         unpack_rate(self.rates_lo[1], self.rates_hi[1])
+    }
+
+    /// The peer's window as kept (the middle of its step: within 6.25 % of the value
+    /// seen), bytes.
+    #[inline]
+    pub fn snd_wnd(&self) -> u32 {
+        let (e, frac) = (u32::from(self.wnd8 / 8), u64::from(self.wnd8 % 8));
+        if self.wnd8 == 0 {
+            0
+        } else {
+            (((17 + 2 * frac) << e) >> 4).min(u64::from(u32::MAX)) as u32
+        }
+    }
+
+    /// Keeps the peer's window `w` (bytes): its highest set bit and the three bits below.
+    #[inline]
+    pub fn set_snd_wnd(&mut self, w: u32) {
+        let e = 31u32.saturating_sub(w.leading_zeros()).min(31);
+        let frac = if e >= 3 { (w >> (e - 3)) & 7 } else { (w << (3 - e)) & 7 };
+        self.wnd8 = if w < 2 { 0 } else { (e * 8 + frac) as u8 };
     }
 
     /// Sets the pacing rate (bytes/s, or [`ABSENT_U64`]).
@@ -137,6 +162,18 @@ pub struct Point {
 #[cfg(test)]
 mod packing_tests {
     use super::*;
+
+    #[test]
+    fn the_window_is_kept_within_a_sixteenth_on_a_log_scale() {
+        let mut r = Retained::default();
+        for w in [0u32, 2, 3, 7, 8, 9, 1_448, 16_384, 65_535, 85_000, 6_291_456, u32::MAX] {
+            r.set_snd_wnd(w);
+            let back = f64::from(r.snd_wnd());
+            assert!((back - f64::from(w)).abs() <= f64::from(w) * 0.0625 + 1.0, "{w} → {back}");
+        }
+        r.set_snd_wnd(1);
+        assert_eq!(r.snd_wnd(), 0, "a closed window reads closed");
+    }
 
     #[test]
     fn rates_keep_40_bits_absent_stays_absent_and_more_saturates() {

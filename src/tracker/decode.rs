@@ -94,6 +94,7 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
     l.reord_seen = t.reord_seen().unwrap_or(0);
     l.dsack_dups = t.dsack_dups().unwrap_or(0);
     let wnd = t.snd_wnd().unwrap_or(0);
+    r.set_snd_wnd(wnd);
     l.snd_wnd = wnd;
     l.snd_wnd_max = l.snd_wnd_max.max(wnd);
     let sndbuf = s.skmem().and_then(|m| m.sndbuf()).unwrap_or(0);

@@ -72,7 +72,10 @@ pub(super) fn tuple_hash(s: &Sample<'_>) -> u32 {
 pub(super) fn fingerprint(s: &Sample<'_>, t: &TcpInfo<'_>) -> u64 {
     let info = t.as_bytes();
     let m = s.msg();
-    let head = u64::from(m.family()) << 8 | u64::from(m.state());
+    // The peer's window (tcpi_snd_wnd, 4 bytes at 228) beside the family and state: the
+    // diagnosis reads it per sample.
+    let wnd = info.get(228..232).map_or(0, |b| u32::from_ne_bytes(b.try_into().expect("4")));
+    let head = u64::from(m.family()) << 8 | u64::from(m.state()) | u64::from(wnd) << 32;
     let w: [u64; 12] = if cfg!(target_endian = "little") && info.len() >= 216 {
         let word = |off: usize| u64::from_ne_bytes(info[off..off + 8].try_into().expect("8"));
         let half =

@@ -386,11 +386,16 @@ fn diagnosis(r: &Value) -> &Value {
 fn report(name: &str, r: &Value) {
     let d = diagnosis(r);
     eprintln!(
-        "LAB diag {name}: verdict {} — {}; shares {}; throughput {:.2} Mbit/s",
+        "LAB diag {name}: verdict {} ({}) — {}; shares {}; throughput {:.2} Mbit/s; window \
+         typical {} of {} largest, closed {} %",
         d["Verdict"],
+        d["Cause"],
         d["Finding"],
         d["TimeShares"],
-        f(r, "SendThroughputMbps")
+        f(r, "SendThroughputMbps"),
+        d["Caps"]["TypicalWindowBytes"],
+        d["Caps"]["PeerWindowBytes"],
+        d["Signals"]["WindowClosedPct"]
     );
 }
 
