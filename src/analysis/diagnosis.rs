@@ -476,7 +476,8 @@ fn network_finding(
             sig.loss_pct,
             match caps.loss_cap_mbps {
                 Some(m) if m < got => format!(
-                    " (its Mathis bound, {m:.1}, is below that: the loss did not hold it there)"
+                    " (the Mathis bound for that loss, {m:.1}, is below what it reached, so it \
+                     is no cap here)"
                 ),
                 Some(m) => format!(" (the loss alone would allow {m:.1}: something else held it)"),
                 None => String::new(),

@@ -436,16 +436,22 @@ fn diagnosis_slow_writer_is_the_application() {
 #[test]
 fn diagnosis_narrow_bottleneck_is_the_network() {
     let _one = one_at_a_time();
-    let cfg = LabConfig::default().delay(Duration::from_millis(10)).rate(10 * MBIT, 256 << 10);
-    let Some(lab) = lab(cfg) else { return };
-    let (r, _) =
-        measured(&lab, &Bulk::for_duration(Duration::from_secs(4)).cc("cubic"), false, None);
-    report("bottleneck", &r);
-    consistent(&r);
-    let d = diagnosis(&r);
-    assert_eq!(d["Verdict"], "network", "{d}");
-    assert!(d["Cause"] == "queueing" || d["Cause"] == "loss", "{d}");
-    assert!(d["TimeShares"]["NetworkPct"].as_f64().unwrap() > 50.0);
+    // Two bottlenecks with a deep queue, v4 and v6, cubic and bbr, sampled at 10 and 100 ms.
+    for (delay_ms, rate, cc, v6) in [(10, 10 * MBIT, "cubic", false), (20, 20 * MBIT, "bbr", true)]
+    {
+        let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms)).rate(rate, 256 << 10);
+        let Some(lab) = lab(cfg) else { return };
+        let bulk = Bulk::for_duration(Duration::from_secs(4)).cc(cc);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
+            report(&format!("bottleneck {rate} b/s {cc} v6={v6} every {every}"), r);
+            consistent(r);
+            let d = diagnosis(r);
+            assert_eq!(d["Verdict"], "network", "{every}: {d}");
+            assert!(d["Cause"] == "queueing" || d["Cause"] == "loss", "{every}: {d}");
+            assert!(d["TimeShares"]["NetworkPct"].as_f64().unwrap() > 50.0);
+        }
+    }
 }
 
 /// The send-buffer row of the issue cannot be produced on this kernel: Linux 6.18 accepts
@@ -487,20 +493,29 @@ fn diagnosis_small_send_buffer_on_a_long_path() {
 #[test]
 fn diagnosis_mathis_bound_tracks_a_lossy_path() {
     let _one = one_at_a_time();
-    let cfg = LabConfig {
-        loss_ab: 0.02,
-        seed: 7,
-        ..LabConfig::default().delay(Duration::from_millis(10))
-    };
-    let Some(lab) = lab(cfg) else { return };
-    let (r, _) =
-        measured(&lab, &Bulk::for_duration(Duration::from_secs(4)).cc("cubic"), false, None);
-    report("2 % loss", &r);
-    let d = diagnosis(&r);
-    let (m, got) = (d["Caps"]["LossCapMbps"].as_f64().unwrap(), f(&r, "SendThroughputMbps"));
-    eprintln!("LAB diag mathis: bound {m:.2} Mbit/s, achieved {got:.2} (within a factor of 2)");
-    assert!(m / got < 2.0 && got / m < 2.0, "Mathis {m} vs achieved {got}");
-    assert_eq!(d["Verdict"], "network", "{d}");
+    // Random loss on two paths, v4 and v6, sampled at 10 and 100 ms.
+    for (loss, delay_ms, v6) in [(0.02, 10, false), (0.01, 20, true)] {
+        let cfg = LabConfig {
+            loss_ab: loss,
+            seed: 7,
+            ..LabConfig::default().delay(Duration::from_millis(delay_ms))
+        };
+        let Some(lab) = lab(cfg) else { return };
+        let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
+            report(&format!("{loss} loss at {delay_ms} ms v6={v6} every {every}"), r);
+            consistent(r);
+            let d = diagnosis(r);
+            let (m, got) = (f(&d["Caps"], "LossCapMbps"), f(r, "SendThroughputMbps"));
+            eprintln!(
+                "LAB diag mathis: bound {m:.2} Mbit/s, achieved {got:.2} (within a factor of 2)"
+            );
+            assert!(m / got < 2.0 && got / m < 2.0, "Mathis {m} vs achieved {got}");
+            assert_eq!(d["Verdict"], "network", "{every}: {d}");
+            assert_eq!(d["Cause"], "loss", "{every}: {d}");
+        }
+    }
 }
 
 /// Checks a diagnosis against its own numbers: a cap the finding names bounds the rate
