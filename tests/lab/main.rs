@@ -467,27 +467,61 @@ fn diagnosis_small_send_buffer_on_a_long_path() {
     // BBR, because on this kernel (6.18) a cubic sender's queue overshoots SO_SNDBUF: with
     // 16 KiB asked for (32 KiB granted) it held 212 KB and reached 21.7 Mbit/s at 50 ms, and
     // the kernel counted no send-buffer-limited time. A paced BBR sender is held to it.
-    let cfg = LabConfig::default().delay(Duration::from_millis(50)).rate(50 * MBIT, 1 << 20);
-    let Some(lab) = lab(cfg) else { return };
-    let bulk =
-        Bulk { sndbuf: Some(16 << 10), ..Bulk::for_duration(Duration::from_secs(4)).cc("bbr") };
-    let (r, _) = measured(&lab, &bulk, false, None);
-    report("send buffer", &r);
-    let d = diagnosis(&r);
-    assert_eq!(d["Caps"]["SendBufferBytes"], 32768, "SO_SNDBUF 16 KiB, doubled by the kernel");
-    let (share, cap) = (
-        d["TimeShares"]["SendBufferPct"].as_f64().unwrap(),
-        d["Caps"]["SendBufferCapMbps"].as_f64().unwrap(),
-    );
-    let got = f(&r, "SendThroughputMbps");
-    eprintln!(
-        "LAB diag send buffer: {share:.1} % send-buffer limited, cap {cap:.2} Mbit/s, reached {got:.2}: {}",
-        d["Finding"]
-    );
-    assert_eq!(d["Verdict"], "send-buffer", "{d}");
-    assert!(share >= 20.0, "the kernel counted {share} % send-buffer-limited time");
-    assert!((0.5..=1.5).contains(&(got / cap)), "reached {got} against a cap of {cap}");
-    assert!(got < 10.0, "a 50 Mbit/s path, held far below it: {got}");
+    // Two buffers and paths, v4 and v6, sampled at 10 and 100 ms.
+    for (delay_ms, sndbuf, v6) in [(50, 16 << 10, false), (25, 32 << 10, true)] {
+        let cfg =
+            LabConfig::default().delay(Duration::from_millis(delay_ms)).rate(50 * MBIT, 1 << 20);
+        let Some(lab) = lab(cfg) else { return };
+        let bulk =
+            Bulk { sndbuf: Some(sndbuf), ..Bulk::for_duration(Duration::from_secs(4)).cc("bbr") };
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
+            report(&format!("send buffer {sndbuf} at {delay_ms} ms v6={v6} every {every}"), r);
+            consistent(r);
+            let d = diagnosis(r);
+            assert_eq!(
+                d["Caps"]["SendBufferBytes"],
+                2 * sndbuf,
+                "SO_SNDBUF, doubled by the kernel"
+            );
+            let (share, cap) =
+                (f(&d["TimeShares"], "SendBufferPct"), f(&d["Caps"], "SendBufferCapMbps"));
+            let got = f(r, "SendThroughputMbps");
+            eprintln!(
+                "LAB diag send buffer: {share:.1} % send-buffer limited, cap {cap:.2} Mbit/s, reached {got:.2}"
+            );
+            assert_eq!(
+                (&d["Verdict"], &d["Cause"]),
+                (&Value::from("send-buffer"), &Value::from("small-buffer")),
+                "{every}: {d}"
+            );
+            assert!(share >= 20.0, "the kernel counted {share} % send-buffer-limited time");
+            assert!((0.5..=1.5).contains(&(got / cap)), "reached {got} against a cap of {cap}");
+            assert!(got < 25.0, "a 50 Mbit/s path, held below it: {got}");
+        }
+    }
+}
+
+/// A policer: the rate enforced by dropping (a queue too short to hold a window), so the
+/// sender sees loss and no queueing. It reads as the network, by loss.
+#[test]
+fn diagnosis_a_policer_is_the_network_by_loss() {
+    let _one = one_at_a_time();
+    for (rate, delay_ms, v6) in [(10 * MBIT, 10, false), (20 * MBIT, 20, true)] {
+        let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms)).rate(rate, 16 << 10);
+        let Some(lab) = lab(cfg) else { return };
+        let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
+            report(&format!("policer {rate} b/s at {delay_ms} ms v6={v6} every {every}"), r);
+            consistent(r);
+            let d = diagnosis(r);
+            assert_eq!(d["Verdict"], "network", "{every}: {d}");
+            assert!(f(&d["Signals"], "LossPct") > 0.0, "{d}");
+            assert!(d["Cause"] == "loss" || d["Cause"] == "queueing", "{every}: {d}");
+            assert!(f(r, "SendThroughputMbps") <= rate as f64 / 1e6 * 1.05, "{d}");
+        }
+    }
 }
 
 #[test]
