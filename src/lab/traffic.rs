@@ -70,6 +70,17 @@ impl Sent {
     }
 }
 
+/// How a [`Sink`] reads each connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// As fast as the data comes.
+    Full,
+    /// At no more than this many bytes a second, 4 KB at a time.
+    Paced(u64),
+    /// Whatever has arrived, then nothing for this long, again and again.
+    Stalls(Duration),
+}
+
 /// A listening sink in one namespace.
 pub struct Sink {
     /// The port it listens on (both families).
@@ -87,11 +98,11 @@ impl Sink {
     /// # Errors
     /// The socket cannot be created or bound.
     pub fn start(lab: &Lab, side: Side, port: u16, rcvbuf: Option<usize>) -> io::Result<Sink> {
-        Self::start_reading(lab, side, port, rcvbuf, None)
+        Self::start_reading(lab, side, port, rcvbuf, Reader::Full)
     }
 
-    /// As [`start`](Self::start), each connection read at no more than `read_bytes_per_s`
-    /// (a slow reader: the receive buffer fills and the window closes) when given.
+    /// As [`start`](Self::start), each connection read as `reader` says (a slow or stalling
+    /// reader: the receive buffer fills and the window shrinks or closes).
     ///
     /// # Errors
     /// The socket cannot be created or bound.
@@ -100,7 +111,7 @@ impl Sink {
         side: Side,
         port: u16,
         rcvbuf: Option<usize>,
-        read_bytes_per_s: Option<u64>,
+        reader: Reader,
     ) -> io::Result<Sink> {
         let l = in_netns(lab.ns(side), || {
             let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
@@ -129,7 +140,8 @@ impl Sink {
                             let _ = c.set_nonblocking(false);
                             // Paced reads take a little at a time, so that the window
                             // opens as the reader drains it, not in one gulp.
-                            let size = if read_bytes_per_s.is_some() { 4 << 10 } else { 256 << 10 };
+                            let size =
+                                if let Reader::Paced(_) = reader { 4 << 10 } else { 256 << 10 };
                             let mut buf = vec![0u8; size];
                             let mut n = 0u64;
                             let t0 = std::time::Instant::now();
@@ -138,11 +150,15 @@ impl Sink {
                                     break;
                                 }
                                 n += k as u64;
-                                if let Some(rate) = read_bytes_per_s {
-                                    let due = Duration::from_secs_f64(n as f64 / rate as f64);
-                                    if let Some(w) = due.checked_sub(t0.elapsed()) {
-                                        std::thread::sleep(w);
+                                match reader {
+                                    Reader::Full => {}
+                                    Reader::Paced(rate) => {
+                                        let due = Duration::from_secs_f64(n as f64 / rate as f64);
+                                        if let Some(w) = due.checked_sub(t0.elapsed()) {
+                                            std::thread::sleep(w);
+                                        }
                                     }
+                                    Reader::Stalls(pause) => std::thread::sleep(pause),
                                 }
                             }
                             rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
@@ -214,4 +230,103 @@ pub fn send(lab: &Lab, side: Side, to: SocketAddr, s: &Bulk) -> io::Result<Sent>
     let mut rest = [0u8; 64];
     while c.read(&mut rest)? > 0 {}
     Ok(Sent { bytes: sent, elapsed: start.elapsed(), local, remote: to })
+}
+
+/// A request/response exchange from `side` to a [`Responder`] at `to`: `requests` requests of
+/// 100 bytes, one every `every`, each answered with `response` bytes read in full.
+///
+/// # Errors
+/// Connecting, writing or reading failed.
+pub fn exchange(
+    lab: &Lab,
+    side: Side,
+    to: SocketAddr,
+    requests: usize,
+    response: usize,
+    every: Duration,
+) -> io::Result<()> {
+    let sock = in_netns(lab.ns(side), || {
+        let d = if to.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        Socket::new(d, Type::STREAM, Some(Protocol::TCP))
+    })?;
+    sock.connect_timeout(&to.into(), Duration::from_secs(10))?;
+    let mut c: TcpStream = sock.into();
+    let mut buf = vec![0u8; response];
+    let start = Instant::now();
+    for i in 0..requests {
+        let due = start + every * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let mut req = [0u8; 100];
+        req[..8].copy_from_slice(&(response as u64).to_le_bytes());
+        c.write_all(&req)?;
+        c.read_exact(&mut buf)?;
+    }
+    c.shutdown(Shutdown::Write)?;
+    let mut rest = [0u8; 64];
+    while c.read(&mut rest)? > 0 {}
+    Ok(())
+}
+
+/// A server in one namespace that answers each 100-byte request with as many bytes as its
+/// first 8 bytes ask for (little-endian), until the client closes.
+pub struct Responder {
+    /// The port it listens on (both families).
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Responder {
+    /// Listens on `[::]:0` in `side`'s namespace.
+    ///
+    /// # Errors
+    /// The socket cannot be created or bound.
+    pub fn start(lab: &Lab, side: Side) -> io::Result<Responder> {
+        let l = in_netns(lab.ns(side), || {
+            let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+            s.set_only_v6(false)?;
+            s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)).into())?;
+            s.listen(16)?;
+            Ok(s)
+        })?;
+        let port = l.local_addr()?.as_socket().map_or(0, |a| a.port());
+        l.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let l: std::net::TcpListener = l.into();
+            let mut servers = Vec::new();
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, _)) => servers.push(std::thread::spawn(move || {
+                        let _ = c.set_nonblocking(false);
+                        let mut req = [0u8; 100];
+                        while c.read_exact(&mut req).is_ok() {
+                            let n = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
+                            if c.write_all(&vec![0x33u8; n as usize]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = c.shutdown(Shutdown::Both);
+                    })),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for s in servers {
+                let _ = s.join();
+            }
+        });
+        Ok(Responder { port, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
