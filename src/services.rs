@@ -25,6 +25,11 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
     })
 }
 
+/// This process's cgroup2 mount, from /proc/self/mountinfo.
+pub fn cgroup2_root() -> Option<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|m| cgroup2_mount(&m))
+}
+
 /// The service a cgroup path (relative to the cgroup2 root, starting with '/') names.
 pub fn service_name(path: &str) -> String {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
@@ -130,9 +135,7 @@ impl Services {
     /// Resolution under this process's cgroup2 mount (none: every id is reported by
     /// number).
     pub fn new() -> Self {
-        let root =
-            std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|m| cgroup2_mount(&m));
-        Self::with_root(root)
+        Self::with_root(cgroup2_root())
     }
 
     /// Resolution under `root`.

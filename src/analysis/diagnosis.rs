@@ -800,9 +800,11 @@ mod tests {
                                 for mark in ["caps this flow at ", "caps this flow near "] {
                                     let Some(rest) = d.finding.split(mark).nth(1) else { continue };
                                     let c: f64 = rest.split(' ').next().unwrap().parse().unwrap();
-                                    // The sentence rounds C to 0.1 Mbit/s.
+                                    // The sentence rounds C to 0.1 Mbit/s. A window
+                                    // cap holds within 10 %, a Mathis bound from 0.9 × the
+                                    // rate (no send buffer in this grid).
                                     assert!(
-                                        got <= (c + 0.05) * 1.2 + 1e-9,
+                                        got <= (c + 0.05) / 0.9 + 1e-9,
                                         "{got} above {c}: {}",
                                         d.finding
                                     );

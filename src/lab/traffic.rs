@@ -81,13 +81,76 @@ pub enum Reader {
     Stalls(Duration),
 }
 
+/// A listener in one namespace on `[::]:port` (IPv4 too; 0 picks a port), each accepted
+/// connection served by `serve` on a thread of its own until the server drops. What
+/// [`Sink`] and [`Responder`] share.
+struct Server {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(
+        lab: &Lab,
+        side: Side,
+        port: u16,
+        rcvbuf: Option<usize>,
+        serve: impl Fn(TcpStream, SocketAddr) + Send + Sync + 'static,
+    ) -> io::Result<Server> {
+        let l = in_netns(lab.ns(side), || {
+            let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+            s.set_only_v6(false)?;
+            s.set_reuse_address(true)?;
+            if let Some(b) = rcvbuf {
+                s.set_recv_buffer_size(b)?;
+            }
+            s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+            s.listen(64)?;
+            Ok(s)
+        })?;
+        let port = l.local_addr()?.as_socket().map_or(0, |a| a.port());
+        l.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, serve) = (stop.clone(), Arc::new(serve));
+        let thread = std::thread::spawn(move || {
+            let l: std::net::TcpListener = l.into();
+            let mut conns = Vec::new();
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, peer)) => {
+                        let serve = serve.clone();
+                        conns.push(std::thread::spawn(move || {
+                            let _ = c.set_nonblocking(false);
+                            serve(c, peer);
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for c in conns {
+                let _ = c.join();
+            }
+        });
+        Ok(Server { port, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A listening sink in one namespace.
 pub struct Sink {
     /// The port it listens on (both families).
     pub port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
     received: Arc<Mutex<Vec<(SocketAddr, u64)>>>,
+    _server: Server,
 }
 
 impl Sink {
@@ -113,66 +176,14 @@ impl Sink {
         rcvbuf: Option<usize>,
         reader: Reader,
     ) -> io::Result<Sink> {
-        let l = in_netns(lab.ns(side), || {
-            let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
-            s.set_only_v6(false)?;
-            s.set_reuse_address(true)?;
-            if let Some(b) = rcvbuf {
-                s.set_recv_buffer_size(b)?;
-            }
-            s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
-            s.listen(64)?;
-            Ok(s)
-        })?;
-        let port = l.local_addr()?.as_socket().map_or(0, |a| a.port());
-        l.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(Mutex::new(Vec::new()));
-        let (st, rx) = (stop.clone(), received.clone());
-        let thread = std::thread::spawn(move || {
-            let l: std::net::TcpListener = l.into();
-            let mut readers = Vec::new();
-            while !st.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((mut c, peer)) => {
-                        let rx = rx.clone();
-                        readers.push(std::thread::spawn(move || {
-                            let _ = c.set_nonblocking(false);
-                            // Paced reads take a little at a time, so that the window
-                            // opens as the reader drains it, not in one gulp.
-                            let size =
-                                if let Reader::Paced(_) = reader { 4 << 10 } else { 256 << 10 };
-                            let mut buf = vec![0u8; size];
-                            let mut n = 0u64;
-                            let t0 = std::time::Instant::now();
-                            while let Ok(k) = c.read(&mut buf) {
-                                if k == 0 {
-                                    break;
-                                }
-                                n += k as u64;
-                                match reader {
-                                    Reader::Full => {}
-                                    Reader::Paced(rate) => {
-                                        let due = Duration::from_secs_f64(n as f64 / rate as f64);
-                                        if let Some(w) = due.checked_sub(t0.elapsed()) {
-                                            std::thread::sleep(w);
-                                        }
-                                    }
-                                    Reader::Stalls(pause) => std::thread::sleep(pause),
-                                }
-                            }
-                            rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
-                            let _ = c.shutdown(Shutdown::Both);
-                        }));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-            for r in readers {
-                let _ = r.join();
-            }
-        });
-        Ok(Sink { port, stop, thread: Some(thread), received })
+        let rx = received.clone();
+        let server = Server::start(lab, side, port, rcvbuf, move |mut c, peer| {
+            let n = read_all(&mut c, reader);
+            rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
+            let _ = c.shutdown(Shutdown::Both);
+        })?;
+        Ok(Sink { port: server.port, received, _server: server })
     }
 
     /// Bytes received per finished connection, by peer address.
@@ -181,13 +192,28 @@ impl Sink {
     }
 }
 
-impl Drop for Sink {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+/// Reads `c` to its end as `reader` says; the bytes read.
+fn read_all(c: &mut TcpStream, reader: Reader) -> u64 {
+    // Paced reads take a little at a time, so that the window opens as the reader drains
+    // it, not in one gulp.
+    let size = if let Reader::Paced(_) = reader { 4 << 10 } else { 256 << 10 };
+    let mut buf = vec![0u8; size];
+    let mut n = 0u64;
+    let t0 = std::time::Instant::now();
+    while let Ok(k @ 1..) = c.read(&mut buf) {
+        n += k as u64;
+        match reader {
+            Reader::Full => {}
+            Reader::Paced(rate) => {
+                let due = Duration::from_secs_f64(n as f64 / rate as f64);
+                if let Some(w) = due.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(w);
+                }
+            }
+            Reader::Stalls(pause) => std::thread::sleep(pause),
         }
     }
+    n
 }
 
 /// Connects from `side`'s namespace to `to` and sends as `s` says.
@@ -274,8 +300,7 @@ pub fn exchange(
 pub struct Responder {
     /// The port it listens on (both families).
     pub port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _server: Server,
 }
 
 impl Responder {
@@ -284,49 +309,16 @@ impl Responder {
     /// # Errors
     /// The socket cannot be created or bound.
     pub fn start(lab: &Lab, side: Side) -> io::Result<Responder> {
-        let l = in_netns(lab.ns(side), || {
-            let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
-            s.set_only_v6(false)?;
-            s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)).into())?;
-            s.listen(16)?;
-            Ok(s)
-        })?;
-        let port = l.local_addr()?.as_socket().map_or(0, |a| a.port());
-        l.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let l: std::net::TcpListener = l.into();
-            let mut servers = Vec::new();
-            while !st.load(Ordering::Relaxed) {
-                match l.accept() {
-                    Ok((mut c, _)) => servers.push(std::thread::spawn(move || {
-                        let _ = c.set_nonblocking(false);
-                        let mut req = [0u8; 100];
-                        while c.read_exact(&mut req).is_ok() {
-                            let n = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
-                            if c.write_all(&vec![0x33u8; n as usize]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = c.shutdown(Shutdown::Both);
-                    })),
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        let server = Server::start(lab, side, 0, None, |mut c, _| {
+            let mut req = [0u8; 100];
+            while c.read_exact(&mut req).is_ok() {
+                let n = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
+                if c.write_all(&vec![0x33u8; n as usize]).is_err() {
+                    break;
                 }
             }
-            for s in servers {
-                let _ = s.join();
-            }
-        });
-        Ok(Responder { port, stop, thread: Some(thread) })
-    }
-}
-
-impl Drop for Responder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+            let _ = c.shutdown(Shutdown::Both);
+        })?;
+        Ok(Responder { port: server.port, _server: server })
     }
 }

@@ -29,7 +29,8 @@ pub use naming::program_name;
 pub use procfs::{Procfs, RealProcfs};
 
 /// Share of one core the walks may take on average. With 20,000 sockets in 50 processes
-/// the first walk takes about 40 ms once; after that only new sockets are looked for.
+/// the first walk took 80–120 ms, once (`cargo bench --bench attribution -- flows`); after
+/// that only new sockets are looked for.
 pub const WALK_SHARE: f64 = 0.02;
 
 /// Batches that may wait for the walker; a batch past them is answered as skipped.

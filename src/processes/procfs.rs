@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use crate::services::{REWALK_EVERY, cgroup2_mount, walk_tree};
+use crate::services::{REWALK_EVERY, cgroup2_root, walk_tree};
 
 /// What the resolver reads about processes.
 pub trait Procfs {
@@ -36,9 +36,7 @@ pub struct RealProcfs {
 impl RealProcfs {
     /// Under this process's cgroup2 mount.
     pub fn new() -> Self {
-        let root =
-            std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|m| cgroup2_mount(&m));
-        RealProcfs { root, dirs: FxHashMap::default(), walked: None }
+        RealProcfs { root: cgroup2_root(), dirs: FxHashMap::default(), walked: None }
     }
 
     fn dir(&mut self, id: u64) -> Option<PathBuf> {

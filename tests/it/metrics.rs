@@ -279,10 +279,7 @@ fn cgroup_sender_helper() {
     while c.read(&mut rest).unwrap() > 0 {}
 }
 
-fn cgroup2_root() -> Option<PathBuf> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    cgmon_rs::services::cgroup2_mount(&mi)
-}
+use cgmon_rs::services::cgroup2_root;
 
 /// cgroup2 directories made for a test, removed when it drops.
 struct TestCgroups(Vec<PathBuf>);

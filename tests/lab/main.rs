@@ -76,23 +76,24 @@ const LATE_LIMIT: Duration = Duration::from_millis(10);
 /// ran more than [`LATE_LIMIT`] late, since the path was then not the one configured. The
 /// assertions apply to the last attempt, whatever its lateness.
 fn measured(lab: &Lab, bulk: &Bulk, v6: bool, rcvbuf: Option<usize>) -> (Value, Sent) {
-    let (mut recs, sent) = measured_at(lab, bulk, v6, rcvbuf, &["20ms"]);
+    let (mut recs, sent) = measured_at(lab, bulk, v6, rcvbuf, Reader::Full, &["20ms"]);
     (recs.remove(0), sent)
 }
 
-/// As [`measured`], watched by one monitor per sampling interval in `intervals` at once
-/// (the same flow, each monitor's record).
+/// As [`measured`], the sink reading as `reader` says, watched by one monitor per sampling
+/// interval in `intervals` at once (the same flow, each monitor's record).
 fn measured_at(
     lab: &Lab,
     bulk: &Bulk,
     v6: bool,
     rcvbuf: Option<usize>,
+    reader: Reader,
     intervals: &[&str],
 ) -> (Vec<Value>, Sent) {
     let mut attempt = 1;
     loop {
         lab.take_late_max();
-        let r = measured_once_at(lab, bulk, v6, rcvbuf, intervals);
+        let r = measured_once_at(lab, bulk, v6, rcvbuf, reader, intervals);
         let late = lab.take_late_max();
         eprintln!("LAB emulator late by at most {late:?}");
         if late <= LATE_LIMIT || attempt == 3 {
@@ -104,7 +105,7 @@ fn measured_at(
 }
 
 fn measured_once(lab: &Lab, bulk: &Bulk, v6: bool, rcvbuf: Option<usize>) -> (Value, Sent) {
-    let (mut recs, sent) = measured_once_at(lab, bulk, v6, rcvbuf, &["20ms"]);
+    let (mut recs, sent) = measured_once_at(lab, bulk, v6, rcvbuf, Reader::Full, &["20ms"]);
     (recs.remove(0), sent)
 }
 
@@ -113,9 +114,10 @@ fn measured_once_at(
     bulk: &Bulk,
     v6: bool,
     rcvbuf: Option<usize>,
+    reader: Reader,
     intervals: &[&str],
 ) -> (Vec<Value>, Sent) {
-    let sink = Sink::start(lab, Side::B, 0, rcvbuf).unwrap();
+    let sink = Sink::start_reading(lab, Side::B, 0, rcvbuf, reader).unwrap();
     let port = sink.port.to_string();
     let ms: Vec<Monitor> =
         intervals.iter().map(|i| monitor(lab, i, &["-netlink-dport", &port])).collect();
@@ -442,7 +444,7 @@ fn diagnosis_narrow_bottleneck_is_the_network() {
         let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms)).rate(rate, 256 << 10);
         let Some(lab) = lab(cfg) else { return };
         let bulk = Bulk::for_duration(Duration::from_secs(4)).cc(cc);
-        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("bottleneck {rate} b/s {cc} v6={v6} every {every}"), r);
             consistent(r);
@@ -474,7 +476,7 @@ fn diagnosis_small_send_buffer_on_a_long_path() {
         let Some(lab) = lab(cfg) else { return };
         let bulk =
             Bulk { sndbuf: Some(sndbuf), ..Bulk::for_duration(Duration::from_secs(4)).cc("bbr") };
-        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("send buffer {sndbuf} at {delay_ms} ms v6={v6} every {every}"), r);
             consistent(r);
@@ -511,7 +513,7 @@ fn diagnosis_a_policer_is_the_network_by_loss() {
         let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms)).rate(rate, 16 << 10);
         let Some(lab) = lab(cfg) else { return };
         let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
-        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("policer {rate} b/s at {delay_ms} ms v6={v6} every {every}"), r);
             consistent(r);
@@ -536,7 +538,7 @@ fn diagnosis_mathis_bound_tracks_a_lossy_path() {
         };
         let Some(lab) = lab(cfg) else { return };
         let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
-        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("{loss} loss at {delay_ms} ms v6={v6} every {every}"), r);
             consistent(r);
@@ -595,7 +597,7 @@ fn diagnosis_paced_sender_is_the_application_not_the_network() {
             chunk,
             ..Bulk::default()
         };
-        let (recs, _) = measured_at(&lab, &bulk, v6, None, &["10ms", "100ms"]);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("paced {delay_ms} ms v6={v6} every {every}"), r);
             consistent(r);
@@ -621,7 +623,8 @@ fn diagnosis_a_reached_window_cap_is_the_receiver_window() {
         }
         let Some(lab) = lab(cfg) else { return };
         let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
-        let (recs, _) = measured_at(&lab, &bulk, v6, Some(rcvbuf), &["10ms", "100ms"]);
+        let (recs, _) =
+            measured_at(&lab, &bulk, v6, Some(rcvbuf), Reader::Full, &["10ms", "100ms"]);
         for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(&format!("window {rcvbuf} at {delay_ms} ms v6={v6} every {every}"), r);
             consistent(r);
@@ -694,25 +697,16 @@ fn diagnosis_a_slow_reader_is_not_a_small_buffer() {
     for (delay_ms, read_kb_s, v6) in [(25, 160, false), (10, 400, true)] {
         let cfg = LabConfig::default().delay(Duration::from_millis(delay_ms));
         let Some(lab) = lab(cfg) else { return };
-        let sink =
-            Sink::start_reading(&lab, Side::B, 0, None, Reader::Paced(read_kb_s * 1000)).unwrap();
-        let port = sink.port.to_string();
-        let ms: Vec<Monitor> = ["10ms", "100ms"]
-            .iter()
-            .map(|i| monitor(&lab, i, &["-netlink-dport", &port]))
-            .collect();
         let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
-        send(&lab, Side::A, to(sink.port, v6), &bulk).unwrap();
-        for (m, every) in ms.into_iter().zip(["10ms", "100ms"]) {
-            let r = m.records(1, Duration::from_secs(30)).remove(0);
-            m.signal(libc::SIGTERM);
-            m.wait(Duration::from_secs(10));
+        let reader = Reader::Paced(read_kb_s * 1000);
+        let (recs, _) = measured_at(&lab, &bulk, v6, None, reader, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
             report(
                 &format!("slow reader {read_kb_s} KB/s at {delay_ms} ms v6={v6} every {every}"),
-                &r,
+                r,
             );
-            consistent(&r);
-            let d = diagnosis(&r);
+            consistent(r);
+            let d = diagnosis(r);
             assert_eq!(d["Verdict"], "receiver-window", "{every}: {d}");
             assert_eq!(d["Cause"], "slow-reader", "{every}: {d}");
             assert!(d["Finding"].as_str().unwrap().contains("fix the reader"), "{d}");
@@ -784,21 +778,12 @@ fn diagnosis_a_stalling_reader_closes_its_window() {
             return;
         };
         let stalls = Reader::Stalls(Duration::from_millis(300));
-        let sink = Sink::start_reading(&lab, Side::B, 0, Some(64 << 10), stalls).unwrap();
-        let port = sink.port.to_string();
-        let ms: Vec<Monitor> = ["10ms", "100ms"]
-            .iter()
-            .map(|i| monitor(&lab, i, &["-netlink-dport", &port]))
-            .collect();
         let bulk = Bulk::for_duration(Duration::from_secs(4)).cc("cubic");
-        send(&lab, Side::A, to(sink.port, v6), &bulk).unwrap();
-        for (m, every) in ms.into_iter().zip(["10ms", "100ms"]) {
-            let r = m.records(1, Duration::from_secs(30)).remove(0);
-            m.signal(libc::SIGTERM);
-            m.wait(Duration::from_secs(10));
-            report(&format!("stalling reader at {delay_ms} ms v6={v6} every {every}"), &r);
-            consistent(&r);
-            let d = diagnosis(&r);
+        let (recs, _) = measured_at(&lab, &bulk, v6, Some(64 << 10), stalls, &["10ms", "100ms"]);
+        for (r, every) in recs.iter().zip(["10ms", "100ms"]) {
+            report(&format!("stalling reader at {delay_ms} ms v6={v6} every {every}"), r);
+            consistent(r);
+            let d = diagnosis(r);
             assert_eq!(
                 (&d["Verdict"], &d["Cause"]),
                 (&Value::from("receiver-window"), &Value::from("slow-reader")),
