@@ -2,7 +2,7 @@
 //! last N records, each with at most [`MAX_POINTS`] of its samples as chart points, spread
 //! over its whole life ([`spread`]). The analyzer pushes a
 //! record as it writes it; the HTTP server reads the ring. Memory is bounded by N and
-//! [`MAX_POINTS`]: about 43 KB an entry (`a_recent_entry_is_about_43_kb`).
+//! [`MAX_POINTS`]: about 45 KB an entry (`a_recent_entry_is_about_45_kb`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,8 @@ pub const MAX_POINTS: usize = 300;
 /// `max` are all kept; otherwise the span is cut into `max / 4` equal stretches, and each
 /// keeps its first and last sample and those with the lowest and highest RTT. An hour-long
 /// flow's page then shows the hour, with every stretch's RTT extremes, rather than its last
-/// five minutes; a stretch with no sample (a pause) stays empty, so the chart breaks there.
+/// five minutes. A pause in sampling (a point's `after_pause`) among the points left out
+/// moves to the next point kept, so the chart still breaks there.
 pub fn spread(points: Vec<Point>, max: usize) -> Vec<Point> {
     if points.len() <= max || max < 4 {
         return points;
@@ -49,20 +50,15 @@ pub fn spread(points: Vec<Point>, max: usize) -> Vec<Point> {
         keep.extend(k);
         i = j;
     }
-    keep.into_iter().map(|k| points[k]).collect()
-}
-
-/// The pause that breaks a chart's line once [`spread`] has picked at most `max` of
-/// `points`: the one all their spacing gives, and at least two stretches. The picked
-/// points' own spacing alternates between most of a stretch and a tick, so its median
-/// ([`crate::chart::max_gap`]) says nothing of the sampling interval. `None` when all are
-/// kept.
-pub fn spread_gap(points: &[Point], max: usize) -> Option<f64> {
-    (points.len() > max && max >= 4).then(|| {
-        let times: Vec<f64> = points.iter().map(|p| p.unix_s).collect();
-        let span = times[times.len() - 1] - times[0];
-        crate::chart::max_gap(&times).max(2.0 * span / (max / 4) as f64)
-    })
+    let mut out = Vec::with_capacity(keep.len());
+    let mut from = 0;
+    for k in keep {
+        let mut p = points[k];
+        p.after_pause = points[from..=k].iter().any(|x| x.after_pause);
+        out.push(p);
+        from = k + 1;
+    }
+    out
 }
 
 /// One ended flow.
@@ -89,8 +85,6 @@ pub struct Ended {
     pub record: Box<FlowStats>,
     /// At most [`MAX_POINTS`] of its samples as chart points ([`spread`]).
     pub points: Vec<Point>,
-    /// With points spread, the pause that breaks a chart's line, s ([`spread_gap`]).
-    pub gap_s: Option<f64>,
     /// Samples the record holds in all.
     pub samples: usize,
 }
@@ -99,7 +93,6 @@ impl Ended {
     /// An entry for record `r` with the chart points of its samples ([`spread`] to
     /// [`MAX_POINTS`]).
     pub fn new(r: &FlowStats, points: Vec<Point>) -> Self {
-        let gap_s = spread_gap(&points, MAX_POINTS);
         let points = spread(points, MAX_POINTS);
         let id = &r.id;
         Self {
@@ -113,7 +106,6 @@ impl Ended {
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
             record: Box::new(r.clone()),
             points,
-            gap_s,
             samples: r.samples,
         }
     }
@@ -173,9 +165,9 @@ mod tests {
         Point { unix_s: t, rtt_ms: Some(rtt), cwnd_bytes: Some(1000.0), ..Default::default() }
     }
 
-    /// The gap an entry of `points` breaks lines at.
-    fn gap_of(points: &[Point]) -> f64 {
-        spread_gap(points, MAX_POINTS).expect("points were spread")
+    fn line(points: &[Point]) -> Vec<Vec<(f64, f64)>> {
+        let end = points.last().map_or(0.0, |p| p.unix_s);
+        runs(points.iter().map(|x| (x.unix_s, x.rtt_ms, x.after_pause)), end).0
     }
 
     #[test]
@@ -197,24 +189,21 @@ mod tests {
         assert_eq!(s.last(), p.last());
         assert!(s.contains(&p[1234]) && s.contains(&p[2345]), "the spike and the dip");
         assert!(s.windows(2).all(|w| w[0].unix_s < w[1].unix_s), "in time order");
-        // Every stretch (48 s here) has points: with the entry's gap the line does not
-        // break, with a varying RTT or a flat one (each stretch then keeps its first and
-        // last only).
+        // One unbroken line (values hold from point to point), with a varying RTT or a
+        // flat one (each stretch then keeps its first and last only).
         let flat: Vec<Point> = (0..3600).map(|i| at(f64::from(i), 10.0)).collect();
-        let gap = gap_of(&flat);
-        for pts in [s, spread(flat, MAX_POINTS)] {
-            let line = runs(pts.iter().map(|x| (x.unix_s, x.rtt_ms)), gap);
-            assert_eq!(line.len(), 1, "one unbroken line");
-        }
+        assert_eq!(line(&s).len(), 1);
+        assert_eq!(line(&spread(flat, MAX_POINTS)).len(), 1, "one unbroken line");
     }
 
     #[test]
-    fn a_pause_stays_a_break() {
-        let p: Vec<Point> = (0..1000).chain(2000..3000).map(|i| at(f64::from(i), 10.0)).collect();
-        let gap = gap_of(&p);
+    fn a_pause_stays_a_break_even_when_its_point_is_left_out() {
+        let mut p: Vec<Point> =
+            (0..1000).chain(2000..3000).map(|i| at(f64::from(i), 10.0)).collect();
+        p[1000].after_pause = true; // at 2000 s, after 1000 s without a sample
+        p[1001].rtt_ms = Some(1.0); // the stretch's low point, kept after the pause
         let s = spread(p, MAX_POINTS);
         assert!(!s.iter().any(|x| x.unix_s > 999.0 && x.unix_s < 2000.0));
-        let line = runs(s.iter().map(|x| (x.unix_s, x.rtt_ms)), gap);
-        assert_eq!(line.len(), 2, "the pause breaks the line");
+        assert_eq!(line(&s).len(), 2, "the pause breaks the line");
     }
 }

@@ -30,10 +30,19 @@ pub fn cgroup2_root() -> Option<PathBuf> {
     std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|m| cgroup2_mount(&m))
 }
 
+/// The service of the root cgroup: the host's own processes (kernel threads, and
+/// anything not in a unit or container).
+pub const HOST: &str = "host";
+
+/// The root cgroup's id: the cgroup2 hierarchy's root is always 1, also on a host with the
+/// hybrid layout, where cgroup2 is mounted at `unified` with no process in it and the walk
+/// may not find it.
+const ROOT_CGROUP_ID: u64 = 1;
+
 /// The service a cgroup path (relative to the cgroup2 root, starting with '/') names.
 pub fn service_name(path: &str) -> String {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    let Some(&last) = parts.last() else { return "root".into() };
+    let Some(&last) = parts.last() else { return HOST.into() };
     let short = |id: &str| id.chars().take(12).collect::<String>();
     // Container runtimes: docker-<id>.scope, cri-containerd-<id>.scope, crio-<id>.scope,
     // libpod-<id>.scope, or cgroupfs-style /docker/<id>.
@@ -162,7 +171,7 @@ impl Services {
         if self.walked.is_none_or(|t| t.elapsed() >= REWALK_EVERY) {
             self.walk();
         }
-        self.names.get(&id).cloned()
+        self.names.get(&id).cloned().or_else(|| (id == ROOT_CGROUP_ID).then(|| HOST.into()))
     }
 
     /// The service of sockets known only by `uid` ([`uid_service`]). Reads /proc once per
@@ -238,7 +247,7 @@ mod tests {
             service_name(&format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope")),
             "containerd:0123456789ab"
         );
-        assert_eq!(service_name("/"), "root");
+        assert_eq!(service_name("/"), "host");
     }
 
     #[test]
@@ -282,6 +291,9 @@ mod tests {
         assert_eq!(s.name(id), "web.service");
         assert_eq!(s.name(0), "unknown");
         assert_eq!(s.name(u64::MAX - 1), format!("cgroup-{}", u64::MAX - 1));
+        // The cgroup2 root is the host's own, found by the walk or not (the hybrid layout).
+        assert_eq!(s.name(1), "host");
+        assert_eq!(Services::with_root(None).name(1), "host");
         // A walk forgets cgroups that are gone.
         let gone = dir.path().join("system.slice/old.service");
         std::fs::create_dir_all(&gone).unwrap();

@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 use decode::{Snap, decode_into, l_busy, refresh_attrs, snap};
 use fingerprint::{fingerprint, same_socket, tuple_hash};
 use flow::Rest;
-pub use flow::{CcName, Close, EndReason, EndedFlow, Flow, Last, Sampling};
+pub use flow::{CcName, Close, EndReason, EndedFlow, Flow, Last, RECENT_TAU_S, Sampling};
 use pool::STAGED;
 use pool::StagePool;
 pub use pool::StageRef;
@@ -89,6 +89,13 @@ pub struct TrackerConfig {
     pub tiers: bool,
     /// How long a flow stays hot after its samples last moved, ns.
     pub hot_linger_ns: u64,
+    /// A time without any sample of a flow longer than this is a pause: the next retained
+    /// sample says so ([`crate::record::Retained::after_pause`]), and charts break their
+    /// lines there instead of holding the last value. The default is one and a half times
+    /// the longest the poller leaves a flow unsampled ([`crate::poll::pace::MAX_FULL_INTERVAL`]):
+    /// shorter waits are the tiers' plan (a still flow is sampled by full dumps only), and
+    /// the deduped samples in them show that nothing changed.
+    pub pause_ns: u64,
 }
 
 impl TrackerConfig {
@@ -109,6 +116,7 @@ impl Default for TrackerConfig {
             max_samples: 0,
             tiers: false,
             hot_linger_ns: 1_000_000_000,
+            pause_ns: crate::poll::pace::MAX_FULL_INTERVAL.as_nanos() as u64 * 3 / 2,
         }
     }
 }
@@ -183,6 +191,9 @@ struct FlowHead {
     options: u8,
     /// Its last sample was not deduped: it will likely change again (see `prefetch_ahead`).
     changed: bool,
+    /// A pause ([`TrackerConfig::pause_ns`]) came since its last retained sample: the next
+    /// one carries the flag. (Fills a byte of padding.)
+    paused: bool,
     /// It is in the hot set (`tiers`).
     tiered: bool,
     /// The longest gap between its samples in this window, µs.
@@ -422,6 +433,7 @@ impl Tracker {
             tuple: tuple_hash(s),
             options: sn.options,
             changed: true,
+            paused: false,
             tiered: self.cfg.tiers && self.dumps_done > 0,
             max_gap_us: 0,
             exact: 0,
@@ -457,7 +469,9 @@ impl Tracker {
         out: &mut Vec<EndedFlow>,
     ) {
         let h = &mut self.hot[slot];
-        h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
+        let gap = gap_us(h.last_ts_ns, s.ts_ns);
+        h.max_gap_us = h.max_gap_us.max(gap);
+        h.paused |= u64::from(gap) * 1000 > self.cfg.pause_ns;
         h.last_ts_ns = s.ts_ns;
         h.options |= t.options().unwrap_or(0);
         h.changed = fp != h.fp;
@@ -481,8 +495,12 @@ impl Tracker {
             self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
         let f = &mut self.slab[slot];
+        let prev_ts = self.stages.latest(&f.stage, &f.samples).map_or(s.ts_ns, |r| r.ts_ns);
+        let prev_bytes = f.last.bytes_acked.saturating_add(f.last.bytes_received);
         let at = self.stages.next_slot(&mut f.stage);
         decode_into(at, &mut f.last, s, t);
+        f.last.fold_rate(prev_bytes, s.ts_ns.saturating_sub(prev_ts));
+        at.set_after_pause(std::mem::take(&mut h.paused));
         let edge = *at;
         self.stages.commit(&mut f.stage);
         Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);

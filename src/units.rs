@@ -121,8 +121,14 @@ pub fn si_rate_mbps(mbps: f64) -> String {
     match mbps {
         _ if mbps >= 1e3 => format!("{:.1} Gbit/s", mbps / 1e3),
         _ if mbps >= 1.0 => format!("{mbps:.1} Mbit/s"),
-        _ => format!("{:.1} kbit/s", mbps * 1e3),
+        _ if mbps >= 1e-3 => format!("{:.1} kbit/s", mbps * 1e3),
+        _ => format!("{:.0} bit/s", mbps * 1e6),
     }
+}
+
+/// A rate given in bytes per second, as [`si_rate_mbps`] writes it (in bits).
+pub fn si_rate_bps(bytes_per_s: f64) -> String {
+    si_rate_mbps(bytes_per_s * 8.0 / 1e6)
 }
 
 /// Most characters of a bad value an error message quotes: enough to recognise it, and a

@@ -23,7 +23,7 @@
 //! than network limited.
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
-use crate::tracker::{EndedFlow, Last};
+use crate::tracker::{EndedFlow, Flow, Last};
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
 const MATHIS_C: f64 = 1.224_744_871_391_589;
@@ -488,6 +488,99 @@ fn network_finding(
              with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
         ),
     }
+}
+
+/// What limited an active flow so far, from its counters alone (no samples): the same
+/// rules as [`diagnose`], with its current smoothed RTT (`srtt_us`) standing for the median
+/// and its largest peer window for the typical one. The host page ranks and filters
+/// thousands of flows by it on every refresh; a flow's own page and its record run the full
+/// diagnosis over all its samples, which may name another limit (docs/web.md). `None` on a
+/// kernel without tcpi_busy_time or before any time has passed.
+pub fn so_far(f: &Flow, srtt_us: u32) -> Option<(&'static str, Option<&'static str>)> {
+    let (l, x) = (&f.last, so_far_inputs(f, srtt_us)?);
+    if unjudged(l, &x).is_some() {
+        return Some((UNKNOWN, None));
+    }
+    let (shares, caps, sig) = so_far_evidence(f, &x)?;
+    Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps))
+}
+
+/// The number that says most about `verdict` (from [`so_far`]) for a person scanning a
+/// table: the cap a window or buffer sets, the loss or queue the network shows, the
+/// application's idle share.
+pub fn so_far_number(f: &Flow, srtt_us: u32, verdict: &str, cause: Option<&str>) -> String {
+    use crate::units::{si_bytes, si_rate_mbps};
+    let Some(x) = so_far_inputs(f, srtt_us) else { return String::new() };
+    let Some((shares, caps, sig)) = so_far_evidence(f, &x) else { return String::new() };
+    let l = &f.last;
+    let arrow = |bytes: u32, cap: Option<f64>| match cap {
+        Some(c) => format!("{} → {} cap", si_bytes(u64::from(bytes)), si_rate_mbps(c)),
+        None => si_bytes(u64::from(bytes)),
+    };
+    match (verdict, cause) {
+        ("receiver-window", Some("slow-reader")) => {
+            format!("slow reader: window up to {}", si_bytes(u64::from(l.snd_wnd_max)))
+        }
+        ("receiver-window", _) => {
+            format!("window {}", arrow(l.snd_wnd_max, caps.window_cap_mbps))
+        }
+        ("send-buffer", _) => format!("send buffer {}", arrow(l.sndbuf, caps.send_buffer_cap_mbps)),
+        ("network", Some("loss")) => format!("{:.2} % loss", sig.loss_pct),
+        ("network", Some("queueing")) => format!(
+            "RTT {} ms over {} ms min",
+            ms_text(x.rtt_p50_ms),
+            ms_text(x.min_rtt_ms)
+        ),
+        ("network", _) => format!("RTT {} ms, no queue or loss", ms_text(x.rtt_p50_ms)),
+        ("application", _) => format!("idle {:.0} % of the time", shares.application),
+        _ if l.bytes_received > l.bytes_acked => "receiving: the peer sends".into(),
+        _ => format!("{} sent", si_bytes(l.bytes_acked)),
+    }
+}
+
+/// [`Inputs`] from an active flow's counters: its window's send throughput, its current
+/// RTT for the median.
+fn so_far_inputs(f: &Flow, srtt_us: u32) -> Option<Inputs> {
+    let l = &f.last;
+    let span_s = f.span_ns() as f64 / 1e9;
+    if l.busy_ms == u32::MAX || span_s <= 0.0 {
+        return None;
+    }
+    let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 * 8.0 / span_s / 1e6;
+    let min_rtt_ms = if l.min_rtt_us == u32::MAX { 0.0 } else { f64::from(l.min_rtt_us) / 1e3 };
+    Some(Inputs {
+        throughput_mbps: rate(l.bytes_acked, f.first_bytes_acked),
+        recv_throughput_mbps: Some(rate(l.bytes_received, f.first_bytes_received)),
+        min_rtt_ms,
+        rtt_p50_ms: f64::from(srtt_us) / 1e3,
+        cwnd_p50_bytes: 0.0,
+    })
+}
+
+/// The time shares over the window, the caps at the flow's largest peer window, and its
+/// signals.
+fn so_far_evidence(f: &Flow, x: &Inputs) -> Option<(TimeShares, Caps, Signals)> {
+    let l = &f.last;
+    let [b0, r0, s0] = f.first_chrono;
+    let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
+    let shares = shares_of(
+        d(l.busy_ms, b0),
+        d(l.rwnd_limited_ms, r0),
+        d(l.sndbuf_limited_ms, s0),
+        f.span_ns() as f64 / 1e6,
+    )?;
+    let caps = Caps {
+        peer_window_bytes: l.snd_wnd_max,
+        typical_window_bytes: None,
+        window_cap_mbps: mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)
+            .filter(|_| l.snd_wnd_max > 0),
+        send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
+        send_buffer_cap_mbps: mbps_at(f64::from(l.sndbuf), x.min_rtt_ms).filter(|_| l.sndbuf > 0),
+        loss_cap_mbps: None,
+        bdp_bytes: None,
+        cwnd_bytes: 0.0,
+    };
+    Some((shares, caps, signals(l)))
 }
 
 /// The verdict names, in the order pages and reports count them.

@@ -3,7 +3,7 @@
 //! charts serve the live flow page, `plot` and `report`: each source turns its samples
 //! into [`Point`]s first.
 
-use super::{Chart, Mark, Series, Unit, clock_text, max_gap, runs, time_axis, value_axis};
+use super::{Chart, Mark, Series, Unit, clock_text, pauses, runs, time_axis, value_axis};
 use crate::record::Point;
 
 /// The chart ids, in page order.
@@ -45,6 +45,8 @@ struct Frame<'a> {
     start: f64,
     span: f64,
     when: &'a str,
+    /// Where the monitor took no sample (seconds since `start`).
+    pauses: &'a [(f64, f64)],
 }
 
 /// A chart of `series` (values in `unit`) over the frame.
@@ -80,41 +82,47 @@ fn chart(
         y_div,
         series,
         marks,
+        pauses: frame.pauses.to_vec(),
     }
 }
 
 /// The flow's charts, ids prefixed by `prefix`: RTT with `min_rtt_ms` marked, cwnd with
-/// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares. Lines
-/// break at pauses longer than `gap` seconds; `None` finds it from the points' spacing
-/// ([`max_gap`]): points as sampled have a spacing that tells, not those the ring of
-/// ended flows picked from a longer flow.
+/// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares. Each
+/// sampled value is drawn held until the next point (the tracker keeps a sample only when
+/// something changed), the last until `end` (Unix s: the flow's last sample, deduped or
+/// not; `None`: the last point). Lines break only where a value is missing or the monitor
+/// took no sample for a while (a point's `after_pause`), and such pauses are shaded.
 pub fn charts(
     prefix: &str,
     points: &[Point],
     min_rtt_ms: Option<f64>,
-    gap: Option<f64>,
+    end: Option<f64>,
 ) -> Vec<Chart> {
     let start = points.first().map_or(0.0, |p| p.unix_s);
     let times: Vec<f64> = points.iter().map(|p| p.unix_s - start).collect();
-    let span = times.last().copied().unwrap_or(0.0);
-    let gap = gap.unwrap_or_else(|| max_gap(&times));
+    let last = times.last().copied().unwrap_or(0.0);
+    let span = end.map_or(last, |e| (e - start).max(last));
+    let gaps = pauses(times.iter().zip(points).map(|(&t, p)| (t, p.after_pause)));
     let when = match (points.first(), points.last()) {
         (Some(a), Some(b)) => format!(
-            "{} samples from {} to {}",
+            "{} samples from {} to {}{}",
             points.len(),
             clock_text(a.unix_s, false),
-            clock_text(b.unix_s, false)
+            clock_text(b.unix_s, false),
+            match gaps.len() {
+                0 => String::new(),
+                n => format!(", with {n} pause{} in sampling", if n == 1 { "" } else { "s" }),
+            }
         ),
         _ => "no samples".to_string(),
     };
-    let series = |name, key, f: &dyn Fn(&Point) -> Option<f64>, dashed| Series {
-        name,
-        key,
-        runs: runs(points.iter().zip(&times).map(|(p, &t)| (t, f(p))), gap),
-        dashed,
+    let series = |name, key, f: &dyn Fn(&Point) -> Option<f64>, dashed, step: bool| {
+        let (runs, holds) =
+            runs(points.iter().zip(&times).map(|(p, &t)| (t, f(p), p.after_pause)), span);
+        Series { name, key, runs, dashed, holds: if step { holds } else { Vec::new() } }
     };
     let id = |k: &str| format!("{prefix}{k}");
-    let frame = Frame { start, span, when: &when };
+    let frame = Frame { start, span, when: &when, pauses: &gaps };
     let mut out = Vec::with_capacity(CHART_IDS.len());
     let min_mark = min_rtt_ms
         .map(|v| Mark { label: "min RTT".into(), key: "minrtt", value: v })
@@ -125,7 +133,7 @@ pub fn charts(
         "Round-trip time",
         "RTT",
         Unit::Ms,
-        vec![series("smoothed RTT", "rtt", &|p| p.rtt_ms, false)],
+        vec![series("smoothed RTT", "rtt", &|p| p.rtt_ms, false, true)],
         min_mark,
         &frame,
     ));
@@ -135,8 +143,8 @@ pub fn charts(
         "window",
         Unit::Bytes,
         vec![
-            series("cwnd", "cwnd", &|p| p.cwnd_bytes, false),
-            series("ssthresh", "ssthresh", &|p| p.ssthresh_bytes, true),
+            series("cwnd", "cwnd", &|p| p.cwnd_bytes, false, true),
+            series("ssthresh", "ssthresh", &|p| p.ssthresh_bytes, true, true),
         ],
         Vec::new(),
         &frame,
@@ -147,8 +155,8 @@ pub fn charts(
         "rate",
         Unit::Mbps,
         vec![
-            series("pacing", "pacing", &|p| p.pacing_mbps, false),
-            series("delivery", "delivery", &|p| p.delivery_mbps, false),
+            series("pacing", "pacing", &|p| p.pacing_mbps, false, true),
+            series("delivery", "delivery", &|p| p.delivery_mbps, false, true),
         ],
         Vec::new(),
         &frame,
@@ -158,7 +166,7 @@ pub fn charts(
         "Retransmitted segments (cumulative)",
         "retransmits",
         Unit::Count,
-        vec![series("retransmits", "retrans", &|p| p.retrans, false)],
+        vec![series("retransmits", "retrans", &|p| p.retrans, false, true)],
         Vec::new(),
         &frame,
     ));
@@ -179,9 +187,9 @@ pub fn charts(
         "share of time",
         Unit::Percent,
         vec![
-            series("busy", "busy", &share(0), false),
-            series("rwnd-limited", "rwnd", &share(1), false),
-            series("sndbuf-limited", "sndbuf", &share(2), false),
+            series("busy", "busy", &share(0), false, false),
+            series("rwnd-limited", "rwnd", &share(1), false, false),
+            series("sndbuf-limited", "sndbuf", &share(2), false, false),
         ],
         Vec::new(),
         &frame,

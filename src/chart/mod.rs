@@ -64,12 +64,21 @@ pub struct Series {
     pub runs: Vec<Vec<(f64, f64)>>,
     /// Drawn dashed (a reference, e.g. ssthresh).
     pub dashed: bool,
+    /// Drawn as steps: each value holds until the next (a sampled value: the samples the
+    /// tracker deduped in between were equal to it), and each run's last value until the
+    /// time beside it here (parallel to `runs`; empty when not drawn as steps).
+    pub holds: Vec<f64>,
 }
 
 impl Series {
-    /// The points of all runs.
+    /// The points of all runs: the samples drawn.
     pub fn points(&self) -> usize {
         self.runs.iter().map(Vec::len).sum()
+    }
+
+    /// Whether it is drawn as steps.
+    pub fn step(&self) -> bool {
+        !self.holds.is_empty()
     }
 }
 
@@ -116,6 +125,9 @@ pub struct Chart {
     pub series: Vec<Series>,
     /// Horizontal reference lines.
     pub marks: Vec<Mark>,
+    /// Spans (start, end; seconds since the start) in which the monitor took no sample of
+    /// the flow: shaded, and the lines break there.
+    pub pauses: Vec<(f64, f64)>,
 }
 
 /// Pixel size of a full chart.
@@ -299,44 +311,53 @@ pub fn date_text(unix_s: f64) -> String {
     local(unix_s).map_or_else(String::new, |t| t.format("%Y-%m-%d").to_string())
 }
 
-/// Splits (time, value) samples into runs: `None` values end a run, and so does a pause
-/// longer than `max_gap` seconds between two samples.
+/// Splits (time, value, after a pause) samples into runs: a `None` value ends a run,
+/// and so does a pause before a sample. Beside each run, the time its last value holds
+/// until: the next sample (the one without a value), `end` for the last run, and its own
+/// last sample's time before a pause (what came after it is not known).
 pub fn runs(
-    points: impl IntoIterator<Item = (f64, Option<f64>)>,
-    max_gap: f64,
-) -> Vec<Vec<(f64, f64)>> {
-    let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+    points: impl IntoIterator<Item = (f64, Option<f64>, bool)>,
+    end: f64,
+) -> (Vec<Vec<(f64, f64)>>, Vec<f64>) {
+    let (mut out, mut holds): (Vec<Vec<(f64, f64)>>, Vec<f64>) = (Vec::new(), Vec::new());
     let mut open = false;
-    let mut last_t = f64::NEG_INFINITY;
-    for (t, v) in points {
-        match v {
-            Some(v) if v.is_finite() => {
-                if !open || t - last_t > max_gap {
-                    out.push(Vec::new());
-                }
-                if let Some(r) = out.last_mut() {
-                    r.push((t, v));
-                }
-                open = true;
-            }
-            _ => open = false,
+    for (t, v, after_pause) in points {
+        let v = v.filter(|v| v.is_finite());
+        if open && (v.is_none() || after_pause) {
+            // The run ends here: held up to this sample, or not at all across a pause.
+            let last = out.last().and_then(|r| r.last()).map_or(t, |p| p.0);
+            holds.push(if after_pause { last } else { t });
+            open = false;
         }
-        last_t = t;
+        if let Some(v) = v {
+            if !open {
+                out.push(Vec::new());
+            }
+            if let Some(r) = out.last_mut() {
+                r.push((t, v));
+            }
+            open = true;
+        }
     }
-    out
+    if open {
+        let last = out.last().and_then(|r| r.last()).map_or(end, |p| p.0);
+        holds.push(end.max(last));
+    }
+    (out, holds)
 }
 
-/// The longest pause that still joins two samples: four times the median spacing of the
-/// sample times (a tick the sampler skipped joins; a flow left idle, whose unchanged
-/// samples the tracker did not keep, shows as a break), and at least one second.
-pub fn max_gap(times: &[f64]) -> f64 {
-    let mut d: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 0.0).collect();
-    if d.is_empty() {
-        return f64::INFINITY;
+/// The spans between a sample after a pause and the sample before it, for
+/// [`Chart::pauses`].
+pub fn pauses(times_and_flags: impl IntoIterator<Item = (f64, bool)>) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    let mut prev: Option<f64> = None;
+    for (t, paused) in times_and_flags {
+        if paused && let Some(p) = prev {
+            out.push((p, t));
+        }
+        prev = Some(t);
     }
-    let mid = d.len() / 2;
-    let (_, m, _) = d.select_nth_unstable_by(mid, f64::total_cmp);
-    (4.0 * *m).max(1.0)
+    out
 }
 
 impl Chart {
@@ -456,10 +477,21 @@ impl Chart {
         );
     }
 
-    /// The marks, then each series' runs (a run of one sample as a dot).
+    /// The pauses, the marks, then each series' runs (a run of one sample as a dot).
     fn plot(&self, s: &mut String) {
         let w = WIDTH;
         let pw = w - LEFT - RIGHT;
+        let ph = HEIGHT - TOP - BOTTOM;
+        for &(a, b) in &self.pauses {
+            let (x0, x1) = (self.x_px(a), self.x_px(b));
+            let _ = write!(
+                s,
+                r#"<rect class="pause" data-pause="" x="{:.1}" y="{TOP}" width="{:.1}" height="{ph:.1}"><title>not sampled for {} s</title></rect>"#,
+                x0,
+                (x1 - x0).max(1.0),
+                flow::num(b - a)
+            );
+        }
         for m in &self.marks {
             let y = self.y_px(m.value / self.y_div);
             let _ = write!(
@@ -472,21 +504,34 @@ impl Chart {
         }
         for x in &self.series {
             let dash = if x.dashed { r#" stroke-dasharray="6 3""# } else { "" };
-            for run in &x.runs {
+            for (i, run) in x.runs.iter().enumerate() {
+                let hold = x.holds.get(i).copied().filter(|&h| run.last().is_some_and(|p| h > p.0));
                 let _ = write!(
                     s,
-                    r#"<polyline class="s-{}" data-series="{}"{dash} points=""#,
-                    x.key, x.key
+                    r#"<polyline class="s-{}" data-series="{}" data-n="{}"{dash} points=""#,
+                    x.key,
+                    x.key,
+                    run.len()
                 );
                 let drawn = thin(run, pw, |t| self.x_px(t));
+                let mut prev_y: Option<f64> = None;
                 for (i, &(t, v)) in drawn.iter().enumerate() {
                     let sep = if i == 0 { "" } else { " " };
-                    let _ =
-                        write!(s, "{sep}{},{}", Px(self.x_px(t)), Px(self.y_px(v / self.y_div)));
+                    let (px, py) = (self.x_px(t), self.y_px(v / self.y_div));
+                    if let Some(y0) = prev_y.filter(|&y0| x.step() && y0 != py) {
+                        // The value held until this sample: across, then up or down.
+                        let _ = write!(s, " {},{}", Px(px), Px(y0));
+                    }
+                    let _ = write!(s, "{sep}{},{}", Px(px), Px(py));
+                    prev_y = Some(py);
+                }
+                if let (Some(h), Some(y)) = (hold, prev_y) {
+                    let _ = write!(s, " {},{}", Px(self.x_px(h)), Px(y));
                 }
                 s.push_str("\"/>");
                 // A run of one sample would draw nothing as a line: a dot shows it.
-                if let [(t, v)] = run[..] {
+                if let ([(t, v)], None) = (&run[..], hold) {
+                    let (t, v) = (*t, *v);
                     let _ = write!(
                         s,
                         r#"<circle class="s-{}" data-dot="{}" cx="{:.1}" cy="{:.1}" r="2.5"/>"#,
@@ -501,23 +546,42 @@ impl Chart {
     }
 }
 
-/// A small inline chart of `values` (oldest first; `None` breaks the line), `w` × `h`
-/// pixels, scaled from 0 to its largest value; `label` is read out by screen readers.
-pub fn sparkline(values: &[Option<f64>], w: f64, h: f64, key: &str, label: &str) -> String {
-    let max = values.iter().flatten().copied().fold(0.0, f64::max);
-    let n = values.len();
-    let x = |i: usize| if n > 1 { 1.0 + i as f64 * (w - 2.0) / (n - 1) as f64 } else { w / 2.0 };
+/// A small inline chart of `values` (oldest first, at their times; `None` breaks the
+/// line), `w` × `h` pixels, over the last `span` seconds up to `end`, scaled from 0 to
+/// its largest value and drawn as steps held until the next sample (or `end`), as the
+/// full charts are; `label` is read out by screen readers.
+pub fn sparkline(
+    values: &[(f64, Option<f64>, bool)],
+    end: f64,
+    span: f64,
+    (w, h): (f64, f64),
+    key: &str,
+    label: &str,
+) -> String {
+    let max = values.iter().filter_map(|p| p.1).fold(0.0, f64::max);
+    let start = end - span.max(1e-9);
+    let x = |t: f64| 1.0 + ((t - start) / (end - start)).clamp(0.0, 1.0) * (w - 2.0);
     let y = |v: f64| if max > 0.0 { h - 1.0 - v / max * (h - 2.0) } else { h - 1.0 };
     let mut s = format!(
         r#"<svg class="spark" data-series="{key}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{}">"#,
         esc(label)
     );
-    let pts = runs(values.iter().enumerate().map(|(i, v)| (i as f64, *v)), 1.0);
-    for run in &pts {
-        s.push_str(&format!(r#"<polyline class="s-{key}" points=""#));
+    let (lines, holds) = runs(values.iter().copied(), end);
+    for (run, hold) in lines.iter().zip(holds) {
+        let _ = write!(s, r#"<polyline class="s-{key}" points=""#);
+        let mut prev: Option<f64> = None;
         for (i, &(t, v)) in run.iter().enumerate() {
             let sep = if i == 0 { "" } else { " " };
-            let _ = write!(s, "{sep}{},{}", Px(x(t as usize)), Px(y(v)));
+            if let Some(y0) = prev.filter(|&y0| y0 != y(v)) {
+                let _ = write!(s, " {},{}", Px(x(t)), Px(y0));
+            }
+            let _ = write!(s, "{sep}{},{}", Px(x(t)), Px(y(v)));
+            prev = Some(y(v));
+        }
+        if let (Some(y0), Some(&(t, _))) = (prev, run.last())
+            && hold > t
+        {
+            let _ = write!(s, " {},{}", Px(x(hold)), Px(y0));
         }
         s.push_str("\"/>");
     }

@@ -15,7 +15,14 @@ fn point(t: f64, rtt: Option<f64>) -> Point {
         delivery_mbps: None,
         retrans: Some(t.floor()),
         chrono_ms: Some([t * 1000.0, t * 500.0, 0.0]),
+        after_pause: false,
     }
+}
+
+/// The samples each polyline of `series` stands for (its `data-n`).
+fn drawn_samples(svg: &str, series: &str) -> usize {
+    let tag = format!(r#"data-series="{series}" data-n=""#);
+    svg.split(&tag).skip(1).map(|p| p.split('"').next().unwrap().parse::<usize>().unwrap()).sum()
 }
 
 /// The points of a polyline's `points` attribute.
@@ -50,11 +57,17 @@ fn every_sample_is_a_point_and_a_missing_value_breaks_the_line() {
     let rtt = &c[0];
     assert_eq!(rtt.series[0].runs.len(), 2, "the sample without an RTT splits the line");
     assert_eq!(rtt.series[0].points(), 9);
+    // The first run's last value holds until the sample without one.
+    assert!((rtt.series[0].holds[0] - 0.4).abs() < 1e-6, "{:?}", rtt.series[0].holds);
     let svg = rtt.svg();
+    assert_eq!(drawn_samples(&svg, "rtt"), 9);
     let drawn = polyline_points(&svg, "rtt");
-    assert_eq!(drawn.iter().map(Vec::len).sum::<usize>(), 9);
-    // Time runs left to right and a larger RTT is drawn higher (smaller y).
-    assert!(drawn[1].windows(2).all(|w| w[1].0 > w[0].0 && w[1].1 < w[0].1));
+    // Steps: across at the old value, then up; time runs left to right and a larger RTT
+    // is drawn higher (smaller y).
+    assert_eq!(drawn[1].len(), 9, "five samples: each after the first adds its corner");
+    assert_eq!(drawn[0].len(), 4 + 3 + 1, "and the first run its hold");
+    assert!(drawn[1].windows(2).all(|w| w[1].0 >= w[0].0 && w[1].1 <= w[0].1));
+    assert!(drawn[1].windows(2).all(|w| w[1].0 == w[0].0 || w[1].1 == w[0].1), "no slopes");
     // The minimum RTT is marked, and the axis starts at 0 and covers the largest value.
     assert!(svg.contains(r#"data-mark="minrtt""#));
     assert_eq!(rtt.y.min, 0.0);
@@ -84,6 +97,7 @@ fn units_scale_with_the_range() {
     assert_eq!(value_axis("rate", Unit::Mbps, 0.0, 0.2).0.title, "rate (kbit/s)");
     // Absent series draw nothing: no delivery rate, ssthresh still infinite.
     assert_eq!(c[2].series[1].points(), 0);
+    assert_eq!(c[2].series[0].points(), 3);
     assert_eq!(c[1].series[1].points(), 0);
 }
 
@@ -116,17 +130,39 @@ fn empty_and_single_sample_charts_render() {
     // One sample is a dot, not an invisible one-point line.
     assert!(svg.contains(r#"data-dot="rtt""#), "{svg}");
     assert_eq!(polyline_points(&svg, "rtt").concat().len(), 1);
+    // Held until the flow's last (deduped) sample, it is a line.
+    let held = charts("", &[point(0.0, Some(5.0))], None, Some(T0 + 3.0));
+    assert_eq!(held[0].series[0].runs, vec![vec![(0.0, 5.0)]]);
+    assert_eq!(held[0].series[0].holds, vec![3.0]);
+    assert!(!held[0].svg().contains("data-dot"));
+    assert_eq!(held[0].x.max, 3.0);
     assert_eq!(one[0].x.max, 1.0, "a zero span still gets an axis");
 }
 
 #[test]
-fn a_pause_in_sampling_breaks_the_line_and_a_skipped_tick_does_not() {
-    // Samples every 100 ms, one tick skipped (0.5 → 0.7), then 10 s of silence.
-    let mut ts = vec![0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.8];
-    ts.extend([10.8, 10.9, 11.0]);
-    assert_eq!(max_gap(&ts), 1.0, "four median spacings, at least a second");
-    let r = runs(ts.iter().map(|&t| (t, Some(1.0))), max_gap(&ts));
-    assert_eq!(r.iter().map(Vec::len).collect::<Vec<_>>(), vec![8, 3]);
+fn values_hold_between_samples_and_only_a_pause_breaks_the_line() {
+    // A receiver-limited download: samples kept only when something changed (0, 0.1, 5,
+    // 5.1, 9), every 100 ms tick seen; then the monitor saw nothing for 20 s.
+    let mut pts: Vec<Point> =
+        [0.0, 0.1, 5.0, 5.1, 9.0, 29.0, 29.1].iter().map(|&t| point(t, Some(10.0 + t))).collect();
+    pts[5].after_pause = true;
+    let c = charts("", &pts, None, Some(T0 + 30.0));
+    let rtt = &c[0];
+    assert_eq!(rtt.series[0].runs.len(), 2, "one break, at the pause");
+    assert_eq!(rtt.series[0].runs[0].len(), 5);
+    assert!((rtt.series[0].holds[0] - 9.0).abs() < 1e-6, "no hold past the last sample before a pause");
+    assert!((rtt.series[0].holds[1] - 30.0).abs() < 1e-6, "held to the end");
+    assert_eq!(rtt.pauses.len(), 1);
+    assert!((rtt.pauses[0].0 - 9.0).abs() < 1e-6 && (rtt.pauses[0].1 - 29.0).abs() < 1e-6);
+    let svg = rtt.svg();
+    assert_eq!(svg.matches("data-pause").count(), 1);
+    assert!(svg.contains("<title>not sampled for 20.0 s</title>"), "{svg}");
+    assert!(rtt.desc.contains("with 1 pause in sampling"), "{}", rtt.desc);
+    // The cumulative retransmits hold too: a step per change, no lone dots.
+    assert!(!c[3].svg().contains("data-dot"));
+    // The runs themselves: a value missing ends a run held up to it.
+    let r = runs([(0.0, Some(1.0), false), (1.0, None, false), (2.0, Some(2.0), false)], 3.0);
+    assert_eq!(r, (vec![vec![(0.0, 1.0)], vec![(2.0, 2.0)]], vec![1.0, 3.0]));
 }
 
 #[test]
@@ -152,17 +188,19 @@ fn time_ticks_fall_on_round_times_within_the_span() {
 }
 
 #[test]
-fn sparkline_scales_to_its_box_and_breaks_on_missing_values() {
-    let s = sparkline(&[Some(1.0), Some(2.0), None, Some(4.0)], 60.0, 16.0, "rtt", "RTT <ms>");
+fn sparkline_scales_to_its_box_holds_values_and_breaks_on_missing_ones() {
+    let v = [(0.0, Some(1.0), false), (1.0, Some(2.0), false), (2.0, None, false), (3.0, Some(4.0), false)];
+    let s = sparkline(&v, 4.0, 4.0, (60.0, 16.0), "rtt", "RTT <ms>");
     let lines = polyline_points(&s.replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
-    assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+    // 1 then a step to 2 held until the missing value; 4 held until the end.
+    assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 2]);
     for (x, y) in lines.concat() {
         assert!((0.0..=60.0).contains(&x) && (0.0..=16.0).contains(&y));
     }
-    // The largest value touches the top, text is escaped.
-    assert_eq!(lines[1][0].1, 1.0);
+    // The largest value touches the top and is held to the right edge; text is escaped.
+    assert_eq!(lines[1], vec![(44.5, 1.0), (59.0, 1.0)]);
     assert!(s.contains("aria-label=\"RTT &lt;ms&gt;\""));
-    assert!(sparkline(&[], 60.0, 16.0, "rtt", "empty").ends_with("</svg>"));
+    assert!(sparkline(&[], 0.0, 60.0, (60.0, 16.0), "rtt", "empty").ends_with("</svg>"));
 }
 
 #[test]

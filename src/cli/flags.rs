@@ -15,8 +15,20 @@ use crate::states::StateSet;
 use crate::units::parse_duration;
 
 pub(super) const EXAMPLES: &str = "\
-`cgmon-rs diagnose [--seconds N] [--json] [FILTER]` watches flows for a while and says what
-limited each (see `cgmon-rs diagnose --help`).
+SUBCOMMANDS (each has its own --help):
+  cgmon-rs diagnose [--seconds N] [--json] [FILTER]   watch flows for a while, say what limited each
+  cgmon-rs report RECORDS... [--samples F] -o F       one HTML report of a run's records
+  cgmon-rs plot --samples F --cookie C [-o F]         one flow's charts as an SVG
+
+HTTP PATHS (with --http ADDR):
+  /                      the host: busiest flows and what limits each, services, recently ended
+  /flow/{cookie}         one flow's charts, verdict and record; /flow/{cookie}/live its refresh
+  /health                the monitor's own state
+  /metrics               Prometheus metrics (OpenMetrics when asked)
+  /flows, /flows/{cookie}  active flows as JSON
+  /healthz               liveness (200 while dumps succeed)
+  /flow-duration-histogram  ended flows' durations as JSON
+  /static/style.css, /static/live.js  the pages' style and refresh script
 
 Every long option may be spelled with one dash, as cgmon's are (-run-interval 1s), and
 booleans take a value only as -flag=false.
@@ -245,8 +257,8 @@ pub struct Cli {
     pub serial: bool,
     /// Listen address of the HTTP status server, e.g. 127.0.0.1:9090 or :9090 (off by default)
     ///
-    /// Serves / (status page), /metrics (Prometheus), /flows, /flows/{cookie}, /healthz and
-    /// /flow-duration-histogram.
+    /// Serves / (the host page), /flow/{cookie}, /health, /metrics (Prometheus), /flows,
+    /// /flows/{cookie}, /healthz and /flow-duration-histogram (see HTTP PATHS below).
     #[arg(
         long = "run-http-server", visible_alias = "http",
         env = "CGMON_RUN_HTTP_SERVER",
@@ -315,7 +327,7 @@ pub struct Cli {
     pub kernsnoopd: bool,
 
     /// Recently ended flows the web view keeps (their records and up to 300 samples each,
-    /// from their whole life; about 43 KB each); 0 = none
+    /// from their whole life; about 45 KB each); 0 = none
     #[arg(
         long = "recent-flows",
         env = "CGMON_RECENT_FLOWS",

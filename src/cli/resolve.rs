@@ -107,6 +107,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             max_samples: c.max_samples,
             tiers: c.cpu_budget > 0.0,
             hot_linger_ns: hot_linger(c.interval).as_nanos() as u64,
+            pause_ns: pause(c.interval, c.cpu_budget > 0.0).as_nanos() as u64,
         },
         task: TaskConfig {
             interval: c.interval,
@@ -177,6 +178,13 @@ fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
 
 /// How long a flow stays hot once still: ten ticks, and at least a second, so that a flow
 /// that pauses between requests is not dropped to the full-dump pace between them.
+/// The tracker's pause ([`TrackerConfig::pause_ns`]): three ticks, and with the tiers at
+/// least one and a half times the longest a still flow waits for a full dump.
+fn pause(interval: Duration, tiers: bool) -> Duration {
+    let planned = if tiers { crate::poll::pace::MAX_FULL_INTERVAL * 3 / 2 } else { Duration::ZERO };
+    (interval * 3).max(planned)
+}
+
 fn hot_linger(interval: Duration) -> Duration {
     (interval * 10).max(Duration::from_secs(1))
 }

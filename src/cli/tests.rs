@@ -188,6 +188,17 @@ fn help_and_version() {
     for want in ["EXIT STATUS", "EXAMPLES", "-run-interval", "[default: 1s]", "SIGHUP", "CGMON_"] {
         assert!(h.contains(want), "help lacks {want:?}");
     }
+    // Every subcommand, and every path the HTTP server answers.
+    for sub in ["cgmon-rs diagnose", "cgmon-rs report", "cgmon-rs plot"] {
+        assert!(h.contains(sub), "help lacks {sub:?}");
+    }
+    let paths = h.split("HTTP PATHS (with").nth(1).expect("an HTTP PATHS section");
+    for p in crate::http::PATHS {
+        let listed = paths.split_whitespace().any(|w| w.trim_end_matches(',') == p)
+            || (p == "/static/{file}" && paths.contains("/static/style.css"))
+            || (p == "/flow/{cookie}/live" && paths.contains("/flow/{cookie}/live"));
+        assert!(listed, "help lacks the path {p}: {paths}");
+    }
     for v in ["-version", "--version", "-V"] {
         let Parsed::Print(s) = parse([v.to_string()]).unwrap() else { panic!() };
         assert_eq!(s, format!("cgmon-rs version {}\n", env!("CARGO_PKG_VERSION")), "{v}");

@@ -9,23 +9,32 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use rustc_hash::FxHashMap;
 
-use super::web::{self, FlowView, Host, Row, ServiceRow};
+use super::web::{self, Filters, FlowView, Host, Row, ServiceRow};
 use super::{Ctx, ask};
-use crate::analysis::diagnosis::{largest, shares_of};
+use crate::analysis::diagnosis::{VERDICTS, so_far, so_far_number};
 use crate::chart::flow::num;
 use crate::recent::Ended;
-use crate::record::{ABSENT_U64, FlowId, mbps, tuple_text};
+use crate::record::{FlowId, tuple_text};
 use crate::tracker::accounts::Account;
-use crate::tracker::views::{Order, Query};
+use crate::tracker::views::{Brief, Filter, Order, Query};
 use crate::tracker::{EndReason, EndedFlow, Flow};
 
-/// `/`'s query string.
+/// `/`'s query string. An empty value (the filter form's "all") is no filter.
 #[derive(Debug, serde::Deserialize)]
 pub(super) struct HostQuery {
     order: Option<String>,
     offset: Option<usize>,
     limit: Option<usize>,
     netns: Option<String>,
+    service: Option<String>,
+    verdict: Option<String>,
+    dest: Option<String>,
+    idle: Option<String>,
+}
+
+/// A query value, `None` when empty.
+fn given(v: Option<String>) -> Option<String> {
+    v.filter(|v| !v.is_empty())
 }
 
 fn bad(msg: String) -> Response {
@@ -68,23 +77,52 @@ fn group<'g>(
         .or_insert_with(|| (ServiceRow { name, port, ..ServiceRow::default() }, Vec::new()))
 }
 
-/// A page row for view copy `f` (with its newest samples).
-fn row(f: &Flow, service: String, netns: Option<String>, offset_ns: i128) -> Row {
+/// A page row for view copy `f` (with its newest samples) and its brief.
+fn row(f: &Flow, b: &Brief, a: Option<&Account>, service: String, netns: Option<String>, offset_ns: i128) -> Row {
     let latest = f.samples.last();
     let l = &f.last;
+    let srtt = latest.map_or(0, |s| s.rtt_us);
+    let (verdict, cause) = so_far(f, srtt).unwrap_or((crate::analysis::diagnosis::UNKNOWN, None));
     Row {
         cookie: f.key.cookie,
         tuple: tuple_text(&FlowId::new(&f.key, f.first_ts_ns)),
         service,
+        comm: a.and_then(|a| a.comm.as_deref()).map(str::to_string),
+        dest: a.and_then(|a| a.dest_service.as_deref()).map(str::to_string),
         netns,
         state: crate::states::name(l.state),
-        rate_mbps: latest.map(|s| s.delivery_rate()).filter(|&r| r != ABSENT_U64).map(mbps),
+        bytes_per_s: f64::from(b.bytes_per_s),
+        verdict,
+        cause,
+        main: so_far_number(f, srtt, verdict, cause),
         rtt_ms: latest.filter(|s| s.rtt_us > 0).map(|s| f64::from(s.rtt_us) / 1000.0),
         min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
         retrans: l.total_retrans,
         age_s: f.span_ns() as f64 / 1e9,
         points: f.chart_points(offset_ns),
+        end_unix_s: (i128::from(f.last_ts_ns) + offset_ns) as f64 / 1e9,
     }
+}
+
+/// `/`'s filters as the tracker applies them: the account slots of the service or
+/// destination asked for, and the verdict's index.
+fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filter, String> {
+    let verdict = match &f.verdict {
+        None => None,
+        Some(v) => Some(VERDICTS.iter().position(|x| x == v).ok_or_else(|| {
+            format!("invalid verdict {v:?}: one of {}", VERDICTS.join(", "))
+        })? as u8),
+    };
+    let slots = (f.service.is_some() || f.dest.is_some()).then(|| {
+        (0..nm.accounts.len() as u32)
+            .filter(|&s| {
+                let a = &nm.accounts[s as usize];
+                f.dest.as_deref().is_none_or(|d| a.dest_service.as_deref() == Some(d))
+                    && f.service.as_ref().is_none_or(|want| nm.of(s).0 == *want)
+            })
+            .collect()
+    });
+    Ok(Filter { slots, verdict, idle: f.idle, netns })
 }
 
 /// `/`.
@@ -105,16 +143,33 @@ pub(super) async fn host(
         return bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
     }
     let offset = q.offset.unwrap_or(0);
-    let netns = match c.netns_index(q.netns.as_deref()) {
+    let filters = Filters {
+        service: given(q.service),
+        verdict: given(q.verdict),
+        dest: given(q.dest),
+        idle: q.idle.as_deref().is_some_and(|v| v == "1" || v == "on" || v == "true"),
+        netns: given(q.netns),
+    };
+    let netns = match c.netns_index(filters.netns.as_deref()) {
         Ok(ns) => ns,
         Err(msg) => return bad(msg.trim_end().to_string()),
+    };
+    let accounts = c.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let filter = {
+        let mut services = c.services.lock().unwrap_or_else(|e| e.into_inner());
+        let mut nm =
+            Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
+        match filter_of(&filters, netns, &mut nm) {
+            Ok(f) => f,
+            Err(msg) => return bad(msg),
+        }
     };
     let ov = match ask(&c, |tx| Query::Overview {
         order,
         offset,
         limit,
         keep: web::SPARK_SAMPLES,
-        netns,
+        filter,
         tx,
     })
     .await
@@ -123,7 +178,6 @@ pub(super) async fn host(
         Err(r) => return r,
     };
     let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
-    let accounts = c.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut services = c.services.lock().unwrap_or_else(|e| e.into_inner());
     let mut nm =
         Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
@@ -131,25 +185,28 @@ pub(super) async fn host(
         .page
         .iter()
         .zip(&ov.netns)
-        .map(|(f, &ns)| {
+        .zip(&ov.briefs)
+        .map(|((f, &ns), b)| {
             let netns = names.as_ref().and_then(|n| n.get(ns as usize).cloned());
-            row(f, nm.of(f.counted.slot).0, netns, c.analysis.realtime_offset_ns)
+            let a = accounts.get(f.counted.slot as usize);
+            row(f, b, a, nm.of(f.counted.slot).0, netns, c.analysis.realtime_offset_ns)
         })
         .collect();
     // Per service: the active flows' current RTTs and verdicts so far, and the accounts'
-    // rates.
+    // rates; and what the filter menus offer.
     let mut groups = Groups::default();
+    let (mut dests, mut names_seen) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     for b in &ov.all {
         let g = group(&mut groups, &mut nm, b.slot);
         g.0.flows += 1;
         if b.rtt_us > 0 {
             g.1.push(f64::from(b.rtt_us) / 1000.0);
         }
-        let verdict = b.chrono_ms.and_then(|[busy, rwnd, sndbuf]| {
-            let f = f64::from;
-            shares_of(f(busy), f(rwnd), f(sndbuf), b.span_ms as f64).map(|s| largest(&s))
-        });
-        g.0.verdicts[crate::analysis::diagnosis::verdict_index(verdict)] += 1;
+        g.0.verdicts[usize::from(b.verdict).min(4)] += 1;
+        names_seen.insert(g.0.name.clone());
+        if let Some(d) = accounts.get(b.slot as usize).and_then(|a| a.dest_service.clone()) {
+            dests.insert(d.to_string());
+        }
     }
     for (slot, a) in accounts.iter().enumerate() {
         if a.bytes_per_s > 0.0 {
@@ -157,15 +214,17 @@ pub(super) async fn host(
         }
     }
     drop(services);
-    let services = service_rows(groups);
     let h = Host {
         rows,
-        total: ov.all.len(),
+        total: ov.matched,
+        idle: ov.idle,
+        all: ov.all.len(),
         order,
         offset,
         limit,
-        netns_filter: q.netns,
-        services,
+        filters,
+        choices: (names_seen.into_iter().collect(), dests.into_iter().collect()),
+        services: service_rows(groups),
         ended: c.recent.enabled().then(|| c.recent.list()),
         netns: names.is_some(),
         health: super::status::status_section(&c.metrics, names.as_deref()),
@@ -173,7 +232,7 @@ pub(super) async fn host(
     Html(web::host_page(&h)).into_response()
 }
 
-/// `?order=`: by delivery rate when not given.
+/// `?order=`: by throughput when not given.
 fn parse_order(name: Option<&str>) -> Result<Order, crate::units::ValueError> {
     match name {
         None => Ok(Order::Rate),
@@ -269,7 +328,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
         min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
         samples,
         points,
-        gap_s: None,
+        end_unix_s: Some((i128::from(end) + offset) as f64 / 1e9),
         verdict: r.diagnosis.as_ref().map(|d| (d.verdict.to_string(), d.finding.clone())),
         facts,
         json: serde_json::to_string_pretty(&r).unwrap_or_default(),
@@ -305,7 +364,7 @@ fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
         tuple: e.tuple.clone(),
         active: false,
         points: e.points.clone(),
-        gap_s: e.gap_s,
+        end_unix_s: None,
         samples: e.samples,
         min_rtt_ms: e.min_rtt_ms,
         facts,

@@ -355,19 +355,35 @@ fn router(s: Served) -> Router {
         recent: s.recent,
         analysis: Arc::new(s.analysis),
     };
+    let [root, health_, flow_page, flow_live, asset, metrics_, flows_, flow_, healthz_, durations] =
+        PATHS;
     Router::new()
-        .route("/", get(gather::host))
-        .route("/health", get(health))
-        .route("/flow/{cookie}", get(gather::flow_page))
-        .route("/flow/{cookie}/live", get(gather::flow_live))
-        .route("/static/{file}", get(gather::asset))
-        .route("/metrics", get(metrics))
-        .route("/flows", get(flows))
-        .route("/flows/{cookie}", get(flow))
-        .route("/healthz", get(healthz))
-        .route("/flow-duration-histogram", get(flow_durations))
+        .route(root, get(gather::host))
+        .route(health_, get(health))
+        .route(flow_page, get(gather::flow_page))
+        .route(flow_live, get(gather::flow_live))
+        .route(asset, get(gather::asset))
+        .route(metrics_, get(metrics))
+        .route(flows_, get(flows))
+        .route(flow_, get(flow))
+        .route(healthz_, get(healthz))
+        .route(durations, get(flow_durations))
         .with_state(ctx)
 }
+
+/// Every path the server answers; `--help` lists them all (checked in the CLI's tests).
+pub const PATHS: [&str; 10] = [
+    "/",
+    "/health",
+    "/flow/{cookie}",
+    "/flow/{cookie}/live",
+    "/static/{file}",
+    "/metrics",
+    "/flows",
+    "/flows/{cookie}",
+    "/healthz",
+    "/flow-duration-histogram",
+];
 
 #[cfg(test)]
 mod tests {

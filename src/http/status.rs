@@ -8,11 +8,7 @@ use crate::metrics::catalogue::Section;
 
 /// The status page (`/health`): the monitor's own state as a page of its own.
 pub fn status_page(m: &Metrics, netns: Option<&[String]>) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cgmon-rs: monitor health</title>\
-         <link rel=\"stylesheet\" href=\"/static/style.css\"></head><body>{}</body></html>\n",
-        status_section(m, netns)
-    )
+    super::web::layout("cgmon-rs: monitor health", &status_section(m, netns))
 }
 
 /// The monitor's own state (cgmon's status page), as a section of a page; with `netns`

@@ -55,6 +55,10 @@ pub struct Line<'a> {
     rwnd_limited_ms: Option<u32>,
     #[serde(rename = "SndbufLimitedMs", skip_serializing_if = "Option::is_none")]
     sndbuf_limited_ms: Option<u32>,
+    /// The monitor took no sample of the flow for a while before this one (cgmon-rs only;
+    /// absent otherwise): `plot` breaks its lines here instead of holding the values.
+    #[serde(rename = "AfterPause", skip_serializing_if = "std::ops::Not::not")]
+    after_pause: bool,
 }
 
 impl<'a> Line<'a> {
@@ -78,7 +82,7 @@ impl<'a> Line<'a> {
             dst_ip: &id.dst_ip,
             dst_port: id.dst_port,
             ts_ns: s.ts_ns,
-            state: state_name(s.state),
+            state: state_name(s.state()),
             rtt_ms: (s.rtt_us > 0).then(|| f64::from(s.rtt_us) / 1000.0),
             rttvar_ms: (s.rtt_us > 0).then(|| f64::from(s.rttvar_us) / 1000.0),
             cwnd_bytes: s.cwnd_bytes(),
@@ -91,6 +95,7 @@ impl<'a> Line<'a> {
             busy_ms: chrono.map(|c| c[0]),
             rwnd_limited_ms: chrono.map(|c| c[1]),
             sndbuf_limited_ms: chrono.map(|c| c[2]),
+            after_pause: s.after_pause(),
         }
     }
 }

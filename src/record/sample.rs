@@ -30,8 +30,9 @@ pub struct Retained {
     rates_hi: [u8; 2],
     /// tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited in ms, modulo 2^16.
     pub chrono16: [u16; 3],
-    /// TCP state.
-    pub state: u8,
+    /// TCP state (low 7 bits; the kernel's states are 1–12), and [`AFTER_PAUSE`] in the
+    /// high bit. The flag takes no byte of its own: see the size assertion below.
+    state_bits: u8,
     /// tcpi_snd_wnd (the peer's advertised window, bytes) on a log scale: 8 steps per
     /// doubling, read back as the middle of its step, within 6.25 %
     /// ([`Retained::snd_wnd`]); 0 for a window under 2 bytes.
@@ -41,6 +42,13 @@ pub struct Retained {
 
 // The packing above exists to keep this: a flow keeps thousands of samples.
 const _: () = assert!(std::mem::size_of::<Retained>() == 48);
+
+/// The high bit of `state_bits`: the monitor took no sample of the flow (retained or
+/// deduped) for longer than the tracker's pause (`TrackerConfig::pause_ns`) before this one.
+/// A chart draws a value as held until the next retained sample, because every sample in
+/// between was deduped (nothing changed); after a pause that is not known, so the line
+/// breaks there (docs/web.md, "Charts").
+const AFTER_PAUSE: u8 = 0x80;
 
 /// The kernel's ssthresh before the first loss (`TCP_INFINITE_SSTHRESH`).
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
@@ -59,6 +67,31 @@ fn unpack_rate(lo: u32, hi: u8) -> u64 {
 }
 
 impl Retained {
+    /// TCP state.
+    #[inline]
+    pub fn state(&self) -> u8 {
+        self.state_bits & !AFTER_PAUSE
+    }
+
+    /// Sets the TCP state (keeping the pause flag).
+    #[inline]
+    pub fn set_state(&mut self, state: u8) {
+        self.state_bits = (state & !AFTER_PAUSE) | (self.state_bits & AFTER_PAUSE);
+    }
+
+    /// Whether the monitor took no sample of the flow for longer than its pause before this
+    /// one ([`AFTER_PAUSE`]).
+    #[inline]
+    pub fn after_pause(&self) -> bool {
+        self.state_bits & AFTER_PAUSE != 0
+    }
+
+    /// Sets or clears [`Retained::after_pause`].
+    #[inline]
+    pub fn set_after_pause(&mut self, paused: bool) {
+        self.state_bits = self.state() | if paused { AFTER_PAUSE } else { 0 };
+    }
+
     /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
     #[inline]
     pub fn cwnd_bytes(&self) -> u64 {
@@ -157,6 +190,9 @@ pub struct Point {
     pub retrans: Option<f64>,
     /// Cumulative busy, receiver-window-limited and send-buffer-limited time, ms.
     pub chrono_ms: Option<[f64; 3]>,
+    /// The monitor did not sample the flow for a while before this point
+    /// ([`Retained::after_pause`]): a chart breaks its lines here instead of holding.
+    pub after_pause: bool,
 }
 
 #[cfg(test)]

@@ -143,6 +143,9 @@ pub struct Account {
 /// Shortest span a service's rate is measured over.
 pub const RATE_SPAN_NS: u64 = 1_000_000_000;
 
+/// The time constant of a service's rate, s: the host page states it.
+pub const SERVICE_RATE_TAU_S: f64 = 10.0;
+
 impl Account {
     fn new(netns: u32, cgroup_id: u64, port: u16, uid: u32) -> Self {
         Self {
@@ -397,8 +400,10 @@ impl Accounts {
     }
 
     /// At most once per [`RATE_SPAN_NS`] (CLOCK_MONOTONIC `now_ns`), each account's rate
-    /// becomes its bytes since the last mark over the time since (the host view's bytes per
-    /// second): a few thousand accounts at most, once a second.
+    /// takes in its bytes since the last mark over the time since, as an exponentially
+    /// weighted average over about [`SERVICE_RATE_TAU_S`] (the host view's bytes per
+    /// second: a one-second rate swung from 0.3 to 34 Mbit/s between three refreshes of
+    /// a bursty service): a few thousand accounts at most, once a second.
     pub fn mark_rates(&mut self, now_ns: u64) {
         let dt = now_ns.saturating_sub(self.marked_ns);
         if self.marked_ns != 0 && dt < RATE_SPAN_NS {
@@ -408,7 +413,10 @@ impl Accounts {
         for a in &mut self.slots {
             let bytes = a.bytes_acked + a.bytes_received;
             if !first {
-                a.bytes_per_s = bytes.saturating_sub(a.marked_bytes) as f64 / (dt as f64 / 1e9);
+                let dt_s = dt as f64 / 1e9;
+                let rate = bytes.saturating_sub(a.marked_bytes) as f64 / dt_s;
+                let alpha = 1.0 - (-dt_s / SERVICE_RATE_TAU_S).exp();
+                a.bytes_per_s = alpha * rate + (1.0 - alpha) * a.bytes_per_s;
             }
             a.marked_bytes = bytes;
         }
@@ -474,10 +482,12 @@ mod tests {
         a.count(&mut c, 3_000, 500, 0);
         a.mark_rates(5 * RATE_SPAN_NS + RATE_SPAN_NS / 2); // too soon: unchanged
         assert_eq!(a.all()[s as usize].bytes_per_s, 0.0);
-        a.mark_rates(7 * RATE_SPAN_NS); // 2,500 bytes over 2 s
-        assert_eq!(a.all()[s as usize].bytes_per_s, 1_250.0);
-        a.mark_rates(8 * RATE_SPAN_NS); // nothing more: 0
-        assert_eq!(a.all()[s as usize].bytes_per_s, 0.0);
+        a.mark_rates(7 * RATE_SPAN_NS); // 2,500 bytes over 2 s, weighted 1 − e^(−2/10)
+        let first = 1_250.0 * (1.0 - (-0.2f64).exp());
+        assert!((a.all()[s as usize].bytes_per_s - first).abs() < 1e-9);
+        a.mark_rates(8 * RATE_SPAN_NS); // nothing more: it decays, it does not drop to 0
+        let decayed = first * (-0.1f64).exp();
+        assert!((a.all()[s as usize].bytes_per_s - decayed).abs() < 1e-9);
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
     r.rtt_us = t.rtt().unwrap_or(0);
     r.rttvar_us = t.rttvar().unwrap_or(0);
     r.total_retrans = total_retrans;
-    r.state = state;
+    r.set_state(state);
     l.state = state;
     l.min_rtt_us = t.min_rtt().unwrap_or(u32::MAX);
     l.total_retrans = total_retrans;

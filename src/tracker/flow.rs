@@ -8,7 +8,7 @@ use crate::wire::sock::SockKey;
 
 /// The newest sample's flow-level values: the flow's final counters. Together with
 /// [`Retained`] they are what dedup compares (option flags aside, which are OR'd).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Last {
     /// State.
     pub state: u8,
@@ -53,6 +53,63 @@ pub struct Last {
     pub sndbuf: u32,
     /// tcpi_total_rto.
     pub total_rto: u16,
+    /// Bytes acked and received per second, recently: an exponentially weighted average
+    /// of the rates between retained samples, over about [`RECENT_TAU_S`] as of the newest
+    /// retained sample ([`Last::recent_rate_at`] decays it to a later time). What the host
+    /// page ranks flows by; the kernel's delivery rate is one burst's. (Fills the padding.)
+    pub recent_bps: f32,
+}
+
+/// The time constant of [`Last::recent_bps`], s.
+pub const RECENT_TAU_S: f64 = 2.0;
+
+impl Last {
+    /// Folds in the bytes acked and received since the previous retained sample, `dt_ns`
+    /// earlier (`prev`: the counters then).
+    pub fn fold_rate(&mut self, prev_bytes: u64, dt_ns: u64) {
+        if dt_ns == 0 {
+            return;
+        }
+        let now = self.bytes_acked.saturating_add(self.bytes_received);
+        let dt = dt_ns as f64 / 1e9;
+        let rate = now.saturating_sub(prev_bytes) as f64 / dt;
+        let alpha = 1.0 - (-dt / RECENT_TAU_S).exp();
+        self.recent_bps = (alpha * rate + (1.0 - alpha) * f64::from(self.recent_bps)) as f32;
+    }
+
+    /// [`Last::recent_bps`] at `now_ns`, `since_ns` after the retained sample it is of: a
+    /// flow that sent nothing since decays towards 0.
+    pub fn recent_rate_at(&self, since_ns: u64) -> f64 {
+        f64::from(self.recent_bps) * (-(since_ns as f64 / 1e9) / RECENT_TAU_S).exp()
+    }
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_rate_is_found_and_an_idle_flow_decays() {
+        let mut l = Last::default();
+        let mut bytes = 0u64;
+        for _ in 0..20 {
+            let prev = bytes;
+            bytes += 1_000_000; // 1 MB a second, sampled every second
+            l.bytes_acked = bytes;
+            l.fold_rate(prev, 1_000_000_000);
+        }
+        assert!((f64::from(l.recent_bps) - 1e6).abs() < 1e4, "{}", l.recent_bps);
+        // Sampled ten times as often, the same rate reads the same.
+        let mut m = Last::default();
+        for i in 0..200u64 {
+            m.bytes_received = (i + 1) * 100_000;
+            m.fold_rate(i * 100_000, 100_000_000);
+        }
+        assert!((f64::from(m.recent_bps) - 1e6).abs() < 1e4, "{}", m.recent_bps);
+        // Ten seconds without a byte: under 1 % of it.
+        assert!(l.recent_rate_at(10_000_000_000) < 1e4);
+        assert_eq!(l.recent_rate_at(0), f64::from(l.recent_bps));
+    }
 }
 
 /// Why a flow (or a window of it) was handed on.

@@ -923,42 +923,70 @@ fn past_max_samples_the_longest_windows_are_written_early() {
 }
 
 #[test]
-fn the_overview_pages_flows_in_order_and_briefs_them_all() {
-    use super::views::Order;
+fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
+    use super::views::{Filter, Order};
     let mut t = Tracker::new(TrackerConfig::default());
-    // Cookie, delivery rate, retransmits, RTT; cookie 4 appears a second later (youngest).
-    let socks: Vec<SockBuilder> = [(1, 500, 9, 30), (2, 900, 0, 10), (3, 700, 4, 20)]
-        .iter()
-        .map(|&(c, rate, re, rtt)| {
-            SockBuilder::new(c, 40000 + c as u16, 80)
-                .delivery_rate(rate)
-                .total_retrans(re)
-                .rtt_us(rtt)
-                .chrono_us(0, 0, 0)
-        })
-        .collect();
-    dump(&mut t, S, &socks.iter().collect::<Vec<_>>(), true);
-    let late = SockBuilder::new(4, 40004, 80).rtt_us(5);
-    let mut all: Vec<&SockBuilder> = socks.iter().collect();
-    all.push(&late);
-    dump(&mut t, 2 * S, &all, true);
-    let cookies = |o: Order, offset: usize, limit: usize| -> Vec<u64> {
-        t.overview(o, offset, limit, 5, None).page.iter().map(|f| f.key.cookie).collect()
+    // Cookie, bytes acked in the second between the dumps, retransmits, RTT; cookie 4
+    // appears a second later (youngest).
+    let spec = [(1u64, 500_000u64, 9, 30), (2, 900_000, 0, 10), (3, 700_000, 4, 20)];
+    let sock = |(c, _, re, rtt): (u64, u64, u32, u32), acked: u64| {
+        SockBuilder::new(c, 40000 + c as u16, 80)
+            .bytes_acked(acked)
+            .total_retrans(re)
+            .rtt_us(rtt)
+            .chrono_us(0, 0, 0)
     };
-    // Fastest first; a flow with no rate yet last.
-    assert_eq!(cookies(Order::Rate, 0, 10), vec![2, 3, 1, 4]);
-    assert_eq!(cookies(Order::Rate, 1, 2), vec![3, 1], "a page further on");
-    assert_eq!(cookies(Order::Rate, 9, 2), Vec::<u64>::new(), "past the end");
-    assert_eq!(cookies(Order::Retrans, 0, 2), vec![1, 3]);
-    assert_eq!(cookies(Order::Rtt, 0, 1), vec![1]);
-    assert_eq!(cookies(Order::Age, 0, 10)[3], 4, "the youngest last");
-    let ov = t.overview(Order::Rate, 0, 1, 5, None);
+    let first: Vec<SockBuilder> = spec.iter().map(|&x| sock(x, 1)).collect();
+    dump(&mut t, S, &first.iter().collect::<Vec<_>>(), true);
+    let late = SockBuilder::new(4, 40004, 80).rtt_us(5);
+    let mut second: Vec<SockBuilder> = spec.iter().map(|&x| sock(x, 1 + x.1)).collect();
+    second.push(late);
+    dump(&mut t, 2 * S, &second.iter().collect::<Vec<_>>(), true);
+    let all = Filter::default();
+    let cookies = |t: &Tracker, o: Order, offset: usize, limit: usize, f: &Filter| -> Vec<u64> {
+        t.overview(o, offset, limit, 5, f).page.iter().map(|f| f.key.cookie).collect()
+    };
+    // Busiest first by bytes per second; a flow that moved no byte last.
+    assert_eq!(cookies(&t, Order::Rate, 0, 10, &all), vec![2, 3, 1, 4]);
+    assert_eq!(cookies(&t, Order::Rate, 1, 2, &all), vec![3, 1], "a page further on");
+    assert_eq!(cookies(&t, Order::Rate, 9, 2, &all), Vec::<u64>::new(), "past the end");
+    assert_eq!(cookies(&t, Order::Retrans, 0, 2, &all), vec![1, 3]);
+    assert_eq!(cookies(&t, Order::Rtt, 0, 1, &all), vec![1]);
+    assert_eq!(cookies(&t, Order::Age, 0, 10, &all)[3], 4, "the youngest last");
+    let ov = t.overview(Order::Rate, 0, 1, 5, &all);
     assert_eq!(ov.all.len(), 4, "every flow briefly, whatever the page");
-    // The page's flows come with their samples (the unchanged second one was deduped).
-    assert_eq!(ov.page[0].samples.iter().map(|r| r.rtt_us).collect::<Vec<_>>(), vec![10]);
-    let one = ov.all.iter().find(|b| b.rtt_us == 30).unwrap();
-    assert_eq!((one.span_ms, one.chrono_ms), (1000, Some([0, 0, 0])));
-    assert_eq!(t.overview(Order::Rate, 0, 10, 5, Some(1)).all.len(), 0, "no flow in namespace 1");
+    assert_eq!(ov.matched, 4);
+    // The page's flows come with their samples and briefs; the rate is the second's
+    // bytes, weighted 1 − e^(−1/2) on the first fold.
+    assert_eq!(ov.page[0].samples.iter().map(|r| r.rtt_us).collect::<Vec<_>>(), vec![10, 10]);
+    let want = 900_000.0 * (1.0 - (-0.5f64).exp());
+    assert!((f64::from(ov.briefs[0].bytes_per_s) - want).abs() < 1.0, "{:?}", ov.briefs[0]);
+    assert_eq!(t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }).all.len(), 0);
+    // By account slot (a service or destination) and by verdict so far.
+    let slot2 = ov.page[0].counted.slot;
+    let by_slot = Filter { slots: Some(vec![slot2]), ..all.clone() };
+    assert_eq!(cookies(&t, Order::Rate, 0, 10, &by_slot), vec![2, 3, 1, 4], "one service here");
+    let elsewhere = Filter { slots: Some(vec![slot2 + 1]), ..all.clone() };
+    assert_eq!(cookies(&t, Order::Rate, 0, 10, &elsewhere), Vec::<u64>::new());
+    for v in 0..5u8 {
+        let only = Filter { verdict: Some(v), ..all.clone() };
+        let want = ov.all.iter().filter(|b| b.verdict == v).count();
+        assert_eq!(cookies(&t, Order::Rate, 0, 10, &only).len(), want, "verdict {v}");
+    }
+    // No busy time grew: the application held the three that sent; the one that sent
+    // nothing (under 64 KiB) cannot be judged.
+    let verdicts: Vec<u8> = ov.all.iter().map(|b| b.verdict).collect();
+    assert_eq!(verdicts, vec![3, 3, 3, 4], "{:?}", ov.all);
+    // Ten seconds on, only cookie 2 moved: the others are idle, counted and not listed.
+    let mut third: Vec<SockBuilder> = spec.iter().map(|&x| sock(x, 1 + x.1)).collect();
+    third[1] = sock(spec[1], 2 + spec[1].1);
+    dump(&mut t, 12 * S, &third.iter().collect::<Vec<_>>(), true);
+    let ov = t.overview(Order::Rate, 0, 10, 5, &all);
+    assert_eq!(ov.page.iter().map(|f| f.key.cookie).collect::<Vec<_>>(), vec![2]);
+    assert_eq!((ov.idle, ov.matched), (2, 3));
+    assert!(ov.all.iter().filter(|b| b.idle).count() == 2);
+    let with_idle = Filter { idle: true, ..all };
+    assert_eq!(cookies(&t, Order::Rate, 0, 10, &with_idle).len(), 3);
 }
 
 #[test]

@@ -33,7 +33,9 @@ pub struct Page {
 /// How the host view orders active flows, largest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
-    /// Current delivery rate.
+    /// Recent throughput: bytes acked and received per second ([`Last::recent_bps`]).
+    ///
+    /// [`Last::recent_bps`]: crate::tracker::Last::recent_bps
     #[default]
     Rate,
     /// Current smoothed RTT.
@@ -59,6 +61,10 @@ impl Order {
     pub const ALL: [Order; 4] = [Order::Rate, Order::Rtt, Order::Retrans, Order::Age];
 }
 
+/// A flow with no retained sample (nothing changed) for this long is idle: the host page
+/// collapses it into a count.
+pub const IDLE_NS: u64 = 5_000_000_000;
+
 /// What the host view needs of every active flow, for the per-service table (a few
 /// numbers each, so 20,000 flows are a few hundred KB).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,11 +73,26 @@ pub struct Brief {
     pub slot: u32,
     /// Its latest smoothed RTT, µs (0: none yet).
     pub rtt_us: u32,
-    /// Growth of its busy, rwnd-limited and sndbuf-limited time since its first sample, ms
-    /// (`None` before Linux 4.10).
-    pub chrono_ms: Option<[u32; 3]>,
-    /// Time since its first sample, ms.
-    pub span_ms: u64,
+    /// Its recent throughput, bytes/s (0 when idle).
+    pub bytes_per_s: f32,
+    /// What limited it so far ([`crate::analysis::diagnosis::so_far`]), as an index in
+    /// [`crate::analysis::diagnosis::VERDICTS`].
+    pub verdict: u8,
+    /// Idle ([`IDLE_NS`]).
+    pub idle: bool,
+}
+
+/// Which flows the host view shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only the flows of these account slots (sorted): a service or a destination.
+    pub slots: Option<Vec<u32>>,
+    /// Only the flows with this verdict so far (an index in `VERDICTS`).
+    pub verdict: Option<u8>,
+    /// Idle flows too (otherwise they are only counted).
+    pub idle: bool,
+    /// Only the flows of this network namespace (index).
+    pub netns: Option<u32>,
 }
 
 /// The host view: one page of active flows in the asked order, each with its newest
@@ -82,8 +103,16 @@ pub struct Overview {
     pub page: Vec<Flow>,
     /// Each page flow's network namespace (index), beside `page`.
     pub netns: Vec<u32>,
+    /// Each page flow's brief, beside `page`.
+    pub briefs: Vec<Brief>,
     /// Every active flow (of the namespace asked for).
     pub all: Vec<Brief>,
+    /// Flows the filter matched (the page is some of them).
+    pub matched: usize,
+    /// Flows the filter matched but left out as idle.
+    pub idle: usize,
+    /// The time the view is of: the newest sample's (CLOCK_MONOTONIC ns).
+    pub now_ns: u64,
 }
 
 /// A question to the tracker task.
@@ -120,8 +149,8 @@ pub enum Query {
         limit: usize,
         /// Samples per page flow (for its sparklines).
         keep: usize,
-        /// Only the flows of this network namespace (index).
-        netns: Option<u32>,
+        /// Which flows.
+        filter: Filter,
         /// Where the answer goes.
         tx: oneshot::Sender<Overview>,
     },
@@ -145,6 +174,7 @@ impl Flow {
                 delivery_mbps: rate(s.delivery_rate()),
                 retrans: Some(f64::from(s.total_retrans)),
                 chrono_ms: chrono.as_ref().map(|c| c[i].map(f64::from)),
+                after_pause: s.after_pause(),
             })
             .collect()
     }
@@ -175,48 +205,67 @@ pub fn header(f: &Flow) -> Flow {
 }
 
 impl super::Tracker {
-    /// The host view ([`Overview`]): the flows `offset..offset + limit` in `order`,
-    /// largest first, each with its `keep` newest samples, and every flow briefly. Only
-    /// the page's flows are copied; the others are read in place.
+    /// The host view ([`Overview`]): of the flows `filter` lets through, those
+    /// `offset..offset + limit` in `order`, largest first, each with its `keep` newest
+    /// samples, and every flow briefly. Only the page's flows are copied; the others are
+    /// read in place.
     pub fn overview(
         &self,
         order: Order,
         offset: usize,
         limit: usize,
         keep: usize,
-        netns: Option<u32>,
+        filter: &Filter,
     ) -> Overview {
+        let now_ns = self.hot.iter().map(|h| h.last_ts_ns).max().unwrap_or(0);
         let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(self.hot.len());
         let mut all = Vec::with_capacity(self.hot.len());
+        let mut by_slot: Vec<Brief> = Vec::new();
+        let mut idle = 0;
         for (slot, (f, h)) in self.slab.iter().zip(&self.hot).enumerate() {
-            if netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
+            if filter.netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
                 continue;
             }
             let latest = self.stages.latest(&f.stage, &f.samples);
             let l = &f.last;
             let rtt_us = latest.map_or(0, |r| r.rtt_us);
+            let moved_ns = latest.map_or(f.first_ts_ns, |r| r.ts_ns);
+            let still = now_ns.saturating_sub(moved_ns);
+            let is_idle = still > IDLE_NS;
+            let rate = if is_idle { 0.0 } else { l.recent_rate_at(still) };
+            let mut v = header(f);
+            sync(&mut v, h);
+            let verdict = crate::analysis::diagnosis::so_far(&v, rtt_us).map(|v| v.0);
+            let b = Brief {
+                slot: f.counted.slot,
+                rtt_us,
+                bytes_per_s: rate as f32,
+                verdict: crate::analysis::diagnosis::verdict_index(verdict) as u8,
+                idle: is_idle,
+            };
+            all.push(b);
+            let wanted = filter.slots.as_ref().is_none_or(|s| s.binary_search(&b.slot).is_ok())
+                && filter.verdict.is_none_or(|v| v == b.verdict);
+            if !wanted {
+                continue;
+            }
+            if is_idle && !filter.idle {
+                idle += 1;
+                continue;
+            }
             let key = match order {
-                Order::Rate => latest.map_or(0, |r| r.delivery_rate().wrapping_add(1)),
+                Order::Rate => (rate.max(0.0) as u64).saturating_add(1),
                 Order::Rtt => u64::from(rtt_us),
                 Order::Retrans => u64::from(l.total_retrans),
                 Order::Age => u64::MAX - f.first_ts_ns,
             };
             keyed.push((key, slot as u32));
-            let [b0, r0, s0] = f.first_chrono;
-            all.push(Brief {
-                slot: f.counted.slot,
-                rtt_us,
-                chrono_ms: (l.busy_ms != u32::MAX).then(|| {
-                    [
-                        l.busy_ms.saturating_sub(b0),
-                        l.rwnd_limited_ms.saturating_sub(r0),
-                        l.sndbuf_limited_ms.saturating_sub(s0),
-                    ]
-                }),
-                span_ms: h.last_ts_ns.saturating_sub(f.first_ts_ns) / 1_000_000,
-            });
+            by_slot.push(b);
         }
+        let matched = keyed.len() + idle;
         // Largest first; ties by slot, so a page is stable between two requests.
+        let briefs: rustc_hash::FxHashMap<u32, Brief> =
+            keyed.iter().map(|k| k.1).zip(by_slot).collect();
         let cmp = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
         let end = offset.saturating_add(limit).min(keyed.len());
         if end < keyed.len() && end > 0 {
@@ -224,13 +273,11 @@ impl super::Tracker {
         }
         keyed.truncate(end);
         keyed.sort_unstable_by(cmp);
-        let page: Vec<Flow> = keyed
-            .iter()
-            .skip(offset)
-            .map(|&(_, slot)| self.view_slot(slot as usize, keep))
-            .collect();
+        let rows: Vec<u32> = keyed.iter().skip(offset).map(|k| k.1).collect();
+        let page: Vec<Flow> = rows.iter().map(|&slot| self.view_slot(slot as usize, keep)).collect();
         let netns = page.iter().map(|f| self.netns_of(f.key.cookie)).collect();
-        Overview { page, netns, all }
+        let briefs = rows.iter().filter_map(|s| briefs.get(s).copied()).collect();
+        Overview { page, netns, briefs, all, matched, idle, now_ns }
     }
 
     /// A copy of the active flow `cookie` with its `keep` newest samples (and its

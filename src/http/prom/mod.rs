@@ -311,7 +311,7 @@ mod tests {
     #[test]
     fn services_beyond_top_k_share_other_and_labels_stay_put() {
         let accounts =
-            Arc::new(Mutex::new(vec![account(1, 0, 100), account(2, 0, 200), account(3, 0, 300)]));
+            Arc::new(Mutex::new(vec![account(11, 0, 100), account(12, 0, 200), account(13, 0, 300)]));
         let ex = Arc::new(Exporter::new(
             Arc::default(),
             accounts.clone(),
@@ -321,26 +321,26 @@ mod tests {
         let text = render(&ex.clone().registry()).unwrap();
         assert!(
             text.contains(
-                "cgmon_flow_acked_bytes_total{service=\"cgroup-1\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 100"
+                "cgmon_flow_acked_bytes_total{service=\"cgroup-11\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 100"
             ),
             "{text}"
         );
         assert!(text.contains(
-            "cgmon_flow_acked_bytes_total{service=\"cgroup-2\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 200"
+            "cgmon_flow_acked_bytes_total{service=\"cgroup-12\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 200"
         ));
         assert!(text.contains(
             "cgmon_flow_acked_bytes_total{service=\"other\",listen_port=\"client\",dest_service=\"unknown\",comm=\"unknown\"} 300"
         ));
         assert!(
             text.contains(
-                "cgmon_flow_rtt_seconds_bucket{le=\"0.025\",service=\"cgroup-1\",listen_port=\"client\"} 1"
+                "cgmon_flow_rtt_seconds_bucket{le=\"0.025\",service=\"cgroup-11\",listen_port=\"client\"} 1"
             ) || text.contains(
-                "cgmon_flow_rtt_seconds_bucket{service=\"cgroup-1\",listen_port=\"client\",le=\"0.025\"} 1"
+                "cgmon_flow_rtt_seconds_bucket{service=\"cgroup-11\",listen_port=\"client\",le=\"0.025\"} 1"
             ),
             "{text}"
         );
         // A fourth service later still goes to "other"; the first two keep their labels.
-        accounts.lock().unwrap().push(account(4, 0, 5));
+        accounts.lock().unwrap().push(account(14, 0, 5));
         let text = render(&ex.registry()).unwrap();
         assert!(
             text.contains(
@@ -368,16 +368,16 @@ mod tests {
             a.count(&mut Counted { slot, ..Counted::default() }, acked, 0, 0);
             a.get_mut(slot).opened += 1;
         };
-        add(1, &db, (1, &api), 100);
-        add(1, &db, (1, &api), 50); // the same account
-        add(1, &cache, (1, &api), 7);
-        add(1, &web, (2, &cron), 3); // a third destination: past the top 2, "other"
+        add(11, &db, (1, &api), 100);
+        add(11, &db, (1, &api), 50); // the same account
+        add(11, &cache, (1, &api), 7);
+        add(11, &web, (2, &cron), 3); // a third destination: past the top 2, "other"
         let accounts = Arc::new(Mutex::new(a.all().to_vec()));
         let services = Arc::new(Mutex::new(Services::with_root(None)));
         let ex = Exporter::new(Arc::default(), accounts, services, 5).with_attribution(2, 5, true);
         let text = to_prometheus_text(&render(&Arc::new(ex).registry()).unwrap());
         let line = |l: &str| assert!(text.lines().any(|x| x == l), "{l}\n{text}");
-        let s = "service=\"cgroup-1\",listen_port=\"client\"";
+        let s = "service=\"cgroup-11\",listen_port=\"client\"";
         line(&format!("cgmon_flow_acked_bytes_total{{{s},dest_service=\"db\",comm=\"api\"}} 150"));
         line(&format!("cgmon_flow_acked_bytes_total{{{s},dest_service=\"cache\",comm=\"api\"}} 7"));
         line(&format!(
@@ -387,8 +387,18 @@ mod tests {
         line(&format!("cgmon_flows_opened_total{{{s}}} 4"));
         line("linux_bytes_sent_total{binary_name=\"api\"} 157");
         line("linux_bytes_sent_total{binary_name=\"cron\"} 3");
-        line("magma_bytes_sent_total{service_name=\"cgroup-1\",dest_service=\"db\"} 150");
-        line("magma_bytes_sent_total{service_name=\"cgroup-1\",dest_service=\"other\"} 3");
+        line("magma_bytes_sent_total{service_name=\"cgroup-11\",dest_service=\"db\"} 150");
+        line("magma_bytes_sent_total{service_name=\"cgroup-11\",dest_service=\"other\"} 3");
+    }
+
+    #[test]
+    fn the_root_cgroup_is_the_hosts_own() {
+        let accounts = Arc::new(Mutex::new(vec![account(1, 0, 100)]));
+        let services = Arc::new(Mutex::new(Services::with_root(None)));
+        let ex = Arc::new(Exporter::new(Arc::default(), accounts, services, 5));
+        let text = render(&ex.registry()).unwrap();
+        assert!(text.contains("cgmon_flow_acked_bytes_total{service=\"host\","), "{text}");
+        assert!(!text.contains("cgroup-1\""), "{text}");
     }
 
     #[test]

@@ -17,8 +17,14 @@ fn host(rows: usize, total: usize, offset: usize) -> Host {
                 cookie: 100 + i as u64,
                 tuple: format!("10.0.0.1:{} → 10.0.0.2:443", 40000 + i),
                 service: "nginx.service".into(),
+                comm: Some("nginx".into()),
+                dest: Some("private".into()),
                 state: "ESTAB",
-                rate_mbps: Some(12.5),
+                bytes_per_s: 1.5625e6,
+                verdict: "receiver-window",
+                cause: Some("small-buffer"),
+                main: "window 39.0 KB → 6.2 Mbit/s cap".into(),
+                end_unix_s: 1_795_478_404.0,
                 rtt_ms: Some(20.0),
                 min_rtt_ms: Some(10.0),
                 points: (0..5).map(|k| pt(f64::from(k), 10.0 + f64::from(k))).collect(),
@@ -26,6 +32,7 @@ fn host(rows: usize, total: usize, offset: usize) -> Host {
             })
             .collect(),
         total,
+        all: total,
         offset,
         limit: 100,
         services: vec![ServiceRow {
@@ -57,13 +64,26 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     assert!(p.contains("10.0 Mbit/s"), "1.25 MB/s is 10 Mbit/s");
     assert!(p.contains("aria-label=\"receiver-window 33 %, network 67 %\""), "{p}");
     assert!(p.contains("No flow has ended yet."));
+    // Throughput in SI units, the verdict so far with its number and colour.
+    assert!(p.contains("<td class=\"rate\">12.5 Mbit/s</td>"), "{p}");
+    assert!(p.contains("class=\"key v-receiver-window\"></span>receiver-window <small>(small-buffer)</small>"));
+    assert!(p.contains("window 39.0 KB → 6.2 Mbit/s cap"));
+    assert!(p.contains("<b>nginx</b>"), "the program");
     // A page limited to one namespace says so and keeps it in every link.
-    let ns = host_page(&Host { netns_filter: Some("pod:a b".into()), ..host(3, 250, 100) });
+    let filters = Filters { netns: Some("pod:a b".into()), ..Filters::default() };
+    let ns = host_page(&Host { filters, ..host(3, 250, 100) });
     assert!(ns.contains("Active flows in pod:a b"));
     assert!(ns.contains("href=\"/?order=rtt&amp;limit=100&amp;netns=pod%3Aa%20b\""), "{ns}");
     assert!(ns.contains("offset=200&amp;limit=100&amp;netns=pod%3Aa%20b\""));
     let empty = host_page(&host(0, 0, 0));
-    assert!(empty.contains("No active flows.") && !empty.contains("rel=\"next\""));
+    assert!(empty.contains("No active flows here.") && !empty.contains("rel=\"next\""));
+    // Filters are kept in the links, idle flows are counted with a link to show them.
+    let f = Filters { service: Some("web".into()), verdict: Some("network".into()), ..Filters::default() };
+    let p = host_page(&Host { filters: f, idle: 7, total: 257, ..host(3, 250, 100) });
+    assert!(p.contains("&amp;service=web&amp;verdict=network"), "{p}");
+    assert!(p.contains("7 idle flows (nothing changed for 5 s or more) not listed"));
+    assert!(p.contains("&amp;service=web&amp;verdict=network&amp;idle=1\">show them too"));
+    assert!(p.contains("<option selected>network</option>"));
 }
 
 #[test]
@@ -74,7 +94,7 @@ fn flow_page_draws_every_chart_and_the_live_json_swaps_them() {
         active: true,
         points: (0..12).map(|k| pt(f64::from(k) * 0.1, 5.0)).collect(),
         samples: 40,
-        gap_s: None,
+        end_unix_s: None,
         min_rtt_ms: Some(4.0),
         facts: vec![("state".into(), "ESTAB".into())],
         verdict: Some(("network".into(), "network limited".into())),
