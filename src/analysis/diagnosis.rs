@@ -23,6 +23,7 @@
 //! than network limited.
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
+use crate::units::si_rate_mbps;
 use crate::tracker::{EndedFlow, Flow, Last};
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
@@ -109,8 +110,9 @@ pub(crate) fn ms_text(v: f64) -> String {
     }
 }
 
+/// Bytes in SI units, as every page writes them.
 fn kb(b: f64) -> String {
-    format!("{:.0} KB", b / 1000.0)
+    crate::units::si_bytes(b.max(0.0) as u64)
 }
 
 /// The peer's window over the samples: its time-weighted median while the flow was
@@ -373,7 +375,8 @@ fn finding(
     sig: &Signals,
     got: f64,
 ) -> String {
-    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), |v| format!("{v:.1} Mbit/s"));
+    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
+    let got_t = si_rate_mbps(got);
     let rtt = ms_text(x.min_rtt_ms);
     let spurious = match sig.spurious {
         0 => String::new(),
@@ -381,7 +384,7 @@ fn finding(
     };
     let text = match (verdict, cause) {
         ("receiver-window", Some("slow-reader")) => format!(
-            "the receiving application read only {got:.1} Mbit/s: the peer's window, up to {}, \
+            "the receiving application read only {got_t}: the peer's window, up to {}, \
              would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
              ({:.0} % of the time receiver-window limited): fix the reader, a bigger buffer \
              won't help",
@@ -395,21 +398,21 @@ fn finding(
             shares.receiver_window
         ),
         ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got:.1} \
+            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
              ({:.0} % of the time receiver-window limited)",
             kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
             cap(caps.window_cap_mbps),
             shares.receiver_window
         ),
         ("receiver-window", _) => format!(
-            "receiver-window limited {:.0} % of the time, but it reached {got:.1} Mbit/s, above \
+            "receiver-window limited {:.0} % of the time, but it reached {got_t}, above \
              the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
             shares.receiver_window,
             cap(caps.window_cap_mbps),
             kb(f64::from(l.snd_wnd_max))
         ),
         ("send-buffer", _) if is_cap(caps.send_buffer_cap_mbps, got, SNDBUF_TOLERANCE) => format!(
-            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got:.1} ({:.0} % \
+            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} ({:.0} % \
              of the time send-buffer limited{})",
             kb(f64::from(l.sndbuf)),
             cap(caps.send_buffer_cap_mbps),
@@ -422,7 +425,7 @@ fn finding(
         ),
         ("send-buffer", _) => format!(
             "send-buffer limited {:.0} % of the time with a {} buffer, though it reached \
-             {got:.1} Mbit/s, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
+             {got_t}, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
              its queue grow past it): cause unclear",
             shares.send_buffer,
             kb(f64::from(l.sndbuf)),
@@ -432,13 +435,13 @@ fn finding(
         ("application", Some("paced")) => format!(
             "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
              waiting for the acknowledgements of what it handed over, with the RTT at {} ms \
-             near its {rtt} ms minimum (no queue) and no loss; it reached {got:.1} Mbit/s",
+             near its {rtt} ms minimum (no queue) and no loss; it reached {got_t}",
             shares.application,
             ms_text(x.rtt_p50_ms)
         ),
         _ => format!(
             "the application left the connection idle or app-limited {:.0} % of the time; it \
-             reached {got:.1} Mbit/s",
+             reached {got_t}",
             shares.application
         ),
     };
@@ -456,35 +459,41 @@ fn network_finding(
     sig: &Signals,
     got: f64,
 ) -> String {
+    let got_t = si_rate_mbps(got);
     let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
     let share = shares.network;
     match (cause, mathis_cap(caps, got)) {
         (Some("loss"), Some(m)) => format!(
             "network limited {share:.0} % of the time: {:.2} % loss at {rtt} ms RTT caps this \
-             flow near {m:.1} Mbit/s (Mathis); it reached {got:.1}",
-            sig.loss_pct
+             flow near {} (Mathis); it reached {got_t}",
+            sig.loss_pct,
+            si_rate_mbps(m)
         ),
         (Some("queueing"), _) => format!(
             "network limited {share:.0} % of the time at the path's bottleneck: it reached \
-             {got:.1} Mbit/s with the RTT at {rtt} ms over a {min} ms minimum (queueing) and \
+             {got_t} with the RTT at {rtt} ms over a {min} ms minimum (queueing) and \
              {:.2} % loss",
             sig.loss_pct
         ),
         (Some("loss"), None) => format!(
             "network limited {share:.0} % of the time with {:.2} % loss at {rtt} ms RTT; it \
-             reached {got:.1} Mbit/s{}",
+             reached {got_t}{}",
             sig.loss_pct,
             match caps.loss_cap_mbps {
                 Some(m) if m < got => format!(
-                    " (the Mathis bound for that loss, {m:.1}, is below what it reached, so it \
-                     is no cap here)"
+                    " (the Mathis bound for that loss, {}, is below what it reached, so it \
+                     is no cap here)",
+                    si_rate_mbps(m)
                 ),
-                Some(m) => format!(" (the loss alone would allow {m:.1}: something else held it)"),
+                Some(m) => format!(
+                    " (the loss alone would allow {}: something else held it)",
+                    si_rate_mbps(m)
+                ),
                 None => String::new(),
             }
         ),
         _ => format!(
-            "network limited {share:.0} % of the time, cause unclear: it reached {got:.1} Mbit/s \
+            "network limited {share:.0} % of the time, cause unclear: it reached {got_t} \
              with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
         ),
     }
@@ -654,7 +663,7 @@ mod tests {
         assert_eq!(d.signals.window_closed_pct, Some(0.0));
         assert!(
             d.finding.starts_with(
-                "receiver window 86 KB at 50 ms RTT caps this flow at 13.8 Mbit/s; it reached 13.2"
+                "receiver window 86.0 KB at 50 ms RTT caps this flow at 13.8 Mbit/s; it reached 13.2 Mbit/s"
             ),
             "{}",
             d.finding
@@ -683,8 +692,8 @@ mod tests {
         assert_eq!(d.verdict, "send-buffer", "{d:?}");
         assert_eq!(
             d.finding,
-            "send buffer 33 KB at 100 ms RTT caps this flow at 2.6 Mbit/s; it reached 3.0 (38 % \
-             of the time send-buffer limited, 62 % sending out what it held)"
+            "send buffer 32.8 KB at 100 ms RTT caps this flow at 2.6 Mbit/s; it reached 3.0 Mbit/s \
+             (38 % of the time send-buffer limited, 62 % sending out what it held)"
         );
         // Just above and just below the thresholds.
         let at = |pct: f64, frac: f64| {
@@ -841,7 +850,7 @@ mod tests {
             d.finding
         );
         assert!(
-            d.finding.starts_with("receiver window 35 KB at 50 ms RTT caps this flow at 5.6"),
+            d.finding.starts_with("receiver window 34.8 KB at 50 ms RTT caps this flow at 5.6 Mbit/s"),
             "{}",
             d.finding
         );
@@ -931,7 +940,7 @@ mod tests {
         assert_eq!(d.signals.window_closed_pct, Some(30.0));
         assert_eq!((d.verdict, d.cause), ("receiver-window", Some("slow-reader")), "{}", d.finding);
         assert!(
-            d.finding.contains("it was typically 19 KB and closed 30 % of the time"),
+            d.finding.contains("it was typically 19.5 KB and closed 30 % of the time"),
             "{}",
             d.finding
         );

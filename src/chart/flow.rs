@@ -231,4 +231,5 @@ svg.chart{font:11px sans-serif;background:#fff}\
 .s-retrans{stroke:#8c564b;fill:#8c564b}.s-busy{stroke:#7f7f7f;fill:#7f7f7f}\
 .s-rwnd{stroke:#e377c2;fill:#e377c2}.s-sndbuf{stroke:#17becf;fill:#17becf}\
 svg.spark polyline{fill:none;stroke-width:1.2}svg.spark{vertical-align:middle}\
+.chart .pause{fill:#f2f2f2;stroke:#bbb;stroke-dasharray:3 3}\
 ";

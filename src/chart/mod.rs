@@ -445,9 +445,12 @@ impl Chart {
         }
         for (t, text) in &self.x.ticks {
             let x = self.x_px(*t);
+            // A label at the right edge would be cut: it ends at its tick instead.
+            let half = 3.5 * text.chars().count() as f64;
+            let anchor = if x + half > w { "end" } else { "middle" };
             let _ = write!(
                 s,
-                r#"<line class="tick" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                r#"<line class="tick" x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}"/><text x="{x:.1}" y="{:.1}" text-anchor="{anchor}">{}</text>"#,
                 TOP + ph,
                 TOP + ph + 4.0,
                 TOP + ph + 16.0,

@@ -19,4 +19,8 @@ pub const STYLE_CSS: &str = concat!(
     "table.facts th{background:none;font-weight:normal;color:#555}.verdict{font-size:15px}",
     "pre{background:#fff;border:1px solid #e5e5e5;padding:8px;overflow:auto;max-height:400px}",
     ".orders a,.orders b{margin-left:6px}",
+    "table.num td.l,table.num th.l{text-align:left}td.verdict{min-width:15em}",
+    "td.verdict small,td.l small{color:#555}td.rate{font-weight:600;white-space:nowrap}",
+    "form.filters{margin:8px 0}form.filters label{margin-right:12px}",
+    "p.idle{color:#555}tr.group td{color:#333}",
 );

@@ -18,6 +18,7 @@ use crate::record::{FlowId, tuple_text};
 use crate::tracker::accounts::Account;
 use crate::tracker::views::{Brief, Filter, Order, Query};
 use crate::tracker::{EndReason, EndedFlow, Flow};
+use crate::units::si_bytes;
 
 /// `/`'s query string. An empty value (the filter form's "all") is no filter.
 #[derive(Debug, serde::Deserialize)]
@@ -308,7 +309,10 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
             ),
         ),
         ("send throughput so far".into(), web::rate_text(Some(r.send_throughput_mbps))),
-        ("bytes acked / received".into(), format!("{} / {}", r.bytes_acked, r.bytes_received)),
+        (
+            "bytes acked / received".into(),
+            format!("{} / {}", si_bytes(r.bytes_acked), si_bytes(r.bytes_received)),
+        ),
         ("retransmitted segments".into(), r.total_retransmits.to_string()),
     ];
     if let Some(d) = &r.diagnosis {
@@ -346,6 +350,7 @@ fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
         serde_json::Value::Null => "–".into(),
         v => v.to_string(),
     };
+    let bytes = |k: &str| rec[k].as_u64().map_or_else(|| "–".into(), si_bytes);
     let facts = vec![
         ("service".into(), text("Service")),
         ("ended".into(), text("EndTime")),
@@ -356,7 +361,7 @@ fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
         ("retransmitted segments".into(), text("TotalRetransmits")),
         (
             "bytes acked / received".into(),
-            format!("{} / {}", text("BytesAcked"), text("BytesReceived")),
+            format!("{} / {}", bytes("BytesAcked"), bytes("BytesReceived")),
         ),
     ];
     FlowView {

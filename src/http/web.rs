@@ -60,7 +60,8 @@ fn age_text(s: f64) -> String {
 }
 
 /// A row's three sparklines (RTT, cwnd, delivery rate) over the last [`SPARK_SPAN_S`]
-/// up to `end` (Unix s), each value held until the next sample as in the full charts.
+/// (or the flow's life when shorter) up to `end` (Unix s), each value held until the next
+/// sample as in the full charts.
 fn sparks(points: &[Point], end: f64) -> String {
     type Value<'a> = &'a dyn Fn(&Point) -> Option<f64>;
     let series: [(&str, &str, Value<'_>, &str); 3] = [
@@ -83,7 +84,9 @@ fn sparks(points: &[Point], end: f64) -> String {
             ),
             _ => format!("{name}: no values yet"),
         };
-        let line = sparkline(&v, end, SPARK_SPAN_S, (80.0, 18.0), key, &label);
+        // The last minute, or the flow's life when shorter: a young flow fills its box.
+        let span = points.first().map_or(SPARK_SPAN_S, |p| (end - p.unix_s).clamp(1.0, SPARK_SPAN_S));
+        let line = sparkline(&v, end, span, (80.0, 18.0), key, &label);
         let _ = write!(s, "<td class=\"spark\">{line}</td>");
     }
     s

@@ -15,6 +15,17 @@ pub fn endpoint_text(ip: &str, port: u16) -> String {
     if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") }
 }
 
+/// The lowest port of Linux's default ephemeral range (`net.ipv4.ip_local_port_range` is
+/// 32768–60999): a port at or above it is a client's. Pages and reports group by it, so
+/// that clients' ports do not make a row per connection.
+pub const EPHEMERAL_FROM: u16 = 32_768;
+
+/// Which side of a connection `(local, remote)` ports are: `Some(local)` for the server
+/// side (the side on the lower port, below [`EPHEMERAL_FROM`]), `None` for a client.
+pub fn served_port(local: u16, remote: u16) -> Option<u16> {
+    (local < EPHEMERAL_FROM && (local <= remote || remote >= EPHEMERAL_FROM)).then_some(local)
+}
+
 /// `src:port → dst:port`, IPv6 addresses in brackets.
 pub fn tuple_text(id: &FlowId) -> String {
     let (src, dst) =

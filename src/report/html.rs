@@ -19,9 +19,7 @@ use crate::chart::{Axis, Chart, Series, Unit, esc};
 use crate::record::Point;
 use crate::units::{si_bytes, si_rate_mbps};
 
-/// The lowest port of Linux's default ephemeral range (`net.ipv4.ip_local_port_range`
-/// is 32768–60999): a port at or above it is a client's, grouped in the verdict table.
-pub const EPHEMERAL_FROM: u64 = 32_768;
+use crate::record::EPHEMERAL_FROM;
 
 /// What the report keeps of one record.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -36,7 +34,7 @@ pub struct Rec {
     /// namespace when named.
     pub service: String,
     /// Local and remote ports.
-    pub ports: (u64, u64),
+    pub ports: (u16, u16),
     /// Program, when named.
     pub comm: Option<String>,
     /// `SendThroughputMbps`.
@@ -71,7 +69,7 @@ impl Rec {
             (None, Some(c)) => c,
             (None, None) => "unknown".into(),
         };
-        let port = |k: &str| r["ID"][k].as_u64().unwrap_or(0);
+        let port = |k: &str| u16::try_from(r["ID"][k].as_u64().unwrap_or(0)).unwrap_or(0);
         let d = &r["Diagnosis"];
         let text = |v: &Value| v.as_str().map(str::to_string);
         Rec {
@@ -105,7 +103,7 @@ impl Rec {
     /// would give a row per connection.
     fn role(&self) -> String {
         let (sp, dp) = self.ports;
-        if sp < EPHEMERAL_FROM && (sp <= dp || dp >= EPHEMERAL_FROM) {
+        if let Some(sp) = crate::record::served_port(sp, dp) {
             format!("{}, serving :{sp}", self.service)
         } else if dp < EPHEMERAL_FROM {
             format!("{}, to :{dp}", self.service)

@@ -313,4 +313,4 @@ pub fn report_main(args: Vec<String>) -> ExitCode {
 }
 
 mod html;
-pub use html::{Rec, cdf, report_html};
+pub use html::{Rec, Sources, cdf, report_html, slowest};

@@ -287,14 +287,14 @@ fn an_active_flow_page_draws_all_its_samples() {
     };
     let n = samples(&page).unwrap();
     assert!(!page.contains("newest"), "all samples, not the newest few");
-    // The RTT line: one point per sample with an RTT (under four per pixel, so no thinning).
+    // The RTT line: one point per sample with an RTT (its polylines' `data-n`; the steps
+    // between them add corners).
     let rtt = page.split("id=\"chart-rtt\"").nth(1).unwrap();
     let rtt = &rtt[..rtt.find("</svg>").unwrap()];
     let points: usize = rtt
-        .split("data-series=\"rtt\"")
+        .split("data-series=\"rtt\" data-n=\"")
         .skip(1)
-        .map(|s| s.split("points=\"").nth(1).unwrap().split('"').next().unwrap())
-        .map(|p| p.split(' ').filter(|x| !x.is_empty()).count())
+        .map(|s| s.split('"').next().unwrap().parse::<usize>().unwrap())
         .sum();
     assert!(points + 2 >= n && points <= n, "{points} RTT points for {n} samples");
     // The record it would have: its sample count is the page's.

@@ -870,8 +870,10 @@ fn http_status_page_flows_and_health() {
     // The host view is rendered in full on the server: the flows are in the HTML.
     assert_eq!(page.matches("<tr class=\"flow\"").count(), 2, "{page}");
     let health = http_get(&addr, "/health");
+    // The same navigation as every page.
     assert!(
-        health.contains("Pipeline stage times (µs)") && !health.contains("<script"),
+        health.contains("Pipeline stage times (µs)")
+            && health.contains("<nav><b>cgmon-rs</b> <a href=\"/\">host</a>"),
         "{health}"
     );
     let h = http_get(&addr, "/healthz");

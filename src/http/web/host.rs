@@ -372,19 +372,18 @@ fn limited(e: &Ended) -> bool {
     e.verdict.as_ref().is_some_and(|(v, _)| matches!(*v, "receiver-window" | "send-buffer" | "network"))
 }
 
-/// A group of trivial ended flows: the same program (or service) to the same destination
-/// port.
+/// A group of trivial ended flows: the same program (or service) in the same role, to
+/// or on the same port.
 struct Group<'a> {
-    who: String,
-    to: String,
+    what: String,
     flows: Vec<&'a Ended>,
 }
 
-/// The ended flows not [`limited`], grouped by program and destination, largest group
-/// first.
+/// The ended flows not [`limited`], grouped by program and what they did (served on a
+/// port, or connected to a destination and port), largest group first.
 fn groups(list: &[Arc<Ended>]) -> Vec<Group<'_>> {
     let mut out: Vec<Group<'_>> = Vec::new();
-    let mut at: std::collections::HashMap<(String, String), usize> = Default::default();
+    let mut at: std::collections::HashMap<String, usize> = Default::default();
     for e in list.iter().filter(|e| !limited(e)) {
         let r = &e.record;
         let who = r
@@ -392,11 +391,17 @@ fn groups(list: &[Arc<Ended>]) -> Vec<Group<'_>> {
             .as_deref()
             .map(str::to_string)
             .or_else(|| r.service.clone())
-            .unwrap_or_else(|| "unknown program".into());
-        let host = r.dest_service.as_deref().map_or_else(|| r.id.dst_ip.to_string(), str::to_string);
-        let to = format!("{host} :{}", r.id.dst_port);
-        let i = *at.entry((who.clone(), to.clone())).or_insert_with(|| {
-            out.push(Group { who, to, flows: Vec::new() });
+            .unwrap_or_else(|| "an unknown program".into());
+        let what = match crate::record::served_port(r.id.src_port, r.id.dst_port) {
+            Some(port) => format!("served by <b>{}</b> on :{port}", esc(&who)),
+            None => {
+                let to = crate::record::endpoint_text(&r.id.dst_ip, r.id.dst_port);
+                let name = r.dest_service.as_deref().map(|d| format!(" ({})", esc(d))).unwrap_or_default();
+                format!("from <b>{}</b> to {}{name}", esc(&who), esc(&to))
+            }
+        };
+        let i = *at.entry(what.clone()).or_insert_with(|| {
+            out.push(Group { what, flows: Vec::new() });
             out.len() - 1
         });
         out[i].flows.push(e);
@@ -465,10 +470,9 @@ fn recently_ended(b: &mut String, h: &Host) {
             let n = g.flows.len();
             let _ = writeln!(
                 b,
-                "<tr class=\"group\"><td class=\"l\">{n} {} from <b>{}</b> to {}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\"><a href=\"/flow/{}\">{}</a></td></tr>",
+                "<tr class=\"group\"><td class=\"l\">{n} {} {}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\"><a href=\"/flow/{}\">{}</a></td></tr>",
                 if n == 1 { "connection" } else { "connections" },
-                esc(&g.who),
-                esc(&g.to),
+                g.what,
                 si_bytes(bytes as u64),
                 super::age_text(dur),
                 esc(newest.end_time.get(11..19).unwrap_or(&newest.end_time)),
