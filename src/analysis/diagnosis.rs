@@ -23,8 +23,8 @@
 //! than network limited.
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
-use crate::units::si_rate_mbps;
 use crate::tracker::{EndedFlow, Flow, Last};
+use crate::units::si_rate_mbps;
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
 const MATHIS_C: f64 = 1.224_744_871_391_589;
@@ -505,8 +505,8 @@ fn network_finding(
 /// thousands of flows by it on every refresh; a flow's own page and its record run the full
 /// diagnosis over all its samples, which may name another limit (docs/web.md). `None` on a
 /// kernel without tcpi_busy_time or before any time has passed.
-pub fn so_far(f: &Flow, srtt_us: u32) -> Option<(&'static str, Option<&'static str>)> {
-    let (l, x) = (&f.last, so_far_inputs(f, srtt_us)?);
+pub fn so_far(f: &Window<'_>, srtt_us: u32) -> Option<(&'static str, Option<&'static str>)> {
+    let (l, x) = (f.last, so_far_inputs(f, srtt_us)?);
     if unjudged(l, &x).is_some() {
         return Some((UNKNOWN, None));
     }
@@ -517,11 +517,11 @@ pub fn so_far(f: &Flow, srtt_us: u32) -> Option<(&'static str, Option<&'static s
 /// The number that says most about `verdict` (from [`so_far`]) for a person scanning a
 /// table: the cap a window or buffer sets, the loss or queue the network shows, the
 /// application's idle share.
-pub fn so_far_number(f: &Flow, srtt_us: u32, verdict: &str, cause: Option<&str>) -> String {
+pub fn so_far_number(f: &Window<'_>, srtt_us: u32, verdict: &str, cause: Option<&str>) -> String {
     use crate::units::{si_bytes, si_rate_mbps};
     let Some(x) = so_far_inputs(f, srtt_us) else { return String::new() };
     let Some((shares, caps, sig)) = so_far_evidence(f, &x) else { return String::new() };
-    let l = &f.last;
+    let l = f.last;
     let arrow = |bytes: u32, cap: Option<f64>| match cap {
         Some(c) => format!("{} → {} cap", si_bytes(u64::from(bytes)), si_rate_mbps(c)),
         None => si_bytes(u64::from(bytes)),
@@ -535,11 +535,9 @@ pub fn so_far_number(f: &Flow, srtt_us: u32, verdict: &str, cause: Option<&str>)
         }
         ("send-buffer", _) => format!("send buffer {}", arrow(l.sndbuf, caps.send_buffer_cap_mbps)),
         ("network", Some("loss")) => format!("{:.2} % loss", sig.loss_pct),
-        ("network", Some("queueing")) => format!(
-            "RTT {} ms over {} ms min",
-            ms_text(x.rtt_p50_ms),
-            ms_text(x.min_rtt_ms)
-        ),
+        ("network", Some("queueing")) => {
+            format!("RTT {} ms over {} ms min", ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms))
+        }
         ("network", _) => format!("RTT {} ms, no queue or loss", ms_text(x.rtt_p50_ms)),
         ("application", _) => format!("idle {:.0} % of the time", shares.application),
         _ if l.bytes_received > l.bytes_acked => "receiving: the peer sends".into(),
@@ -547,19 +545,46 @@ pub fn so_far_number(f: &Flow, srtt_us: u32, verdict: &str, cause: Option<&str>)
     }
 }
 
+/// What [`so_far`] reads of an active flow: its latest counters and where its window
+/// began. Borrowed in place, so the host view judges thousands of flows without copying
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct Window<'a> {
+    /// Its latest counters.
+    pub last: &'a Last,
+    /// busy, rwnd-limited and sndbuf-limited time at the window's first sample, ms.
+    pub first_chrono: [u32; 3],
+    /// bytes_acked and bytes_received at the window's first sample.
+    pub first_bytes: (u64, u64),
+    /// From the window's first sample to its latest (retained or not), ns.
+    pub span_ns: u64,
+}
+
+impl<'a> Window<'a> {
+    /// The window of `f` (whose `last_ts_ns` is current).
+    pub fn of(f: &'a Flow) -> Self {
+        Window {
+            last: &f.last,
+            first_chrono: f.first_chrono,
+            first_bytes: (f.first_bytes_acked, f.first_bytes_received),
+            span_ns: f.span_ns(),
+        }
+    }
+}
+
 /// [`Inputs`] from an active flow's counters: its window's send throughput, its current
 /// RTT for the median.
-fn so_far_inputs(f: &Flow, srtt_us: u32) -> Option<Inputs> {
-    let l = &f.last;
-    let span_s = f.span_ns() as f64 / 1e9;
+fn so_far_inputs(f: &Window<'_>, srtt_us: u32) -> Option<Inputs> {
+    let l = f.last;
+    let span_s = f.span_ns as f64 / 1e9;
     if l.busy_ms == u32::MAX || span_s <= 0.0 {
         return None;
     }
     let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 * 8.0 / span_s / 1e6;
     let min_rtt_ms = if l.min_rtt_us == u32::MAX { 0.0 } else { f64::from(l.min_rtt_us) / 1e3 };
     Some(Inputs {
-        throughput_mbps: rate(l.bytes_acked, f.first_bytes_acked),
-        recv_throughput_mbps: Some(rate(l.bytes_received, f.first_bytes_received)),
+        throughput_mbps: rate(l.bytes_acked, f.first_bytes.0),
+        recv_throughput_mbps: Some(rate(l.bytes_received, f.first_bytes.1)),
         min_rtt_ms,
         rtt_p50_ms: f64::from(srtt_us) / 1e3,
         cwnd_p50_bytes: 0.0,
@@ -568,15 +593,15 @@ fn so_far_inputs(f: &Flow, srtt_us: u32) -> Option<Inputs> {
 
 /// The time shares over the window, the caps at the flow's largest peer window, and its
 /// signals.
-fn so_far_evidence(f: &Flow, x: &Inputs) -> Option<(TimeShares, Caps, Signals)> {
-    let l = &f.last;
+fn so_far_evidence(f: &Window<'_>, x: &Inputs) -> Option<(TimeShares, Caps, Signals)> {
+    let l = f.last;
     let [b0, r0, s0] = f.first_chrono;
     let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
     let shares = shares_of(
         d(l.busy_ms, b0),
         d(l.rwnd_limited_ms, r0),
         d(l.sndbuf_limited_ms, s0),
-        f.span_ns() as f64 / 1e6,
+        f.span_ns as f64 / 1e6,
     )?;
     let caps = Caps {
         peer_window_bytes: l.snd_wnd_max,
@@ -850,7 +875,8 @@ mod tests {
             d.finding
         );
         assert!(
-            d.finding.starts_with("receiver window 34.8 KB at 50 ms RTT caps this flow at 5.6 Mbit/s"),
+            d.finding
+                .starts_with("receiver window 34.8 KB at 50 ms RTT caps this flow at 5.6 Mbit/s"),
             "{}",
             d.finding
         );

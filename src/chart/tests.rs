@@ -150,7 +150,10 @@ fn values_hold_between_samples_and_only_a_pause_breaks_the_line() {
     let rtt = &c[0];
     assert_eq!(rtt.series[0].runs.len(), 2, "one break, at the pause");
     assert_eq!(rtt.series[0].runs[0].len(), 5);
-    assert!((rtt.series[0].holds[0] - 9.0).abs() < 1e-6, "no hold past the last sample before a pause");
+    assert!(
+        (rtt.series[0].holds[0] - 9.0).abs() < 1e-6,
+        "no hold past the last sample before a pause"
+    );
     assert!((rtt.series[0].holds[1] - 30.0).abs() < 1e-6, "held to the end");
     assert_eq!(rtt.pauses.len(), 1);
     assert!((rtt.pauses[0].0 - 9.0).abs() < 1e-6 && (rtt.pauses[0].1 - 29.0).abs() < 1e-6);
@@ -189,7 +192,12 @@ fn time_ticks_fall_on_round_times_within_the_span() {
 
 #[test]
 fn sparkline_scales_to_its_box_holds_values_and_breaks_on_missing_ones() {
-    let v = [(0.0, Some(1.0), false), (1.0, Some(2.0), false), (2.0, None, false), (3.0, Some(4.0), false)];
+    let v = [
+        (0.0, Some(1.0), false),
+        (1.0, Some(2.0), false),
+        (2.0, None, false),
+        (3.0, Some(4.0), false),
+    ];
     let s = sparkline(&v, 4.0, 4.0, (60.0, 16.0), "rtt", "RTT <ms>");
     let lines = polyline_points(&s.replace("class=\"s-rtt\"", "data-series=\"rtt\""), "rtt");
     // 1 then a step to 2 held until the missing value; 4 held until the end.

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use super::web::{self, Filters, FlowView, Host, Row, ServiceRow};
 use super::{Ctx, ask};
-use crate::analysis::diagnosis::{VERDICTS, so_far, so_far_number};
+use crate::analysis::diagnosis::{VERDICTS, Window, so_far, so_far_number};
 use crate::chart::flow::num;
 use crate::recent::Ended;
 use crate::record::{FlowId, tuple_text};
@@ -79,11 +79,19 @@ fn group<'g>(
 }
 
 /// A page row for view copy `f` (with its newest samples) and its brief.
-fn row(f: &Flow, b: &Brief, a: Option<&Account>, service: String, netns: Option<String>, offset_ns: i128) -> Row {
+fn row(
+    f: &Flow,
+    b: &Brief,
+    a: Option<&Account>,
+    service: String,
+    netns: Option<String>,
+    offset_ns: i128,
+) -> Row {
     let latest = f.samples.last();
     let l = &f.last;
     let srtt = latest.map_or(0, |s| s.rtt_us);
-    let (verdict, cause) = so_far(f, srtt).unwrap_or((crate::analysis::diagnosis::UNKNOWN, None));
+    let w = Window::of(f);
+    let (verdict, cause) = so_far(&w, srtt).unwrap_or((crate::analysis::diagnosis::UNKNOWN, None));
     Row {
         cookie: f.key.cookie,
         tuple: tuple_text(&FlowId::new(&f.key, f.first_ts_ns)),
@@ -95,7 +103,7 @@ fn row(f: &Flow, b: &Brief, a: Option<&Account>, service: String, netns: Option<
         bytes_per_s: f64::from(b.bytes_per_s),
         verdict,
         cause,
-        main: so_far_number(f, srtt, verdict, cause),
+        main: so_far_number(&w, srtt, verdict, cause),
         rtt_ms: latest.filter(|s| s.rtt_us > 0).map(|s| f64::from(s.rtt_us) / 1000.0),
         min_rtt_ms: (l.min_rtt_us != u32::MAX).then(|| f64::from(l.min_rtt_us) / 1000.0),
         retrans: l.total_retrans,
@@ -108,12 +116,15 @@ fn row(f: &Flow, b: &Brief, a: Option<&Account>, service: String, netns: Option<
 /// `/`'s filters as the tracker applies them: the account slots of the service or
 /// destination asked for, and the verdict's index.
 fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filter, String> {
-    let verdict = match &f.verdict {
-        None => None,
-        Some(v) => Some(VERDICTS.iter().position(|x| x == v).ok_or_else(|| {
-            format!("invalid verdict {v:?}: one of {}", VERDICTS.join(", "))
-        })? as u8),
-    };
+    let verdict =
+        match &f.verdict {
+            None => None,
+            Some(v) => {
+                Some(VERDICTS.iter().position(|x| x == v).ok_or_else(|| {
+                    format!("invalid verdict {v:?}: one of {}", VERDICTS.join(", "))
+                })? as u8)
+            }
+        };
     let slots = (f.service.is_some() || f.dest.is_some()).then(|| {
         (0..nm.accounts.len() as u32)
             .filter(|&s| {
@@ -196,7 +207,8 @@ pub(super) async fn host(
     // Per service: the active flows' current RTTs and verdicts so far, and the accounts'
     // rates; and what the filter menus offer.
     let mut groups = Groups::default();
-    let (mut dests, mut names_seen) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    let (mut dests, mut names_seen) =
+        (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     for b in &ov.all {
         let g = group(&mut groups, &mut nm, b.slot);
         g.0.flows += 1;

@@ -85,7 +85,8 @@ fn sparks(points: &[Point], end: f64) -> String {
             _ => format!("{name}: no values yet"),
         };
         // The last minute, or the flow's life when shorter: a young flow fills its box.
-        let span = points.first().map_or(SPARK_SPAN_S, |p| (end - p.unix_s).clamp(1.0, SPARK_SPAN_S));
+        let span =
+            points.first().map_or(SPARK_SPAN_S, |p| (end - p.unix_s).clamp(1.0, SPARK_SPAN_S));
         let line = sparkline(&v, end, span, (80.0, 18.0), key, &label);
         let _ = write!(s, "<td class=\"spark\">{line}</td>");
     }

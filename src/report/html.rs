@@ -126,12 +126,18 @@ pub fn slowest(records: &[Rec], n: usize, min_bytes: u64) -> Vec<&Rec> {
     v
 }
 
-/// Decade ticks of a log axis over [lo, hi] (both > 0), labelled with `label`; positions
-/// are log10 of the values.
+/// Decade ticks of a log axis over [lo, hi] (both > 0), labelled with `label` (a
+/// trailing ".0" dropped: "10 Mbit/s"); positions are log10 of the values. Over many
+/// decades the ticks skip some, so that at most seven labels share the axis.
 fn log_axis(title: String, lo: f64, hi: f64, label: impl Fn(f64) -> String) -> Axis {
-    let (a, b) = (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0));
-    let ticks = (a as i32..=b as i32).map(|e| (f64::from(e), label(10f64.powi(e)))).collect();
-    Axis { min: a, max: b, ticks, title }
+    let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let b = b.max(a + 1);
+    let every = ((b - a) as usize).div_ceil(6).max(1);
+    let ticks = (a..=b)
+        .step_by(every)
+        .map(|e| (f64::from(e), label(10f64.powi(e)).replacen(".0 ", " ", 1)))
+        .collect();
+    Axis { min: f64::from(a), max: f64::from(b), ticks, title }
 }
 
 /// A cumulative distribution of `values` (in `unit`) on a log axis: throughputs and RTTs
@@ -218,7 +224,8 @@ pub fn report_html(records: &[Rec], samples: &BTreeMap<u64, Vec<Point>>, src: &S
         esc(last)
     );
     b.push_str("<h2>Distributions</h2><div class=\"charts\">");
-    let cdf_thr = cdf("cdf-throughput", "Send throughput per flow", "send throughput", Unit::Mbps, thr);
+    let cdf_thr =
+        cdf("cdf-throughput", "Send throughput per flow", "send throughput", Unit::Mbps, thr);
     b.push_str(&cdf_thr.svg());
     b.push_str(&cdf("cdf-rtt", "Median RTT per flow", "median RTT", Unit::Ms, rtt).svg());
     b.push_str("</div>");
@@ -317,7 +324,9 @@ fn charted(b: &mut String, listed: &[&Rec], samples: &BTreeMap<u64, Vec<Point>>,
                 }
                 b.push_str("</div>");
             }
-            None if src.samples.is_some() => b.push_str("<p>The samples file holds none of its samples.</p>"),
+            None if src.samples.is_some() => {
+                b.push_str("<p>The samples file holds none of its samples.</p>")
+            }
             None => {}
         }
         b.push_str("</section>");

@@ -961,7 +961,10 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     assert_eq!(ov.page[0].samples.iter().map(|r| r.rtt_us).collect::<Vec<_>>(), vec![10, 10]);
     let want = 900_000.0 * (1.0 - (-0.5f64).exp());
     assert!((f64::from(ov.briefs[0].bytes_per_s) - want).abs() < 1.0, "{:?}", ov.briefs[0]);
-    assert_eq!(t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }).all.len(), 0);
+    assert_eq!(
+        t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }).all.len(),
+        0
+    );
     // By account slot (a service or destination) and by verdict so far.
     let slot2 = ov.page[0].counted.slot;
     let by_slot = Filter { slots: Some(vec![slot2]), ..all.clone() };

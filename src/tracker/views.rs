@@ -218,9 +218,9 @@ impl super::Tracker {
         filter: &Filter,
     ) -> Overview {
         let now_ns = self.hot.iter().map(|h| h.last_ts_ns).max().unwrap_or(0);
-        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(self.hot.len());
+        // (sort key, flow slot, index of its brief in `all`)
+        let mut keyed: Vec<(u64, u32, u32)> = Vec::with_capacity(self.hot.len());
         let mut all = Vec::with_capacity(self.hot.len());
-        let mut by_slot: Vec<Brief> = Vec::new();
         let mut idle = 0;
         for (slot, (f, h)) in self.slab.iter().zip(&self.hot).enumerate() {
             if filter.netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
@@ -233,9 +233,13 @@ impl super::Tracker {
             let still = now_ns.saturating_sub(moved_ns);
             let is_idle = still > IDLE_NS;
             let rate = if is_idle { 0.0 } else { l.recent_rate_at(still) };
-            let mut v = header(f);
-            sync(&mut v, h);
-            let verdict = crate::analysis::diagnosis::so_far(&v, rtt_us).map(|v| v.0);
+            let window = crate::analysis::diagnosis::Window {
+                last: l,
+                first_chrono: f.first_chrono,
+                first_bytes: (f.first_bytes_acked, f.first_bytes_received),
+                span_ns: h.last_ts_ns.saturating_sub(f.first_ts_ns),
+            };
+            let verdict = crate::analysis::diagnosis::so_far(&window, rtt_us).map(|v| v.0);
             let b = Brief {
                 slot: f.counted.slot,
                 rtt_us,
@@ -259,24 +263,21 @@ impl super::Tracker {
                 Order::Retrans => u64::from(l.total_retrans),
                 Order::Age => u64::MAX - f.first_ts_ns,
             };
-            keyed.push((key, slot as u32));
-            by_slot.push(b);
+            keyed.push((key, slot as u32, (all.len() - 1) as u32));
         }
         let matched = keyed.len() + idle;
         // Largest first; ties by slot, so a page is stable between two requests.
-        let briefs: rustc_hash::FxHashMap<u32, Brief> =
-            keyed.iter().map(|k| k.1).zip(by_slot).collect();
-        let cmp = |a: &(u64, u32), b: &(u64, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let cmp = |a: &(u64, u32, u32), b: &(u64, u32, u32)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
         let end = offset.saturating_add(limit).min(keyed.len());
         if end < keyed.len() && end > 0 {
             keyed.select_nth_unstable_by(end - 1, cmp);
         }
         keyed.truncate(end);
         keyed.sort_unstable_by(cmp);
-        let rows: Vec<u32> = keyed.iter().skip(offset).map(|k| k.1).collect();
-        let page: Vec<Flow> = rows.iter().map(|&slot| self.view_slot(slot as usize, keep)).collect();
+        let rows = &keyed[offset.min(keyed.len())..];
+        let page: Vec<Flow> = rows.iter().map(|k| self.view_slot(k.1 as usize, keep)).collect();
         let netns = page.iter().map(|f| self.netns_of(f.key.cookie)).collect();
-        let briefs = rows.iter().filter_map(|s| briefs.get(s).copied()).collect();
+        let briefs = rows.iter().map(|k| all[k.2 as usize]).collect();
         Overview { page, netns, briefs, all, matched, idle, now_ns }
     }
 

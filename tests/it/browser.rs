@@ -93,20 +93,29 @@ fn screenshot(browser: &str, url: &str, name: &str, size: &str) -> PathBuf {
     path
 }
 
-/// The points of the polylines of `series` inside the element with id `id`.
-fn chart_points(dom: &str, id: &str, series: &str) -> usize {
+/// The chart with id `id` in `dom`.
+fn chart<'a>(dom: &'a str, id: &str) -> &'a str {
     let start = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id}"));
     let end = start + dom[start..].find("</svg>").unwrap();
-    let tag = format!("data-series=\"{series}\"");
-    dom[start..end]
-        .split("<polyline")
+    &dom[start..end]
+}
+
+/// The samples the polylines of `series` draw in the chart with id `id` (their `data-n`:
+/// the steps between samples add corners to `points`).
+fn chart_points(dom: &str, id: &str, series: &str) -> usize {
+    let tag = format!("data-series=\"{series}\" data-n=\"");
+    chart(dom, id)
+        .split(&tag)
         .skip(1)
-        .filter(|p| p.contains(&tag))
-        .map(|p| {
-            let pts = p.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
-            pts.split_whitespace().count()
-        })
+        .map(|p| p.split('"').next().unwrap().parse::<usize>().unwrap())
         .sum()
+}
+
+/// The polylines of `series` in the chart with id `id`: one per unbroken run.
+fn lines(dom: &str, id: &str, series: &str) -> usize {
+    chart(dom, id)
+        .matches(&format!("<polyline class=\"s-{series}\" data-series=\"{series}\""))
+        .count()
 }
 
 #[test]
@@ -142,7 +151,8 @@ fn host_view_flow_page_and_report_in_chromium() {
     assert_eq!(flows.len(), 6, "both ends of three connections");
     let base = format!("http://{addr}");
 
-    // `/`: one row per active flow, each with its three sparklines.
+    // `/`: one row per active flow, each with its verdict so far, its throughput and its
+    // three sparklines.
     let host = dom(browser, &format!("{base}/"), 3000);
     let rows: Vec<&str> = host.split("<tr class=\"flow\"").skip(1).collect();
     assert_eq!(rows.len(), 6, "{host}");
@@ -150,7 +160,10 @@ fn host_view_flow_page_and_report_in_chromium() {
         let r = &r[..r.find("</tr>").unwrap()];
         assert_eq!(r.matches("<svg class=\"spark\"").count(), 3, "{r}");
         assert!(r.contains("<polyline"), "a sparkline with a line: {r}");
+        assert!(r.contains("data-verdict=\"") && r.contains("class=\"key v-"), "{r}");
+        assert!(r.contains("<td class=\"rate\">"), "{r}");
     }
+    assert!(host.contains("<form class=\"filters\""), "the filters");
     for f in &flows {
         assert!(host.contains(&format!("data-cookie=\"{}\"", f["Cookie"])), "{}", f["Cookie"]);
     }
@@ -203,13 +216,220 @@ fn host_view_flow_page_and_report_in_chromium() {
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "self-contained");
     let url = format!("file://{}", report.display());
     let rdom = dom(browser, &url, 500);
-    for r in &records {
-        assert!(
-            rdom.contains(&format!("id=\"flow-{}-{}\"", r["Cookie"], r["Seq"])),
-            "{}",
-            r["Cookie"]
-        );
-    }
+    // Every flow is counted in the distributions and the verdict table; the listed ones
+    // (limited by something other than the application) have a section each.
+    assert!(rdom.contains(&format!("{} records from", records.len())), "{rdom}");
+    let listed = rdom.split("id=\"slowest\"").nth(1).unwrap().split("</table>").next().unwrap();
+    let n = listed.matches("<tr>").count() - 1;
+    assert_eq!(rdom.matches("<section class=\"flow\"").count(), n);
     assert!(rdom.contains("id=\"cdf-throughput\"") && rdom.contains("id=\"cdf-rtt\""));
     screenshot(browser, &url, "report.png", "1200,1400");
+}
+
+/// A rate as the pages write it ("12.5 Mbit/s"), in bits per second.
+fn rate_of(text: &str) -> f64 {
+    let (v, unit) = text.trim().split_once(' ').unwrap_or_else(|| panic!("{text:?}"));
+    let mul = match unit {
+        "bit/s" => 1.0,
+        "kbit/s" => 1e3,
+        "Mbit/s" => 1e6,
+        "Gbit/s" => 1e9,
+        _ => panic!("unit of {text:?}"),
+    };
+    v.parse::<f64>().unwrap() * mul
+}
+
+/// Raises this process's open-file limit to `n` (or its hard limit).
+fn allow_files(n: u64) -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = n.min(r.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+    r.rlim_cur
+}
+
+#[test]
+fn a_receiver_limited_download_is_drawn_continuous() {
+    use std::io::{Read, Write};
+    let Some(browser) = chromium() else { return };
+    let (l, a) = listener();
+    let m = monitor(&[
+        "-run-interval",
+        "50ms",
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    // The server sends all it can; the client reads 16 KB every 50 ms through a small
+    // buffer: the sender waits on the window most of the time, and its counters stand
+    // still between many polls (deduped samples).
+    let client = std::net::TcpStream::connect(a).unwrap();
+    let (mut server, _) = l.accept().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let sender = std::thread::spawn(move || {
+        let chunk = vec![7u8; 64 * 1024];
+        server.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = server.write(&chunk);
+        }
+    });
+    let mut c = client;
+    let mut buf = vec![0u8; 16 * 1024];
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let _ = c.read(&mut buf).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let flows: Vec<Value> = serde_json::from_str(body(&http_get(&addr, "/flows"))).unwrap();
+    let sending = flows.iter().find(|f| f["ID"]["SrcPort"] == a.port()).expect("the sender");
+    let cookie = sending["Cookie"].as_u64().unwrap();
+    let url = format!("http://{addr}/flow/{cookie}");
+    let page = dom(browser, &url, 500);
+    let rec = page.split("<pre id=\"record\">").nth(1).unwrap();
+    let rec = rec.replace("&quot;", "\"");
+    let deduped: u64 = rec
+        .split("\"SamplesDeduped\": ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(deduped > 10, "the counters stood still between polls: {deduped} deduped");
+    // Every sampled series is one unbroken line of held values: no fragments, no lone dots,
+    // no pause (the monitor sampled it every tick).
+    for (id, series) in [("chart-rtt", "rtt"), ("chart-cwnd", "cwnd"), ("chart-retrans", "retrans")]
+    {
+        assert_eq!(lines(&page, id, series), 1, "{id}: {}", chart(&page, id));
+        assert!(!chart(&page, id).contains("data-dot"), "{id}");
+        assert!(!chart(&page, id).contains("data-pause"), "{id}");
+    }
+    screenshot(browser, &url, "receiver-limited.png", "1000,1500");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(c);
+    sender.join().unwrap();
+}
+
+#[test]
+fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
+    let Some(browser) = chromium() else { return };
+    let idle_pairs = if allow_files(20_000) >= 4_000 { 1_500 } else { 400 };
+    let (l, a) = listener();
+    let m = monitor(&[
+        "-run-interval",
+        "100ms",
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    let mut idle: Vec<Pair> = (0..idle_pairs).map(|_| Pair::connect(&l, a).unwrap()).collect();
+    for p in &mut idle {
+        p.exchange(100).unwrap();
+    }
+    // Three busy pairs at fixed paces (each tick 400, 100 and 25 KB each way) for 7 s:
+    // the idle ones have not moved for more than 5 s by then.
+    let mut busy: Vec<Pair> = (0..3).map(|_| Pair::connect(&l, a).unwrap()).collect();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(7) {
+        for (i, p) in busy.iter_mut().enumerate() {
+            p.exchange(400_000 >> (2 * i)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let url = format!("http://{addr}/");
+    let host = dom(browser, &url, 1500);
+    let rows: Vec<&str> =
+        host.split("<tr class=\"flow\"").skip(1).map(|r| &r[..r.find("</tr>").unwrap()]).collect();
+    assert_eq!(rows.len(), 6, "the three busy pairs' two ends: {host}");
+    let rates: Vec<f64> = rows
+        .iter()
+        .map(|r| rate_of(r.split("<td class=\"rate\">").nth(1).unwrap().split('<').next().unwrap()))
+        .collect();
+    assert!(rates.windows(2).all(|w| w[0] >= w[1]), "busiest first: {rates:?}");
+    // Each tick the first pair moves 400 KB each way (and so 800 KB per end, acked plus
+    // received, over 100 ms and a little more): tens of Mbit/s, the third a sixteenth.
+    assert!(rates[0] > 10e6 && rates[0] < 200e6, "{rates:?}");
+    assert!(rates[0] > 5.0 * rates[5], "{rates:?}");
+    let n: usize = host
+        .split("id=\"idle-flows\">")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 2 * idle_pairs - 10 && n <= 2 * idle_pairs, "{n} idle of {}", 2 * idle_pairs);
+    // Filtered by a verdict nothing has: no rows, and the filter is kept.
+    let none = dom(browser, &format!("{url}?verdict=send-buffer"), 500);
+    assert!(
+        none.contains("No active flows here.")
+            && none.contains("<option selected=\"\">send-buffer</option>"),
+        "{none}"
+    );
+    screenshot(browser, &url, "busy-host.png", "1500,1200");
+    drop(busy);
+    drop(idle);
+}
+
+#[test]
+fn a_report_of_a_hundred_thousand_records_is_small_and_opens() {
+    use std::io::Write;
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let recs = dir.path().join("records.ndjson");
+    let samples = dir.path().join("samples.ndjson");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&recs).unwrap());
+    let verdicts = ["receiver-window", "send-buffer", "network", "application", "unknown"];
+    for i in 0..100_000u64 {
+        let v = verdicts[(i % 5) as usize];
+        let r = serde_json::json!({
+            "ID": {"SrcIP": "10.0.0.1", "SrcPort": 443, "DstIP": "10.0.0.2", "DstPort": 32_768 + i % 28_000},
+            "Cookie": i, "Seq": 0, "Service": format!("svc{}", i % 40),
+            "StartTime": "2026-11-26T10:00:00Z", "EndTime": "2026-11-26T11:00:00Z",
+            "SendThroughputMbps": 0.02 * (1 + i % 100_000) as f64, "BytesAcked": 2_000_000 + i,
+            "RTTSummary": [0, 0, 0, 0.05 * (1 + i % 2_000) as f64, 0, 0, 0],
+            "Diagnosis": {"Verdict": v, "Finding": format!("{v}: a finding as long as real ones are, with its numbers {i}")},
+        });
+        writeln!(f, "{r}").unwrap();
+    }
+    f.flush().unwrap();
+    // Samples for the slowest limited flows (the lowest cookies): an hour each at 1 s.
+    let mut s = std::io::BufWriter::new(std::fs::File::create(&samples).unwrap());
+    for cookie in 0..40u64 {
+        for k in 0..3600u64 {
+            let line = serde_json::json!({"Cookie": cookie, "UnixNs": 1_795_478_400_000_000_000u64 + k * 1_000_000_000,
+                "RTTms": 10.0 + (k % 60) as f64, "CwndBytes": 14_480 * (1 + k % 30)});
+            writeln!(s, "{line}").unwrap();
+        }
+    }
+    s.flush().unwrap();
+    let report = dir.path().join("report.html");
+    let out = Command::new(BIN)
+        .args(["report", recs.to_str().unwrap(), "--samples", samples.to_str().unwrap(), "-o"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("100000 records; 20 flows listed, 20 of them with samples"), "{err}");
+    let size = std::fs::metadata(&report).unwrap().len();
+    assert!(size < 10 << 20, "{size} bytes");
+    let url = format!("file://{}", report.display());
+    let rdom = dom(browser, &url, 500);
+    assert_eq!(rdom.matches("<section class=\"flow\"").count(), 20);
+    assert_eq!(rdom.matches("<svg class=\"chart\"").count(), 2 + 20 * 5);
+    // Ephemeral ports grouped: one row per service, not one per port.
+    let table = rdom.split("id=\"verdicts\"").nth(1).unwrap().split("</table>").next().unwrap();
+    assert_eq!(table.matches("<tr>").count(), 1 + 40, "a header and 40 services");
+    screenshot(browser, &url, "report-100k.png", "1300,1600");
 }

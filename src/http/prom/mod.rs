@@ -310,8 +310,11 @@ mod tests {
 
     #[test]
     fn services_beyond_top_k_share_other_and_labels_stay_put() {
-        let accounts =
-            Arc::new(Mutex::new(vec![account(11, 0, 100), account(12, 0, 200), account(13, 0, 300)]));
+        let accounts = Arc::new(Mutex::new(vec![
+            account(11, 0, 100),
+            account(12, 0, 200),
+            account(13, 0, 300),
+        ]));
         let ex = Arc::new(Exporter::new(
             Arc::default(),
             accounts.clone(),

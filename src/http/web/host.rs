@@ -171,14 +171,16 @@ pub fn host_page(h: &Host) -> String {
 /// works without the script.
 fn filter_form(b: &mut String, h: &Host) {
     let f = &h.filters;
-    let select = |b: &mut String, name: &str, label: &str, opts: &[String], cur: &Option<String>| {
-        let _ = write!(b, "<label>{label} <select name=\"{name}\"><option value=\"\">all</option>");
-        for o in opts {
-            let sel = if cur.as_deref() == Some(o.as_str()) { " selected" } else { "" };
-            let _ = write!(b, "<option{sel}>{}</option>", esc(o));
-        }
-        b.push_str("</select></label> ");
-    };
+    let select =
+        |b: &mut String, name: &str, label: &str, opts: &[String], cur: &Option<String>| {
+            let _ =
+                write!(b, "<label>{label} <select name=\"{name}\"><option value=\"\">all</option>");
+            for o in opts {
+                let sel = if cur.as_deref() == Some(o.as_str()) { " selected" } else { "" };
+                let _ = write!(b, "<option{sel}>{}</option>", esc(o));
+            }
+            b.push_str("</select></label> ");
+        };
     b.push_str("<form class=\"filters\" method=\"get\" action=\"/\">");
     let _ = write!(b, "<input type=\"hidden\" name=\"order\" value=\"{}\">", h.order.name());
     if let Some(n) = &f.netns {
@@ -309,11 +311,11 @@ fn ms_opt(v: Option<f64>) -> String {
 
 /// The host page's services, each with its verdicts' shares.
 fn services(b: &mut String, h: &Host) {
-    let _ = write!(
+    let _ = writeln!(
         b,
         "<section><h2>Services</h2><table id=\"services\" class=\"num\"><thead><tr><th>service</th><th>port</th>\
          <th>flows</th><th>traffic (acked + received, averaged over ~{SERVICE_RATE_TAU_S:.0} s)</th><th>RTT median (ms)</th><th>RTT p98 (ms)</th>\
-         <th>limited by, so far (share of flows)</th></tr></thead><tbody>\n",
+         <th>limited by, so far (share of flows)</th></tr></thead><tbody>",
     );
     for s in &h.services {
         let port = if s.port == 0 { "–".to_string() } else { s.port.to_string() };
@@ -369,7 +371,9 @@ fn verdict_bar(v: &[usize; 5]) -> String {
 /// Whether an ended flow was limited by something other than its application (a window,
 /// a buffer or the network): worth a row of its own.
 fn limited(e: &Ended) -> bool {
-    e.verdict.as_ref().is_some_and(|(v, _)| matches!(*v, "receiver-window" | "send-buffer" | "network"))
+    e.verdict
+        .as_ref()
+        .is_some_and(|(v, _)| matches!(*v, "receiver-window" | "send-buffer" | "network"))
 }
 
 /// A group of trivial ended flows: the same program (or service) in the same role, to
@@ -396,7 +400,8 @@ fn groups(list: &[Arc<Ended>]) -> Vec<Group<'_>> {
             Some(port) => format!("served by <b>{}</b> on :{port}", esc(&who)),
             None => {
                 let to = crate::record::endpoint_text(&r.id.dst_ip, r.id.dst_port);
-                let name = r.dest_service.as_deref().map(|d| format!(" ({})", esc(d))).unwrap_or_default();
+                let name =
+                    r.dest_service.as_deref().map(|d| format!(" ({})", esc(d))).unwrap_or_default();
                 format!("from <b>{}</b> to {}{name}", esc(&who), esc(&to))
             }
         };
@@ -406,7 +411,7 @@ fn groups(list: &[Arc<Ended>]) -> Vec<Group<'_>> {
         });
         out[i].flows.push(e);
     }
-    out.sort_by(|a, b| b.flows.len().cmp(&a.flows.len()));
+    out.sort_by_key(|g| std::cmp::Reverse(g.flows.len()));
     out
 }
 
@@ -463,8 +468,12 @@ fn recently_ended(b: &mut String, h: &Host) {
                 v.sort_by(f64::total_cmp);
                 v[v.len() / 2]
             };
-            let bytes =
-                median(g.flows.iter().map(|e| (e.record.bytes_acked + e.record.bytes_received) as f64).collect());
+            let bytes = median(
+                g.flows
+                    .iter()
+                    .map(|e| (e.record.bytes_acked + e.record.bytes_received) as f64)
+                    .collect(),
+            );
             let dur = median(g.flows.iter().map(|e| e.duration_ns as f64 / 1e9).collect());
             let newest = g.flows[0];
             let n = g.flows.len();

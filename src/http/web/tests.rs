@@ -66,7 +66,9 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     assert!(p.contains("No flow has ended yet."));
     // Throughput in SI units, the verdict so far with its number and colour.
     assert!(p.contains("<td class=\"rate\">12.5 Mbit/s</td>"), "{p}");
-    assert!(p.contains("class=\"key v-receiver-window\"></span>receiver-window <small>(small-buffer)</small>"));
+    assert!(p.contains(
+        "class=\"key v-receiver-window\"></span>receiver-window <small>(small-buffer)</small>"
+    ));
     assert!(p.contains("window 39.0 KB → 6.2 Mbit/s cap"));
     assert!(p.contains("<b>nginx</b>"), "the program");
     // A page limited to one namespace says so and keeps it in every link.
@@ -78,7 +80,11 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     let empty = host_page(&host(0, 0, 0));
     assert!(empty.contains("No active flows here.") && !empty.contains("rel=\"next\""));
     // Filters are kept in the links, idle flows are counted with a link to show them.
-    let f = Filters { service: Some("web".into()), verdict: Some("network".into()), ..Filters::default() };
+    let f = Filters {
+        service: Some("web".into()),
+        verdict: Some("network".into()),
+        ..Filters::default()
+    };
     let p = host_page(&Host { filters: f, idle: 7, total: 257, ..host(3, 250, 100) });
     assert!(p.contains("&amp;service=web&amp;verdict=network"), "{p}");
     assert!(p.contains("7 idle flows (nothing changed for 5 s or more) not listed"));

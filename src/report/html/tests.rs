@@ -82,7 +82,11 @@ fn distributions_use_log_axes_that_cover_the_decades() {
     let c = cdf("c", "t", "send throughput", Unit::Mbps, vec![0.0, 20.0, 20.5, 15_000.0]);
     assert_eq!((c.x.min, c.x.max), (1.0, 5.0), "10 Mbit/s to 100 Gbit/s, in decades");
     let labels: Vec<&str> = c.x.ticks.iter().map(|t| t.1.as_str()).collect();
-    assert_eq!(labels, ["10.0 Mbit/s", "100.0 Mbit/s", "1.0 Gbit/s", "10.0 Gbit/s", "100.0 Gbit/s"]);
+    assert_eq!(labels, ["10 Mbit/s", "100 Mbit/s", "1 Gbit/s", "10 Gbit/s", "100 Gbit/s"]);
+    // Eleven decades (1 bit/s to 100 Gbit/s): every second one is labelled.
+    let wide = cdf("w", "t", "send throughput", Unit::Mbps, vec![1e-6, 5e4]);
+    assert!(wide.x.ticks.len() <= 7, "{:?}", wide.x.ticks);
+    assert_eq!(wide.x.ticks[0].1, "1 bit/s");
     assert!(c.desc.contains("1 flows at 0 are left out"), "{}", c.desc);
     // The 20 Mbit/s flows are half the distribution and sit a decade from the 15 Gbit/s one.
     let pts = &c.series[0].runs[0];
@@ -108,7 +112,12 @@ fn a_hundred_thousand_records_make_a_small_report() {
         .collect();
     let samples: BTreeMap<u64, Vec<Point>> =
         slowest(&recs, 20, 1 << 20).iter().map(|r| (r.cookie, pts.clone())).collect();
-    let src = Sources { slowest: 20, min_bytes: 1 << 20, samples: Some("s".into()), ..Sources::default() };
+    let src = Sources {
+        slowest: 20,
+        min_bytes: 1 << 20,
+        samples: Some("s".into()),
+        ..Sources::default()
+    };
     let html = report_html(&recs, &samples, &src);
     assert!(html.len() < 10 << 20, "{} bytes", html.len());
     assert_eq!(html.matches("<section class=\"flow\"").count(), 20);
