@@ -184,7 +184,15 @@ fn main() {
     }
     let ord = cgmon_rs::tracker::views::Order::Rate;
     g.bench_function("overview_20k", |bch| {
-        bch.iter(|| black_box(t.overview(ord, 0, web::DEFAULT_ROWS, web::SPARK_SAMPLES, &Default::default())))
+        bch.iter(|| {
+            black_box(t.overview(
+                ord,
+                0,
+                web::DEFAULT_ROWS,
+                web::SPARK_SAMPLES,
+                &Default::default(),
+            ))
+        })
     });
     let cookie = t.flows().next().unwrap().key.cookie;
     g.bench_function("one_flow_of_20k", |bch| {

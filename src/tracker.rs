@@ -36,7 +36,7 @@ pub use flow::{CcName, Close, EndReason, EndedFlow, Flow, Last, RECENT_TAU_S, Sa
 use pool::STAGED;
 use pool::StagePool;
 pub use pool::StageRef;
-use prefetch::prefetch_line;
+use prefetch::{prefetch_ahead, prefetch_flow};
 
 use crate::wire::inet_diag::SocketTarget;
 use crate::wire::sock::Sample;
@@ -89,12 +89,9 @@ pub struct TrackerConfig {
     pub tiers: bool,
     /// How long a flow stays hot after its samples last moved, ns.
     pub hot_linger_ns: u64,
-    /// A time without any sample of a flow longer than this is a pause: the next retained
-    /// sample says so ([`crate::record::Retained::after_pause`]), and charts break their
-    /// lines there instead of holding the last value. The default is one and a half times
-    /// the longest the poller leaves a flow unsampled ([`crate::poll::pace::MAX_FULL_INTERVAL`]):
-    /// shorter waits are the tiers' plan (a still flow is sampled by full dumps only), and
-    /// the deduped samples in them show that nothing changed.
+    /// No sample of a flow for longer than this is a pause: the next retained sample says
+    /// so ([`crate::record::Retained::after_pause`]; docs/web.md, "Charts"). Default: 1.5 ×
+    /// the longest a still flow waits for a full dump (`poll::pace::MAX_FULL_INTERVAL`).
     pub pause_ns: u64,
 }
 
@@ -191,8 +188,7 @@ struct FlowHead {
     options: u8,
     /// Its last sample was not deduped: it will likely change again (see `prefetch_ahead`).
     changed: bool,
-    /// A pause ([`TrackerConfig::pause_ns`]) came since its last retained sample: the next
-    /// one carries the flag. (Fills a byte of padding.)
+    /// A pause ([`TrackerConfig::pause_ns`]) since its last retained sample (padding).
     paused: bool,
     /// It is in the hot set (`tiers`).
     tiered: bool,
@@ -615,56 +611,6 @@ impl Tracker {
             unresolved: None,
             owner: None,
         }
-    }
-}
-
-/// Asks the CPU to fetch, ahead of need, the memory the changed path touches: the flow at
-/// `slot + 2 × PREFETCH_AHEAD` (the lines a changed sample writes: account, latest values,
-/// stage reference), and the lines of the stage pool that the flow at
-/// `slot + PREFETCH_AHEAD` (fetched `PREFETCH_AHEAD` sockets ago) stages its next sample in,
-/// with, when that sample fills the stage, the end of the flow's list of blocks.
-/// Flows are kept in walk order, so those are likely the sockets due then. Without this,
-/// each changed socket waited on cache misses in a row (the flow, then where its sample
-/// goes), most of its cost.
-///
-/// Only for flows whose last sample changed ([`FlowHead::changed`]): a flow that changed is
-/// likely to change again (a transfer goes on), and an idle one not. Every socket looks
-/// ahead, busy or not, so a host where a tenth of the flows are busy still gets the busy ones
-/// fetched (looking ahead only from the changed path, as before, missed almost every busy
-/// flow when few were busy); but only in dumps after one where enough samples changed
-/// ([`LOOKAHEAD_SHARE`]), so a host of idle flows pays nothing.
-#[inline]
-fn prefetch_ahead(slab: &[Flow], hot: &[FlowHead], stages: &StagePool, slot: usize) {
-    let changed = |i: usize| hot.get(i).is_some_and(|h| h.changed);
-    if changed(slot + 2 * PREFETCH_AHEAD) {
-        prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
-    }
-    if let Some(f) = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD)) {
-        // Where its next sample goes (anywhere for a flow with no stage yet). A sample is 48
-        // bytes: it may span two lines.
-        let at = stages.slots.addr(f.stage.idx);
-        let at = at.wrapping_add(usize::from(f.stage.staged) * size_of::<Retained>());
-        prefetch_line(at);
-        prefetch_line(at.wrapping_add(size_of::<Retained>() - 1));
-        // A sample that fills the stage also writes the number of the block it moves to
-        // into the flow's list of blocks, a heap allocation of its own, cold by then
-        // (`cargo bench --bench tracker`; benches/RESULTS.md, D3). Fetching the stage's
-        // older lines too, to be copied with it, gained nothing more.
-        if usize::from(f.stage.staged) == STAGED - 1
-            && let Some(room) = f.stage.room.as_deref()
-        {
-            prefetch_line(room.as_ptr().wrapping_add(f.stage.full_len as usize).cast::<i8>());
-        }
-    }
-}
-
-/// Asks the CPU to fetch the lines of the flow at `slot` that a changed sample writes
-/// (see [`Flow`]'s layout); `slot` may be past the end.
-#[inline]
-fn prefetch_flow(slab: &[Flow], slot: usize) {
-    let at = slab.as_ptr().wrapping_add(slot).cast::<i8>();
-    for line in (0..std::mem::offset_of!(Flow, samples)).step_by(64) {
-        prefetch_line(at.wrapping_add(line));
     }
 }
 

@@ -86,6 +86,23 @@ fn chart(
     }
 }
 
+/// The charts' time frame in words: how many samples, from when to when, and the pauses.
+fn frame_text(points: &[Point], pauses: usize) -> String {
+    match (points.first(), points.last()) {
+        (Some(a), Some(b)) => format!(
+            "{} samples from {} to {}{}",
+            points.len(),
+            clock_text(a.unix_s, false),
+            clock_text(b.unix_s, false),
+            match pauses {
+                0 => String::new(),
+                n => format!(", with {n} pause{} in sampling", if n == 1 { "" } else { "s" }),
+            }
+        ),
+        _ => "no samples".to_string(),
+    }
+}
+
 /// The flow's charts, ids prefixed by `prefix`: RTT with `min_rtt_ms` marked, cwnd with
 /// ssthresh, pacing and delivery rate, cumulative retransmits and the time shares. Each
 /// sampled value is drawn held until the next point (the tracker keeps a sample only when
@@ -103,19 +120,7 @@ pub fn charts(
     let last = times.last().copied().unwrap_or(0.0);
     let span = end.map_or(last, |e| (e - start).max(last));
     let gaps = pauses(times.iter().zip(points).map(|(&t, p)| (t, p.after_pause)));
-    let when = match (points.first(), points.last()) {
-        (Some(a), Some(b)) => format!(
-            "{} samples from {} to {}{}",
-            points.len(),
-            clock_text(a.unix_s, false),
-            clock_text(b.unix_s, false),
-            match gaps.len() {
-                0 => String::new(),
-                n => format!(", with {n} pause{} in sampling", if n == 1 { "" } else { "s" }),
-            }
-        ),
-        _ => "no samples".to_string(),
-    };
+    let when = frame_text(points, gaps.len());
     let series = |name, key, f: &dyn Fn(&Point) -> Option<f64>, dashed, step: bool| {
         let (runs, holds) =
             runs(points.iter().zip(&times).map(|(p, &t)| (t, f(p), p.after_pause)), span);

@@ -204,28 +204,7 @@ pub(super) async fn host(
             row(f, b, a, nm.of(f.counted.slot).0, netns, c.analysis.realtime_offset_ns)
         })
         .collect();
-    // Per service: the active flows' current RTTs and verdicts so far, and the accounts'
-    // rates; and what the filter menus offer.
-    let mut groups = Groups::default();
-    let (mut dests, mut names_seen) =
-        (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
-    for b in &ov.all {
-        let g = group(&mut groups, &mut nm, b.slot);
-        g.0.flows += 1;
-        if b.rtt_us > 0 {
-            g.1.push(f64::from(b.rtt_us) / 1000.0);
-        }
-        g.0.verdicts[usize::from(b.verdict).min(4)] += 1;
-        names_seen.insert(g.0.name.clone());
-        if let Some(d) = accounts.get(b.slot as usize).and_then(|a| a.dest_service.clone()) {
-            dests.insert(d.to_string());
-        }
-    }
-    for (slot, a) in accounts.iter().enumerate() {
-        if a.bytes_per_s > 0.0 {
-            group(&mut groups, &mut nm, slot as u32).0.bytes_per_s += a.bytes_per_s;
-        }
-    }
+    let (services_table, choices) = services_of(&ov.all, &accounts, &mut nm);
     drop(services);
     let h = Host {
         rows,
@@ -236,13 +215,43 @@ pub(super) async fn host(
         offset,
         limit,
         filters,
-        choices: (names_seen.into_iter().collect(), dests.into_iter().collect()),
-        services: service_rows(groups),
+        choices,
+        services: services_table,
         ended: c.recent.enabled().then(|| c.recent.list()),
         netns: names.is_some(),
         health: super::status::status_section(&c.metrics, names.as_deref()),
     };
     Html(web::host_page(&h)).into_response()
+}
+
+/// Per service: the active flows' current RTTs and verdicts so far, and the accounts'
+/// rates; and what the filter menus offer (the services and destinations seen).
+fn services_of(
+    all: &[Brief],
+    accounts: &[Account],
+    nm: &mut Names<'_>,
+) -> (Vec<ServiceRow>, (Vec<String>, Vec<String>)) {
+    let mut groups = Groups::default();
+    let (mut dests, mut seen) =
+        (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    for b in all {
+        let g = group(&mut groups, nm, b.slot);
+        g.0.flows += 1;
+        if b.rtt_us > 0 {
+            g.1.push(f64::from(b.rtt_us) / 1000.0);
+        }
+        g.0.verdicts[usize::from(b.verdict).min(4)] += 1;
+        seen.insert(g.0.name.clone());
+        if let Some(d) = accounts.get(b.slot as usize).and_then(|a| a.dest_service.clone()) {
+            dests.insert(d.to_string());
+        }
+    }
+    for (slot, a) in accounts.iter().enumerate() {
+        if a.bytes_per_s > 0.0 {
+            group(&mut groups, nm, slot as u32).0.bytes_per_s += a.bytes_per_s;
+        }
+    }
+    (service_rows(groups), (seen.into_iter().collect(), dests.into_iter().collect()))
 }
 
 /// `?order=`: by throughput when not given.

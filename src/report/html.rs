@@ -266,14 +266,18 @@ fn verdicts_per_service(b: &mut String, records: &[Rec]) {
 fn slowest_flows(b: &mut String, records: &[Rec], listed: &[&Rec], src: &Sources) {
     let candidates =
         records.iter().filter(|r| r.limited() && r.bytes_acked >= src.min_bytes).count();
+    let which = if listed.len() == candidates {
+        format!("All {candidates} flow{}", if candidates == 1 { "" } else { "s" })
+    } else {
+        format!("The {} slowest of the {candidates} flows", listed.len())
+    };
     let _ = write!(
         b,
-        "<h2>The slowest flows</h2><p>The {} slowest of the {candidates} flows that sent at least {} \
-         and were limited by a window, a buffer or the network (flows their application held \
-         are not slow for the network's sake); <code>--slowest</code> and \
+        "<h2>The slowest flows</h2><p>{which} that sent at least {} \
+         and were limited by a window, a buffer or the network, slowest first (flows their \
+         application held are not slow for the network's sake); <code>--slowest</code> and \
          <code>--min-bytes</code> change it.</p>\
          <table id=\"slowest\"><thead><tr><th>flow</th><th>program</th><th>sent</th><th>throughput</th><th>median RTT</th><th>limited by</th><th>finding</th></tr></thead><tbody>",
-        listed.len(),
         si_bytes(src.min_bytes)
     );
     for r in listed {

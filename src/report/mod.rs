@@ -314,3 +314,25 @@ pub fn report_main(args: Vec<String>) -> ExitCode {
 
 mod html;
 pub use html::{Rec, Sources, cdf, report_html, slowest};
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    #[test]
+    fn a_gzip_file_still_being_written_is_read_to_its_last_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live.json.gz");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for i in 0..3 {
+            writeln!(gz, "{{\"Cookie\": {i}}}").unwrap();
+        }
+        gz.flush().unwrap(); // the writer's flush: a sync point, the member not finished
+        write!(gz, "{{\"Cookie\": 3, \"Sam").unwrap(); // a line the next flush would end
+        std::fs::write(&path, gz.get_ref()).unwrap();
+        let mut cookies = Vec::new();
+        let n = super::read_lines(&path, false, |v| cookies.push(v["Cookie"].as_u64().unwrap()));
+        assert_eq!(n.unwrap(), 3, "read to the last flush, not an error");
+        assert_eq!(cookies, vec![0, 1, 2]);
+    }
+}
