@@ -191,6 +191,7 @@ fn main() {
                 web::DEFAULT_ROWS,
                 web::SPARK_SAMPLES,
                 &Default::default(),
+                cgmon_rs::analysis::diagnosis::so_far_index,
             ))
         })
     });

@@ -113,7 +113,7 @@ impl Default for TrackerConfig {
             max_samples: 0,
             tiers: false,
             hot_linger_ns: 1_000_000_000,
-            pause_ns: crate::poll::pace::MAX_FULL_INTERVAL.as_nanos() as u64 * 3 / 2,
+            pause_ns: 15_000_000_000, // 1.5 × the poller's longest full-dump interval, 10 s
         }
     }
 }

@@ -23,7 +23,7 @@
 //! than network limited.
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
-use crate::tracker::{EndedFlow, Flow, Last};
+use crate::tracker::{EndedFlow, Last};
 use crate::units::si_rate_mbps;
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
@@ -545,31 +545,12 @@ pub fn so_far_number(f: &Window<'_>, srtt_us: u32, verdict: &str, cause: Option<
     }
 }
 
-/// What [`so_far`] reads of an active flow: its latest counters and where its window
-/// began. Borrowed in place, so the host view judges thousands of flows without copying
-/// them.
-#[derive(Debug, Clone, Copy)]
-pub struct Window<'a> {
-    /// Its latest counters.
-    pub last: &'a Last,
-    /// busy, rwnd-limited and sndbuf-limited time at the window's first sample, ms.
-    pub first_chrono: [u32; 3],
-    /// bytes_acked and bytes_received at the window's first sample.
-    pub first_bytes: (u64, u64),
-    /// From the window's first sample to its latest (retained or not), ns.
-    pub span_ns: u64,
-}
+pub use crate::tracker::views::Window;
 
-impl<'a> Window<'a> {
-    /// The window of `f` (whose `last_ts_ns` is current).
-    pub fn of(f: &'a Flow) -> Self {
-        Window {
-            last: &f.last,
-            first_chrono: f.first_chrono,
-            first_bytes: (f.first_bytes_acked, f.first_bytes_received),
-            span_ns: f.span_ns(),
-        }
-    }
+/// [`so_far`]'s verdict as an index in [`VERDICTS`]: the host view's judge
+/// (`tracker::views::Judge`).
+pub fn so_far_index(w: &Window<'_>, srtt_us: u32) -> u8 {
+    verdict_index(so_far(w, srtt_us).map(|v| v.0)) as u8
 }
 
 /// [`Inputs`] from an active flow's counters: its window's send throughput, its current
@@ -640,6 +621,48 @@ mod tests {
     use crate::wire::build::SockBuilder;
 
     const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn the_verdict_so_far_follows_the_same_rules_from_the_counters_alone() {
+        // 10 s at a 50 ms minimum RTT with an 85 KB window, 16.5 MB sent (13.2 Mbit/s):
+        // the window's cap is 13.6 Mbit/s.
+        let so_far = |busy: u32, rwnd: u32, srtt_us: u32, retrans: u32| {
+            let last = super::Last {
+                busy_ms: busy,
+                rwnd_limited_ms: rwnd,
+                min_rtt_us: 50_000,
+                snd_wnd_max: 85_000,
+                snd_mss: 1448,
+                segs_out: 11_400,
+                total_retrans: retrans,
+                bytes_acked: 16_500_001,
+                ..super::Last::default()
+            };
+            let w = super::Window {
+                last: &last,
+                first_chrono: [0; 3],
+                first_bytes: (1, 0),
+                span_ns: 10 * S,
+            };
+            let v = super::so_far(&w, srtt_us).unwrap();
+            (v, super::so_far_number(&w, srtt_us, v.0, v.1), super::so_far_index(&w, srtt_us))
+        };
+        let (v, n, i) = so_far(9_800, 9_500, 50_000, 0);
+        assert_eq!((v, i), (("receiver-window", Some("small-buffer")), 0));
+        assert_eq!(n, "window 85.0 KB → 13.6 Mbit/s cap");
+        // Network time with the RTT at 1.5 × its minimum: queueing.
+        let (v, n, _) = so_far(10_000, 0, 75_000, 0);
+        assert_eq!(v, ("network", Some("queueing")));
+        assert_eq!(n, "RTT 75 ms over 50 ms min");
+        // With loss instead: 1 % of the segments.
+        let (v, n, _) = so_far(10_000, 0, 50_000, 114);
+        assert_eq!(v.0, "network");
+        assert_eq!(n, "1.00 % loss");
+        // Idle most of the time.
+        let (v, n, i) = so_far(1_000, 0, 50_000, 0);
+        assert_eq!((v.0, i), ("application", 3));
+        assert_eq!(n, "idle 90 % of the time");
+    }
 
     /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms, at its 50 ms
     /// minimum RTT (no queue) with an 85 KB window.

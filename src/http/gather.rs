@@ -182,6 +182,7 @@ pub(super) async fn host(
         limit,
         keep: web::SPARK_SAMPLES,
         filter,
+        judge: crate::analysis::diagnosis::so_far_index,
         tx,
     })
     .await

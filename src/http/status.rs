@@ -77,8 +77,7 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
             let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(&k), escape(&v));
         }
     }
-    let rss = crate::metrics::rss_bytes()
-        .map_or("unknown".into(), |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64));
+    let rss = crate::metrics::rss_bytes().map_or("unknown".into(), crate::units::si_bytes);
     let _ = writeln!(
         p,
         "<tr><th colspan=\"2\">process</th></tr>\n<tr><td>resident memory</td><td>{rss}</td></tr>"

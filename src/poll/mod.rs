@@ -108,8 +108,8 @@ fn answer(tracker: &Tracker, q: Query) {
             let f = tracker.view_one(cookie, keep);
             let _ = tx.send(f.map(|f| (f, tracker.netns_of(cookie))));
         }
-        Query::Overview { order, offset, limit, keep, filter, tx } => {
-            let _ = tx.send(tracker.overview(order, offset, limit, keep, &filter));
+        Query::Overview { order, offset, limit, keep, filter, judge, tx } => {
+            let _ = tx.send(tracker.overview(order, offset, limit, keep, &filter, judge));
         }
     }
 }

@@ -80,7 +80,7 @@ impl Retained {
     }
 
     /// Whether the monitor took no sample of the flow for longer than its pause before this
-    /// one ([`AFTER_PAUSE`]).
+    /// one (the high bit of the state byte).
     #[inline]
     pub fn after_pause(&self) -> bool {
         self.state_bits & AFTER_PAUSE != 0

@@ -943,8 +943,11 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     second.push(late);
     dump(&mut t, 2 * S, &second.iter().collect::<Vec<_>>(), true);
     let all = Filter::default();
+    // A judge by bytes (the real one, the diagnosis's, is tested with it): what sent is
+    // "application" (3), the rest "unknown" (4).
+    let judge: super::views::Judge = |w, _| if w.last.bytes_acked > 1 { 3 } else { 4 };
     let cookies = |t: &Tracker, o: Order, offset: usize, limit: usize, f: &Filter| -> Vec<u64> {
-        t.overview(o, offset, limit, 5, f).page.iter().map(|f| f.key.cookie).collect()
+        t.overview(o, offset, limit, 5, f, judge).page.iter().map(|f| f.key.cookie).collect()
     };
     // Busiest first by bytes per second; a flow that moved no byte last.
     assert_eq!(cookies(&t, Order::Rate, 0, 10, &all), vec![2, 3, 1, 4]);
@@ -953,7 +956,7 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     assert_eq!(cookies(&t, Order::Retrans, 0, 2, &all), vec![1, 3]);
     assert_eq!(cookies(&t, Order::Rtt, 0, 1, &all), vec![1]);
     assert_eq!(cookies(&t, Order::Age, 0, 10, &all)[3], 4, "the youngest last");
-    let ov = t.overview(Order::Rate, 0, 1, 5, &all);
+    let ov = t.overview(Order::Rate, 0, 1, 5, &all, judge);
     assert_eq!(ov.all.len(), 4, "every flow briefly, whatever the page");
     assert_eq!(ov.matched, 4);
     // The page's flows come with their samples and briefs; the rate is the second's
@@ -962,7 +965,9 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     let want = 900_000.0 * (1.0 - (-0.5f64).exp());
     assert!((f64::from(ov.briefs[0].bytes_per_s) - want).abs() < 1.0, "{:?}", ov.briefs[0]);
     assert_eq!(
-        t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }).all.len(),
+        t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }, judge)
+            .all
+            .len(),
         0
     );
     // By account slot (a service or destination) and by verdict so far.
@@ -976,15 +981,14 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
         let want = ov.all.iter().filter(|b| b.verdict == v).count();
         assert_eq!(cookies(&t, Order::Rate, 0, 10, &only).len(), want, "verdict {v}");
     }
-    // No busy time grew: the application held the three that sent; the one that sent
-    // nothing (under 64 KiB) cannot be judged.
+    // Each flow's brief carries its judge's verdict.
     let verdicts: Vec<u8> = ov.all.iter().map(|b| b.verdict).collect();
     assert_eq!(verdicts, vec![3, 3, 3, 4], "{:?}", ov.all);
     // Ten seconds on, only cookie 2 moved: the others are idle, counted and not listed.
     let mut third: Vec<SockBuilder> = spec.iter().map(|&x| sock(x, 1 + x.1)).collect();
     third[1] = sock(spec[1], 2 + spec[1].1);
     dump(&mut t, 12 * S, &third.iter().collect::<Vec<_>>(), true);
-    let ov = t.overview(Order::Rate, 0, 10, 5, &all);
+    let ov = t.overview(Order::Rate, 0, 10, 5, &all, judge);
     assert_eq!(ov.page.iter().map(|f| f.key.cookie).collect::<Vec<_>>(), vec![2]);
     assert_eq!((ov.idle, ov.matched), (2, 3));
     assert!(ov.all.iter().filter(|b| b.idle).count() == 2);

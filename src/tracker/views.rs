@@ -75,12 +75,43 @@ pub struct Brief {
     pub rtt_us: u32,
     /// Its recent throughput, bytes/s (0 when idle).
     pub bytes_per_s: f32,
-    /// What limited it so far ([`crate::analysis::diagnosis::so_far`]), as an index in
-    /// [`crate::analysis::diagnosis::VERDICTS`].
+    /// What limited it so far (the query's [`Judge`]): an index in the diagnosis's
+    /// verdicts.
     pub verdict: u8,
     /// Idle ([`IDLE_NS`]).
     pub idle: bool,
 }
+
+/// What the host view's judge reads of an active flow: its latest counters and where its
+/// window began. Borrowed in place, so thousands of flows are judged without a copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Window<'a> {
+    /// Its latest counters.
+    pub last: &'a super::Last,
+    /// busy, rwnd-limited and sndbuf-limited time at the window's first sample, ms.
+    pub first_chrono: [u32; 3],
+    /// bytes_acked and bytes_received at the window's first sample.
+    pub first_bytes: (u64, u64),
+    /// From the window's first sample to its latest (retained or not), ns.
+    pub span_ns: u64,
+}
+
+impl<'a> Window<'a> {
+    /// The window of `f` (whose `last_ts_ns` is current).
+    pub fn of(f: &'a Flow) -> Self {
+        Window {
+            last: &f.last,
+            first_chrono: f.first_chrono,
+            first_bytes: (f.first_bytes_acked, f.first_bytes_received),
+            span_ns: f.span_ns(),
+        }
+    }
+}
+
+/// What limited a flow so far, as an index in the diagnosis's verdicts, from its window and
+/// current smoothed RTT (µs). The HTTP server passes the diagnosis's rules
+/// (`analysis::diagnosis::so_far`); the tracker, below the analysis, only calls it.
+pub type Judge = fn(&Window<'_>, u32) -> u8;
 
 /// Which flows the host view shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -151,6 +182,8 @@ pub enum Query {
         keep: usize,
         /// Which flows.
         filter: Filter,
+        /// What limited each flow so far.
+        judge: Judge,
         /// Where the answer goes.
         tx: oneshot::Sender<Overview>,
     },
@@ -216,6 +249,7 @@ impl super::Tracker {
         limit: usize,
         keep: usize,
         filter: &Filter,
+        judge: Judge,
     ) -> Overview {
         let now_ns = self.hot.iter().map(|h| h.last_ts_ns).max().unwrap_or(0);
         // (sort key, flow slot, index of its brief in `all`)
@@ -233,18 +267,17 @@ impl super::Tracker {
             let still = now_ns.saturating_sub(moved_ns);
             let is_idle = still > IDLE_NS;
             let rate = if is_idle { 0.0 } else { l.recent_rate_at(still) };
-            let window = crate::analysis::diagnosis::Window {
+            let window = Window {
                 last: l,
                 first_chrono: f.first_chrono,
                 first_bytes: (f.first_bytes_acked, f.first_bytes_received),
                 span_ns: h.last_ts_ns.saturating_sub(f.first_ts_ns),
             };
-            let verdict = crate::analysis::diagnosis::so_far(&window, rtt_us).map(|v| v.0);
             let b = Brief {
                 slot: f.counted.slot,
                 rtt_us,
                 bytes_per_s: rate as f32,
-                verdict: crate::analysis::diagnosis::verdict_index(verdict) as u8,
+                verdict: judge(&window, rtt_us),
                 idle: is_idle,
             };
             all.push(b);

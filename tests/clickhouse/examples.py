@@ -2,7 +2,11 @@
 process) over rows a cgmon-rs monitor sent to its sink, and checks each answer against
 the same question answered here in Python from the rows themselves.
 
-Usage: python3 examples.py ROWS.ndjson EXAMPLES_DIR
+Usage: python3 examples.py ROWS.ndjson EXAMPLES_DIR [DASHBOARD.json ...]
+With Grafana dashboards (examples/grafana/), every SQL query of theirs (panels and
+template variables) runs too, with the ClickHouse plugin's macros expanded as the plugin
+expands them for a fixed range (the last two days): each must return rows with every
+host and service ("All"), and run with one of each selected.
 The rows are the sink's (records plus flat columns). Besides them, the table gets a copy
 of them under a second host (a third of them made receiver-window-limited bulk flows),
 and a copy dated a day earlier with half the RTT (so that "worse than yesterday" has an
@@ -216,7 +220,62 @@ def main():
             failed += 1
             print(json.dumps(got[:5], indent=1))
     print(f"{len(names) - failed} passed, {failed} failed")
+    for path in sys.argv[3:]:
+        failed += dashboard(s, path, now)
     sys.exit(1 if failed else 0)
+
+
+def expand(sql, frm, to, values):
+    """The grafana-clickhouse-datasource macros and template variables of `sql`, for the
+    range frm..to (Unix s) and `values` (variable → selected values; None: All)."""
+    import re
+    step = max(1, (to - frm) // 200)  # $__interval: the range over a panel's ~200 points
+
+    def cond(m):
+        c, var = m.group(1), m.group(2)
+        return "1=1" if values.get(var) is None else c
+
+    sql = re.sub(r"\$__conditionalAll\((.*?), \$(\w+)\)", cond, sql, flags=re.S)
+    for var, vals in values.items():
+        if vals is not None:
+            sql = sql.replace("${%s:singlequote}" % var, ", ".join("'%s'" % v for v in vals))
+    sql = re.sub(r"\$__timeFilter\((\w+)\)",
+                 lambda m: f"{m.group(1)} >= toDateTime({frm}) AND {m.group(1)} <= toDateTime({to})", sql)
+    sql = re.sub(r"\$__timeInterval\((\w+)\)",
+                 lambda m: f"toStartOfInterval(toDateTime({m.group(1)}), INTERVAL {step} second)", sql)
+    sql = sql.replace("$__interval_s", str(step))
+    sql = sql.replace("$__fromTime", f"toDateTime({frm})").replace("$__toTime", f"toDateTime({to})")
+    assert "$" not in sql, sql
+    return sql
+
+
+def dashboard(s, path, now):
+    """Runs every SQL query of the dashboard at `path`; returns how many failed."""
+    d = json.load(open(path))
+    frm, to = int((now - dt.timedelta(days=2)).timestamp()), int(now.timestamp()) + 300
+    queries = [(f"variable {v['name']}", v["query"]) for v in d["templating"]["list"]
+               if v["type"] == "query"]
+    queries += [(f"panel {p['title']}", t["rawSql"]) for p in d["panels"] for t in p.get("targets", [])]
+    assert len(queries) >= 8, queries
+    one = {}
+    for name in ("host", "service"):
+        got = s.query(expand(dict(queries)[f"variable {name}"], frm, to, {}), "TSV").data().split()
+        one[name] = got[:1]
+    failed = 0
+    for name, sql in queries:
+        for label, values in (("all", {"host": None, "service": None}), ("one each", one)):
+            try:
+                text = s.query(expand(sql, frm, to, values) + " FORMAT JSONEachRow", "JSONEachRow").data()
+                n = len([l for l in text.splitlines() if l.strip()])
+                # With All, rows; with one host and service selected, the query runs (the
+                # rows that answer a panel may be another host's).
+                ok = n > 0 or label != "all"
+            except Exception as e:  # a query ClickHouse refuses
+                n, ok = f"error: {e}", False
+            print(f"{'ok' if ok else 'FAILED'} dashboard {d['uid']} {name} ({label}): {n} rows")
+            failed += 0 if ok else 1
+    print(f"dashboard {d['uid']}: {2 * len(queries) - failed} passed, {failed} failed")
+    return failed
 
 
 if __name__ == "__main__":

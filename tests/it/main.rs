@@ -5,6 +5,7 @@
 mod browser;
 #[path = "../common/clickhouse.rs"]
 mod clickhouse;
+mod dashboards;
 mod differential;
 mod exact;
 mod fixtures;

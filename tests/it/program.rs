@@ -861,7 +861,7 @@ fn http_status_page_flows_and_health() {
         "Pipeline stage times (µs)",
         "<td>analyzer</td>",
         "flows/s",
-        "MiB",
+        "resident memory",
         "<th colspan=\"2\">records</th>",
         "lost (output failed)",
     ] {
