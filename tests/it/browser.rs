@@ -193,6 +193,11 @@ fn host_view_flow_page_and_report_in_chromium() {
     assert!(page.contains("Limited by"), "the diagnosis so far");
     screenshot(browser, &format!("{base}/flow/{cookie}"), "flow.png", "1000,1400");
 
+    // /health: the same navigation as every page.
+    let health = dom(browser, &format!("{base}/health"), 500);
+    assert!(health.contains("<nav>") && health.contains("Pipeline stage times"), "{health}");
+    screenshot(browser, &format!("{base}/health"), "health.png", "1000,1200");
+
     // The flows end: the report of the run holds every one of them.
     drop(pairs);
     let records = m.records(6, Duration::from_secs(10));
@@ -224,6 +229,23 @@ fn host_view_flow_page_and_report_in_chromium() {
     assert_eq!(rdom.matches("<section class=\"flow\"").count(), n);
     assert!(rdom.contains("id=\"cdf-throughput\"") && rdom.contains("id=\"cdf-rtt\""));
     screenshot(browser, &url, "report.png", "1200,1400");
+
+    // `plot`: the same charts as one SVG, with the lowest sampled RTT marked.
+    let svg = dir.path().join("flow.svg");
+    let out = Command::new(BIN)
+        .args(["plot", "--samples", samples.to_str().unwrap(), "--cookie", &cookie.to_string()])
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let purl = format!("file://{}", svg.display());
+    let pdom = dom(browser, &purl, 200);
+    for id in ["rtt", "cwnd", "rate", "retrans", "shares"] {
+        assert!(pdom.contains(&format!("id=\"{id}\"")), "plot lacks {id}");
+    }
+    assert!(pdom.contains("data-mark=\"minrtt\""), "plot draws the min-RTT line");
+    screenshot(browser, &purl, "plot.png", "760,1100");
 }
 
 /// A rate as the pages write it ("12.5 Mbit/s"), in bits per second.

@@ -170,7 +170,10 @@ fn records_match_the_json_schema() {
     let mut held = Pair::connect(&l, a).unwrap();
     held.exchange(10_000).unwrap();
     let mut recs = m.records(2, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(100));
+    // Time for the process walker (paced to 2 % of a core) to name the held flow's
+    // program, also when this test's cgroup holds processes with thousands of sockets:
+    // with 100 ms, a CI run beside a 4,000-socket process got no Comm.
+    std::thread::sleep(Duration::from_millis(1500));
     m.signal(libc::SIGINT);
     let (st, log, rest) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
