@@ -1,0 +1,187 @@
+//! The scale benchmark (issue 40): many idle loopback connections, the release monitor
+//! with its defaults (`-run-interval 100ms`, the 2 % CPU budget), and beside it the floor:
+//! a bare loop that dumps every socket and discards the answer.
+//!
+//! ```text
+//! cargo bench --bench scale -- [SECS] [SOCKETS ...]      (default: 60 s, 20000 200000)
+//! (It does nothing under `cargo test`, which runs bench targets too.)
+//! ```
+//! The connections are held by helper processes, each with its own listener and both ends
+//! of 9,000 connections (18,000 sockets: the file limit here is 20,000 a process). For each
+//! size it prints:
+//! - the floor's dump cost per socket, and the monitor's (its dumps' time over their
+//!   sockets, from `/metrics`, in the second half of the run);
+//! - the monitor's steady CPU (second half, from /proc) against its budget, and the full-dump
+//!   interval it reached;
+//! - the flows it tracks against the sockets held;
+//! - its resident memory at the end and its peak, in all and per flow.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cgmon_rs::sampler::source::{DumpSource, NetlinkSource, SocketOptions};
+use cgmon_rs::sampler::{DEFAULT_READ_BUFSIZE, SamplerConfig};
+use cgmon_rs::wire::inet_diag::{DumpRequest, RequestKind};
+use cgmon_rs::wire::nlmsg::{NLMSG_DONE, NLMSG_ERROR, NlMsgIter};
+
+#[path = "common/procstat.rs"]
+mod procstat;
+use procstat::{proc_cpu_s, status_mib};
+
+const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+/// Connections a helper holds (both ends: twice the sockets).
+const PER_HELPER: usize = 9_000;
+
+/// Forks a helper holding `n` connections to a listener of its own; it exits when the
+/// returned pipe end is closed. `others`: the earlier helpers' pipe ends, which the new one
+/// must not keep open (they would never see EOF). Call before any thread starts.
+fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: a two-int array for pipe(2).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the process is single-threaded here (see above).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: our copies of write ends (ours and the earlier helpers'): EOF reaches each
+        // helper when the parent closes its end.
+        unsafe {
+            libc::close(fds[1]);
+            for &(_, w) in others {
+                libc::close(w);
+            }
+        }
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let mut held = Vec::with_capacity(2 * n);
+        for _ in 0..n {
+            held.push(TcpStream::connect(a).unwrap());
+            held.push(l.accept().unwrap().0);
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into a valid buffer, then leaving without unwinding.
+        unsafe {
+            libc::read(fds[0], b.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the parent does not need the read end.
+    unsafe { libc::close(fds[0]) };
+    (pid, fds[1])
+}
+
+/// The floor: dumps every socket `rounds` times and discards the answer; seconds a dump.
+fn floor(rounds: usize) -> f64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut src = NetlinkSource::open(SocketOptions::default()).unwrap();
+        let cfg = SamplerConfig::default();
+        let req = DumpRequest {
+            kind: RequestKind::SingleWalk,
+            states: cfg.states.0,
+            ext: cfg.ext,
+            bytecode: None,
+        }
+        .emit(1);
+        let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            src.send(&req).await.unwrap();
+            loop {
+                src.recv(&mut buf).await.unwrap();
+                let last = NlMsgIter::new(&buf).flatten().last();
+                if last.is_some_and(|m| m.kind == NLMSG_DONE || m.kind == NLMSG_ERROR) {
+                    break;
+                }
+            }
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    })
+}
+
+/// `/metrics` of the monitor on `port`: the value of series `name` (no labels).
+fn metric(port: u16, name: &str) -> f64 {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --all-targets`: a benchmark of minutes, not a test
+    }
+    let mut a = std::env::args().skip(1).filter(|a| a != "--bench");
+    let secs: u64 = a.next().map_or(60, |v| v.parse().unwrap());
+    let mut sizes: Vec<usize> = a.map(|v| v.parse().unwrap()).collect();
+    if sizes.is_empty() {
+        sizes = vec![20_000, 200_000];
+    }
+    println!(
+        "sockets | tracked | floor µs/socket | monitor µs/socket | × floor | steady CPU (budget 2 %) | full-dump interval s | RSS MiB | peak MiB | RSS B/flow | peak B/flow"
+    );
+    for size in sizes {
+        // Helpers first, while this process has one thread.
+        let conns = size / 2;
+        let mut helpers: Vec<(libc::pid_t, libc::c_int)> = Vec::new();
+        for i in 0..conns.div_ceil(PER_HELPER) {
+            let h = helper(PER_HELPER.min(conns - i * PER_HELPER), &helpers);
+            helpers.push(h);
+        }
+        std::thread::sleep(Duration::from_secs(2 + (size / 50_000) as u64));
+        let floor_s = floor(5);
+        let port = 19_000 + (std::process::id() % 1000) as u16;
+        let mut child = Command::new(BIN)
+            .args(["-run-interval", "100ms", "--http", &format!("127.0.0.1:{port}")])
+            .args(["-writer-dir", &std::env::temp_dir().display().to_string(), "-writer-file"])
+            .arg(format!("cgmon-scale-{}.json.gz", std::process::id()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_secs(secs / 2));
+        let (cpu0, t0) = (proc_cpu_s(pid).unwrap_or(0.0), Instant::now());
+        let (d_sum0, d_n0) = (
+            metric(port, "cgmon_dump_duration_seconds_sum"),
+            metric(port, "cgmon_dump_duration_seconds_count"),
+        );
+        std::thread::sleep(Duration::from_secs(secs - secs / 2));
+        let cpu = (proc_cpu_s(pid).unwrap_or(0.0) - cpu0) / t0.elapsed().as_secs_f64();
+        let d_sum = metric(port, "cgmon_dump_duration_seconds_sum") - d_sum0;
+        let d_n = metric(port, "cgmon_dump_duration_seconds_count") - d_n0;
+        let sockets = metric(port, "cgmon_dump_sockets");
+        let tracked = metric(port, "cgmon_flows_active");
+        let interval = metric(port, "cgmon_full_dump_interval_seconds");
+        let (rss, peak) = (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"));
+        let _ = child.kill();
+        let _ = child.wait();
+        for (p, w) in helpers {
+            // SAFETY: closing our pipe end and reaping our own child.
+            unsafe {
+                libc::close(w);
+                libc::waitpid(p, std::ptr::null_mut(), 0);
+            }
+        }
+        let per = |mib: f64| mib * 1_048_576.0 / tracked.max(1.0);
+        let mon_us = d_sum / d_n.max(1.0) / sockets.max(1.0) * 1e6;
+        let floor_us = floor_s / sockets.max(1.0) * 1e6;
+        println!(
+            "{size} | {tracked:.0} | {floor_us:.2} | {mon_us:.2} | {:.2} | {:.2} % | {interval:.1} | {rss:.1} | {peak:.1} | {:.0} | {:.0}",
+            mon_us / floor_us,
+            cpu * 100.0,
+            per(rss),
+            per(peak)
+        );
+    }
+}
