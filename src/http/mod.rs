@@ -219,8 +219,8 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
     r
 }
 
-/// A query value, percent-encoded where a URL needs it.
-pub(crate) fn url_escape(s: &str) -> String {
+/// A query value, percent-encoded where a URL needs it (also a form value's).
+pub fn url_escape(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

@@ -78,8 +78,6 @@ pub struct Brief {
     /// What limited it so far (the query's [`Judge`]): an index in the diagnosis's
     /// verdicts.
     pub verdict: u8,
-    /// Idle ([`IDLE_NS`]).
-    pub idle: bool,
 }
 
 /// What the host view's judge reads of an active flow: its latest counters and where its
@@ -278,7 +276,6 @@ impl super::Tracker {
                 rtt_us,
                 bytes_per_s: rate as f32,
                 verdict: judge(&window, rtt_us),
-                idle: is_idle,
             };
             all.push(b);
             let wanted = filter.slots.as_ref().is_none_or(|s| s.binary_search(&b.slot).is_ok())

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cgmon_rs::testkit::Pair;
 use serde_json::Value;
 
-use crate::program::{body, http_addr, http_get, listener, monitor, port_filter};
+use crate::program::{body, http_addr, http_get, http_monitor, listener, monitor, port_filter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -278,15 +278,7 @@ fn a_receiver_limited_download_is_drawn_continuous() {
     use std::io::{Read, Write};
     let Some(browser) = chromium() else { return };
     let (l, a) = listener();
-    let m = monitor(&[
-        "-run-interval",
-        "50ms",
-        "-run-http-server",
-        "127.0.0.1:0",
-        "--filter",
-        &port_filter(a),
-    ]);
-    let addr = http_addr(&m);
+    let (_m, addr) = http_monitor("50ms", a);
     // The server sends all it can; the client reads 16 KB every 50 ms through a small
     // buffer: the sender waits on the window most of the time, and its counters stand
     // still between many polls (deduped samples).
@@ -344,15 +336,7 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
     let Some(browser) = chromium() else { return };
     let idle_pairs = if allow_files(20_000) >= 4_000 { 1_500 } else { 400 };
     let (l, a) = listener();
-    let m = monitor(&[
-        "-run-interval",
-        "100ms",
-        "-run-http-server",
-        "127.0.0.1:0",
-        "--filter",
-        &port_filter(a),
-    ]);
-    let addr = http_addr(&m);
+    let (_m, addr) = http_monitor("100ms", a);
     let mut idle: Vec<Pair> = (0..idle_pairs).map(|_| Pair::connect(&l, a).unwrap()).collect();
     for p in &mut idle {
         p.exchange(100).unwrap();

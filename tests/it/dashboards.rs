@@ -279,9 +279,9 @@ fn comparisons_are_taken_apart_into_what_they_compare() {
     );
 }
 
-/// A Prometheus server on a free loopback port, scraping `target` every second with the
-/// rules loaded; killed when dropped.
-struct Prometheus {
+/// A Prometheus server on a free loopback port, scraping `target` (job `cgmon`) every
+/// second, with `rules` loaded when given; killed when dropped.
+pub struct Prometheus {
     child: std::process::Child,
     listen: String,
     _dir: tempfile::TempDir,
@@ -295,16 +295,15 @@ impl Drop for Prometheus {
 }
 
 impl Prometheus {
-    fn start(target: &str) -> Prometheus {
+    pub fn start(target: &str, rules: Option<&std::path::Path>) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
-        let rules = examples().join("prometheus/cgmon-rules.yml");
+        let rules = rules.map(|r| format!("rule_files: ['{}']\n", r.display())).unwrap_or_default();
         let cfg = dir.path().join("prometheus.yml");
         std::fs::write(
             &cfg,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 rule_files: ['{}']\nscrape_configs:\n  - job_name: cgmon\n    static_configs:\n      - targets: ['{target}']\n",
-                rules.display()
+                 {rules}scrape_configs:\n  - job_name: cgmon\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )
         .unwrap();
@@ -322,9 +321,14 @@ impl Prometheus {
     }
 
     /// The series `expr` returns now (an instant query), or the error.
-    fn query(&self, expr: &str) -> Result<usize, String> {
+    pub fn query(&self, expr: &str) -> Result<usize, String> {
+        Ok(self.series(expr)?.len())
+    }
+
+    /// The series `expr` returns now, as Prometheus's API gives them, or the error.
+    pub fn series(&self, expr: &str) -> Result<Vec<Value>, String> {
         let mut s = std::net::TcpStream::connect(&self.listen).map_err(|e| e.to_string())?;
-        let form = format!("query={}", url_encode(expr));
+        let form = format!("query={}", cgmon_rs::http::url_escape(expr));
         let _ = write!(
             s,
             "POST /api/v1/query HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
@@ -336,19 +340,8 @@ impl Prometheus {
         if v["status"] != "success" {
             return Err(v["error"].to_string());
         }
-        Ok(v["data"]["result"].as_array().map_or(0, Vec::len))
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
     }
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Loopback traffic that gives every family series: a bulk flow (network time), a flow
@@ -414,7 +407,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_real_prometheus() {
         &port_filter(a),
     ]);
     let target = http_addr(&m);
-    let prom = Prometheus::start(&target);
+    let prom = Prometheus::start(&target, Some(&examples().join("prometheus/cgmon-rules.yml")));
     // Rates need a scrape before the traffic: wait for the first.
     let end = Instant::now() + Duration::from_secs(60);
     while prom.query("up{job=\"cgmon\"} == 1") != Ok(1) {

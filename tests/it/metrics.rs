@@ -192,10 +192,6 @@ fn summed(text: &str, prefix: &str) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn a_real_prometheus_scrapes_it_and_answers_a_query() {
     if !have("prometheus") && skip("prometheus (Debian package prometheus) is not installed") {
@@ -203,52 +199,18 @@ fn a_real_prometheus_scrapes_it_and_answers_a_query() {
     }
     let m = monitor(&["sport", "1"]);
     let target = http_addr(&m);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: cgmon\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )
-    .unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut prom = Command::new("prometheus")
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={listen}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut log = prom.stderr.take().unwrap();
-    let _guard = Kill(prom);
+    let prom = crate::dashboards::Prometheus::start(&target, None);
     let end = Instant::now() + Duration::from_secs(60);
     let value = loop {
         assert!(Instant::now() < end, "no sample through Prometheus's API in 60 s");
         std::thread::sleep(Duration::from_millis(500));
-        let Ok(mut s) = std::net::TcpStream::connect(&listen) else { continue };
-        let q = "/api/v1/query?query=cgmon_dumps_total%7Bjob%3D%22cgmon%22%7D";
-        let _ = write!(s, "GET {q} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let mut r = String::new();
-        let _ = s.read_to_string(&mut r);
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(body(&r)) else { continue };
-        if let Some(x) = v["data"]["result"][0]["value"][1].as_str() {
+        let Ok(series) = prom.series("cgmon_dumps_total{job=\"cgmon\"}") else { continue };
+        if let Some(x) = series.first().and_then(|s| s["value"][1].as_str()) {
             break x.parse::<f64>().unwrap();
         }
     };
     assert!(value >= 1.0, "cgmon_dumps_total read back as {value}");
-    drop(_guard);
-    let mut err = String::new();
-    let _ = log.read_to_string(&mut err);
+    drop(prom);
     eprintln!("Prometheus read cgmon_dumps_total = {value}");
     m.signal(libc::SIGTERM);
     m.wait(Duration::from_secs(10));

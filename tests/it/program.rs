@@ -821,7 +821,7 @@ pub fn body(r: &str) -> &str {
 
 /// A monitor of the flows to and from `a`, sampling every `interval`, with its HTTP server
 /// on a loopback port; and that server's address.
-fn http_monitor(interval: &str, a: SocketAddr) -> (Monitor, String) {
+pub fn http_monitor(interval: &str, a: SocketAddr) -> (Monitor, String) {
     // Every tick a full dump (no CPU budget): these tests time spans by ticks, and under
     // a parallel test run the budget may space dumps out (a 600 ms flow measured 489 ms).
     let m = monitor(&[
