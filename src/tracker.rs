@@ -465,6 +465,9 @@ impl Tracker {
         out: &mut Vec<EndedFlow>,
     ) {
         let h = &mut self.hot[slot];
+        // The previous sample's time, and whether it was retained: then it is where the
+        // flow's recent rate was last folded, known without reading the sample itself.
+        let (prev_ts, prev_retained) = (h.last_ts_ns, h.changed);
         let gap = gap_us(h.last_ts_ns, s.ts_ns);
         h.max_gap_us = h.max_gap_us.max(gap);
         h.paused |= u64::from(gap) * 1000 > self.cfg.pause_ns;
@@ -491,7 +494,14 @@ impl Tracker {
             self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
         let f = &mut self.slab[slot];
-        let prev_ts = self.stages.latest(&f.stage, &f.samples).map_or(s.ts_ns, |r| r.ts_ns);
+        // After deduped samples the last retained one is read for its time: a line that is
+        // cold by then, so only then (read on every changed sample, with an `exp` in the
+        // fold, the changed path went from 105 to 168 ns a socket: benches/RESULTS.md).
+        let prev_ts = if prev_retained {
+            prev_ts
+        } else {
+            self.stages.latest(&f.stage, &f.samples).map_or(s.ts_ns, |r| r.ts_ns)
+        };
         let prev_bytes = f.last.bytes_acked.saturating_add(f.last.bytes_received);
         let at = self.stages.next_slot(&mut f.stage);
         decode_into(at, &mut f.last, s, t);

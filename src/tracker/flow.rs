@@ -70,11 +70,14 @@ impl Last {
         if dt_ns == 0 {
             return;
         }
+        // On every changed sample, so a division and no `exp`: the weight Δt/(τ + Δt) is
+        // 1 − e^(−Δt/τ)'s first-order form. Any weight reads a steady rate exactly; the
+        // form only sets how fast a change shows.
         let now = self.bytes_acked.saturating_add(self.bytes_received);
-        let dt = dt_ns as f64 / 1e9;
-        let rate = now.saturating_sub(prev_bytes) as f64 / dt;
-        let alpha = 1.0 - (-dt / RECENT_TAU_S).exp();
-        self.recent_bps = (alpha * rate + (1.0 - alpha) * f64::from(self.recent_bps)) as f32;
+        let dt = dt_ns as f32 / 1e9;
+        let rate = now.saturating_sub(prev_bytes) as f32 / dt;
+        let alpha = dt / (RECENT_TAU_S as f32 + dt);
+        self.recent_bps += alpha * (rate - self.recent_bps);
     }
 
     /// [`Last::recent_bps`] at `now_ns`, `since_ns` after the retained sample it is of: a

@@ -960,9 +960,9 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     assert_eq!(ov.all.len(), 4, "every flow briefly, whatever the page");
     assert_eq!(ov.matched, 4);
     // The page's flows come with their samples and briefs; the rate is the second's
-    // bytes, weighted 1 − e^(−1/2) on the first fold.
+    // bytes, weighted 1 s / (2 s + 1 s) on the first fold.
     assert_eq!(ov.page[0].samples.iter().map(|r| r.rtt_us).collect::<Vec<_>>(), vec![10, 10]);
-    let want = 900_000.0 * (1.0 - (-0.5f64).exp());
+    let want = 900_000.0 / 3.0;
     assert!((f64::from(ov.briefs[0].bytes_per_s) - want).abs() < 1.0, "{:?}", ov.briefs[0]);
     assert_eq!(
         t.overview(Order::Rate, 0, 10, 5, &Filter { netns: Some(1), ..all.clone() }, judge)
