@@ -296,6 +296,11 @@ pub struct Metrics {
     pub sampling_cpu_ns: Counter,
     /// `--cpu-budget`, in millionths of one core.
     pub cpu_budget_ppm: Gauge,
+    /// What the pace planned now costs (hot flows' polls and full dumps), in millionths of
+    /// one core.
+    pub sampling_cpu_planned_ppm: Gauge,
+    /// 1 while that plan costs more than the budget.
+    pub over_budget: Gauge,
     /// Flows found by a full dump more than an interval after the one before: they may
     /// have begun up to that long before they were found.
     pub flows_discovered_late: Counter,
@@ -447,6 +452,8 @@ impl Metrics {
             full_dump_interval_planned_ns: Gauge::default(),
             sampling_cpu_ns: Counter::default(),
             cpu_budget_ppm: Gauge::default(),
+            sampling_cpu_planned_ppm: Gauge::default(),
+            over_budget: Gauge::default(),
             flows_discovered_late: Counter::default(),
             discovery_delay: Histogram::new(&DISCOVERY_BUCKETS_S),
             dump_seconds: Histogram::new(&DUMP_BUCKETS_S),

@@ -90,8 +90,9 @@ pub struct TrackerConfig {
     /// How long a flow stays hot after its samples last moved, ns.
     pub hot_linger_ns: u64,
     /// No sample of a flow for longer than this is a pause: the next retained sample says
-    /// so ([`crate::record::Retained::after_pause`]; docs/web.md, "Charts"). Default: 1.5 ×
-    /// the longest a still flow waits for a full dump (`poll::pace::MAX_FULL_INTERVAL`).
+    /// so ([`crate::record::Retained::after_pause`]; docs/web.md, "Charts"). The least
+    /// pause: the poller raises it to 1.5 × the full-dump interval its budget allows
+    /// ([`Tracker::set_pause_ns`]), the longest a still flow waits to be sampled.
     pub pause_ns: u64,
 }
 
@@ -113,7 +114,7 @@ impl Default for TrackerConfig {
             max_samples: 0,
             tiers: false,
             hot_linger_ns: 1_000_000_000,
-            pause_ns: 15_000_000_000, // 1.5 × the poller's longest full-dump interval, 10 s
+            pause_ns: 15_000_000_000,
         }
     }
 }
@@ -255,6 +256,8 @@ pub struct Tracker {
     labels: Vec<Option<std::sync::Arc<crate::record::NetnsLabel>>>,
     /// Who owns each flow and what its remote end is called.
     attr: owners::Attribution,
+    /// The pause in force ([`Tracker::set_pause_ns`]).
+    pause_ns: u64,
 }
 
 impl Tracker {
@@ -287,6 +290,7 @@ impl Tracker {
             flow_netns: FxHashMap::default(),
             labels: Vec::new(),
             attr: owners::Attribution::default(),
+            pause_ns: cfg.pause_ns,
         }
     }
 
@@ -303,6 +307,11 @@ impl Tracker {
     /// Flows absent from the dumps that wait for their destroy event.
     pub fn awaiting_destroy(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// A gap longer than `ns` (and than [`TrackerConfig::pause_ns`]) is a pause from now on.
+    pub fn set_pause_ns(&mut self, ns: u64) {
+        self.pause_ns = ns.max(self.cfg.pause_ns);
     }
 
     /// Whether the flow limit is reached: flows waiting for their destroy event count too.
@@ -470,7 +479,7 @@ impl Tracker {
         let (prev_ts, prev_retained) = (h.last_ts_ns, h.changed);
         let gap = gap_us(h.last_ts_ns, s.ts_ns);
         h.max_gap_us = h.max_gap_us.max(gap);
-        h.paused |= u64::from(gap) * 1000 > self.cfg.pause_ns;
+        h.paused |= u64::from(gap) * 1000 > self.pause_ns;
         h.last_ts_ns = s.ts_ns;
         h.options |= t.options().unwrap_or(0);
         h.changed = fp != h.fp;

@@ -114,6 +114,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             error_delay: c.error_delay,
             max_errors: c.max_errors,
             cpu_budget: c.cpu_budget,
+            max_full_interval: c.max_full_interval,
         },
         analyzer: StageConfig {
             analysis: parts.analyzer,
@@ -176,15 +177,16 @@ fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
     }
 }
 
-/// How long a flow stays hot once still: ten ticks, and at least a second, so that a flow
-/// that pauses between requests is not dropped to the full-dump pace between them.
-/// The tracker's pause ([`TrackerConfig::pause_ns`]): three ticks, and with the tiers at
-/// least one and a half times the longest a still flow waits for a full dump.
+/// The tracker's least pause ([`TrackerConfig::pause_ns`]): three ticks, and with the tiers
+/// at least 1.5 × the longest a namespace where nothing moves goes unwalked. The poller
+/// raises it to 1.5 × the full-dump interval the budget allows, when that is longer.
 fn pause(interval: Duration, tiers: bool) -> Duration {
-    let planned = if tiers { crate::poll::pace::MAX_FULL_INTERVAL * 3 / 2 } else { Duration::ZERO };
-    (interval * 3).max(planned)
+    let rewalk = if tiers { crate::poll::pace::NAMESPACE_REWALK * 3 / 2 } else { Duration::ZERO };
+    (interval * 3).max(rewalk)
 }
 
+/// How long a flow stays hot once still: ten ticks, and at least a second, so that a flow
+/// that pauses between requests is not dropped to the full-dump pace between them.
 fn hot_linger(interval: Duration) -> Duration {
     (interval * 10).max(Duration::from_secs(1))
 }

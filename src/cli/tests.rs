@@ -316,6 +316,17 @@ fn cpu_budget_is_a_percentage_of_one_core_and_zero_turns_tiers_off() {
 }
 
 #[test]
+fn the_budget_alone_sets_the_pace_unless_a_cap_is_given() {
+    assert_eq!(run(&[]).unwrap().settings.task.max_full_interval, None);
+    let c = run(&["--max-full-interval", "30s"]).unwrap();
+    assert_eq!(c.settings.task.max_full_interval, Some(Duration::from_secs(30)));
+    for bad in ["0", "ten", "-5s"] {
+        let e = err(&["--max-full-interval", bad]);
+        assert!(e.contains(bad) && e.contains("--max-full-interval"), "{e}");
+    }
+}
+
+#[test]
 fn issue_32_flag_edges() {
     // A size rotation of 0 is none, as an interval of 0 is.
     let c = run(&["-writer-dir", "/tmp", "-writer-rotate-size", "0"]).unwrap();

@@ -544,8 +544,8 @@ pub static SERIES: &[Series] = &[
         gauge(
             Sampling,
             "cgmon_full_dump_interval_planned_seconds",
-            "between full dumps as the budget allows",
-            "Time between full dumps that --cpu-budget allows now",
+            "between full dumps as the budget allows (new flows are found at most this late)",
+            "Time between full dumps that --cpu-budget (and --max-full-interval) allows now: a flow that begins is found by a full dump at most this late, or by its destroy event if it ends first",
             |m| m.full_dump_interval_planned_ns.get(),
         ),
     ),
@@ -558,6 +558,23 @@ pub static SERIES: &[Series] = &[
             "--cpu-budget, as a share of one core",
             |m| m.cpu_budget_ppm.get(),
         ),
+    ),
+    in_unit(
+        Unit::Ppm,
+        gauge(
+            Sampling,
+            "cgmon_sampling_cpu_planned_ratio",
+            "of a core planned (hot flows' polls and full dumps at the planned pace)",
+            "CPU the sampling pace costs now, as a share of one core: exact polls of the hot flows every interval and full dumps at the planned interval",
+            |m| m.sampling_cpu_planned_ppm.get(),
+        ),
+    ),
+    gauge(
+        Sampling,
+        "cgmon_sampling_over_budget",
+        "over budget (1 while the planned pace costs more than --cpu-budget)",
+        "1 while the planned pace costs more than --cpu-budget: the hot flows' polls leave full dumps less than a quarter of it, or --max-full-interval forces more dumps",
+        |m| m.over_budget.get(),
     ),
     in_unit(
         Unit::Nanos,

@@ -55,12 +55,21 @@ pub struct TaskConfig {
     pub max_errors: u32,
     /// Share of one core for sampling (`--cpu-budget`); 0: a full dump every tick.
     pub cpu_budget: f64,
+    /// The longest time between full dumps whatever the budget (`--max-full-interval`);
+    /// `None`: the budget alone sets it.
+    pub max_full_interval: Option<Duration>,
 }
 
 impl TaskConfig {
     /// A dump every `interval`, cgmon's error defaults (1 s, 5).
     pub fn every(interval: Duration) -> Self {
-        Self { interval, error_delay: Duration::from_secs(1), max_errors: 5, cpu_budget: 0.0 }
+        Self {
+            interval,
+            error_delay: Duration::from_secs(1),
+            max_errors: 5,
+            cpu_budget: 0.0,
+            max_full_interval: None,
+        }
     }
 }
 
@@ -338,6 +347,8 @@ struct Poll<S, D> {
     destroy_rest: Duration,
     overrun_warn: RateLimited,
     drop_warn: RateLimited,
+    /// Whether the plan is over the budget now (logged when it goes over and back).
+    over_budget: bool,
 }
 
 impl<S: DumpSource, D: DumpSource> Poll<S, D> {
@@ -365,7 +376,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             tracker,
             spaces,
             out: Vec::new(),
-            pacer: Pacer::new(cfg.interval, cfg.cpu_budget),
+            pacer: Pacer::new(cfg.interval, cfg.cpu_budget, cfg.max_full_interval),
             cfg,
             metrics,
             accounts,
@@ -378,6 +389,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             destroy_rest_until: None,
             destroy_rest,
             overrun_warn: RateLimited::default(),
+            over_budget: false,
             drop_warn: RateLimited::default(),
         }
     }
@@ -446,10 +458,44 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             metrics.dump_seconds.observe(took);
         }
         metrics.hot_flows.set(tracker.hot_len() as u64);
-        metrics.full_dump_interval_planned_ns.set(self.pacer.full_interval_ns(tracker.hot_len()));
         if took > self.cfg.interval {
             let (grid0, cfg) = (self.grid0, &self.cfg);
             skip_missed_ticks(&mut self.tick, grid0, cfg, took, metrics, &mut self.overrun_warn);
+        }
+        self.pace_figures();
+    }
+
+    /// The pace the budget allows now, what it costs, and whether that is over the budget
+    /// (said once in the log when it goes over, and once when it is back within). The
+    /// tracker's pause follows the pace: a still flow waits for the next full dump, and
+    /// only a longer gap is a pause on its charts.
+    fn pace_figures(&mut self) {
+        let (hot, m, p) = (self.tracker.hot_len(), &self.metrics, &self.pacer);
+        if p.full_dump_ns().is_none() {
+            return;
+        }
+        let planned = p.full_interval_ns(hot);
+        m.full_dump_interval_planned_ns.set(planned);
+        let share = p.planned_share(hot);
+        m.sampling_cpu_planned_ppm.set((share * 1e6).round() as u64);
+        let over = p.over_budget(hot);
+        m.over_budget.set(u64::from(over));
+        if over != self.over_budget {
+            let (pct, budget) = (share * 100.0, self.cfg.cpu_budget * 100.0);
+            let every = Duration::from_nanos(planned).as_secs_f64();
+            if over {
+                tracing::warn!(planned_cpu_percent = format!("{pct:.2}"), hot_flows = hot,
+                    "sampling costs {pct:.2} % of a core, over the {budget} % budget: full dumps \
+                     every {every:.1} s and {hot} hot flows polled every tick");
+            } else {
+                tracing::info!("sampling is back within the {budget} % budget: {pct:.2} % of a \
+                     core, full dumps every {every:.1} s");
+            }
+            self.over_budget = over;
+        }
+        if p.tiers() {
+            let pause = (planned.saturating_mul(3) / 2).max(p.interval_ns() * 3);
+            self.tracker.set_pause_ns(pause);
         }
     }
 

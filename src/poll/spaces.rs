@@ -60,7 +60,7 @@ pub enum Walk {
     All(u64),
     /// Only those in which a segment was sent or received since their last complete walk,
     /// or whose last walk began long enough before `now_ns` (5 to 10 s by namespace, at
-    /// most [`MAX_FULL_INTERVAL`](crate::poll::pace::MAX_FULL_INTERVAL)). One not walked
+    /// most [`NAMESPACE_REWALK`](crate::poll::pace::NAMESPACE_REWALK)). One not walked
     /// holds no new socket, and none of its sockets sent or received anything since; its
     /// flows stand (`Tracker::carry_netns`).
     Moved(u64),
@@ -170,12 +170,12 @@ fn still(
 }
 
 /// How long namespace `ns` may go unwalked while nothing moves in it: between half and all
-/// of [`MAX_FULL_INTERVAL`](crate::poll::pace::MAX_FULL_INTERVAL), spread by index (the
+/// of [`NAMESPACE_REWALK`](crate::poll::pace::NAMESPACE_REWALK), spread by index (the
 /// golden ratio's fractions, so any run of indexes spreads evenly). Namespaces first walked
 /// together would otherwise all fall due at the same dump, which on a host of a hundred
 /// namespaces is a walk of the whole table a hundred times in one tick.
 pub(super) fn longest_unwalked_ns(ns: u32) -> u64 {
-    let max = crate::poll::pace::MAX_FULL_INTERVAL.as_nanos() as u64;
+    let max = crate::poll::pace::NAMESPACE_REWALK.as_nanos() as u64;
     // (ns + 1) × 0.618…, modulo 1, in 32-bit fixed point.
     let frac = u64::from((ns.wrapping_add(1)).wrapping_mul(0x9E37_79B9));
     max / 2 + (((max / 2) as u128 * u128::from(frac)) >> 32) as u64

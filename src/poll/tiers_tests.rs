@@ -117,6 +117,10 @@ async fn the_budget_sets_the_full_dump_pace_and_busy_flows_keep_every_tick() {
     assert!((0.03..0.08).contains(&share), "sampling used {:.1} % of a core", share * 100.0);
     let planned = m.full_dump_interval_planned_ns.get();
     assert!((100_000_000..800_000_000).contains(&planned), "{planned} ns");
+    // The plan costs the budget, and says it is within it.
+    let plan = m.sampling_cpu_planned_ppm.get();
+    assert!((49_000..=50_050).contains(&plan), "the plan costs {plan} ppm of a core");
+    assert_eq!(m.over_budget.get(), 0);
     assert_eq!(m.hot_flows.get(), 2, "the idle flows are not hot");
     for c in [1, 2] {
         let (_, seen, exact) = *records.iter().find(|r| r.0 == c).unwrap();
