@@ -194,6 +194,9 @@ pub struct Metrics {
     pub sockets_last_dump: Gauge,
     /// Flows being tracked.
     pub flows_active: Gauge,
+    /// Of them, those kept packed (idle), and the bytes the packed take.
+    pub flows_packed: Gauge,
+    pub flows_packed_bytes: Gauge,
     /// Flows opened.
     pub flows_opened: Counter,
     /// Flow records (windows included) handed on by the tracker.
@@ -403,6 +406,8 @@ impl Metrics {
             ticks_overrun: Counter::default(),
             sockets_last_dump: Gauge::default(),
             flows_active: Gauge::default(),
+            flows_packed: Gauge::default(),
+            flows_packed_bytes: Gauge::default(),
             flows_opened: Counter::default(),
             flows_ended: Counter::default(),
             flows_refused: Counter::default(),

@@ -29,6 +29,7 @@
 
 use rustc_hash::FxHashMap;
 
+use cold::Body;
 use decode::{Snap, decode_into, l_busy, refresh_attrs, snap};
 use fingerprint::{fingerprint, same_socket, tuple_hash};
 use flow::Rest;
@@ -153,6 +154,9 @@ pub struct TrackerStats {
     pub windows_cut_for_memory: u64,
     /// Retained samples handed on (in ended flows and windows).
     pub samples_handed_on: u64,
+    /// Flows packed after going idle (`tracker/cold.rs`); flows of the first dump are born
+    /// packed and not counted.
+    pub flows_packed: u64,
 }
 
 /// Where a flow was first seen.
@@ -211,7 +215,9 @@ pub struct Tracker {
     cfg: TrackerConfig,
     /// cookie → slot in `slab` and `hot`.
     index: FxHashMap<u64, u32>,
-    slab: Vec<Flow>,
+    /// Each flow, whole or packed in `cold` (idle flows: `tracker/cold.rs`).
+    slab: Vec<Body>,
+    cold: cold::ColdStore,
     hot: Vec<FlowHead>,
     stages: StagePool,
     /// Where the next socket of the dump is expected. The kernel walks its hash tables in
@@ -268,6 +274,7 @@ impl Tracker {
             cfg,
             index: FxHashMap::default(),
             slab: Vec::new(),
+            cold: cold::ColdStore::default(),
             hot: Vec::new(),
             stages: StagePool::default(),
             cursor: 0,
@@ -387,14 +394,14 @@ impl Tracker {
             // TIME-WAIT and SYN-RECV minisockets carry no tcp_info: they keep a known
             // flow alive but never start one.
             if let Some(slot) = self.find(cookie) {
-                let f = &mut self.slab[slot];
+                let f = self.wake(slot);
                 if same_socket(&f.key, s) {
+                    f.last.state = s.msg().state();
                     let h = &mut self.hot[slot];
                     self.seen_now += usize::from(h.seen_gen != generation);
                     h.seen_gen = generation;
                     h.max_gap_us = h.max_gap_us.max(gap_us(h.last_ts_ns, s.ts_ns));
                     h.last_ts_ns = s.ts_ns;
-                    f.last.state = s.msg().state();
                 }
             }
             return;
@@ -452,13 +459,18 @@ impl Tracker {
         self.index.insert(cookie, self.slab.len() as u32);
         if self.slab.len() == self.slab.capacity() {
             // Grow by a quarter, not Vec's doubling: at 20,000 flows doubling reserved
-            // 32,768 slots of 288 + 32 bytes, 12,768 of them unused. Large reallocations
+            // 32,768 slots of 16 + 48 bytes, 12,768 of them unused. Large reallocations
             // are remapped by the allocator, not copied.
             let extra = (self.slab.capacity() / 4).max(64);
             self.slab.reserve_exact(extra);
             self.hot.reserve_exact(extra);
         }
-        self.slab.push(f);
+        // The first dump's flows were open before we started, most of them idle on a busy
+        // host: they are packed at once, so that the table never holds them whole (no
+        // peak of 600 bytes a flow on the first dump); one that moves is made whole by
+        // its next changed sample.
+        let body = if self.dumps_done == 0 { self.born_cold(&f) } else { Body::Live(Box::new(f)) };
+        self.slab.push(body);
         self.hot.push(hot);
         self.seen_now += 1;
     }
@@ -497,12 +509,16 @@ impl Tracker {
             return;
         }
         h.fp = fp;
+        if matches!(self.slab[slot], Body::Cold(_)) {
+            self.wake(slot);
+        }
+        let h = &mut self.hot[slot];
         if self.cfg.tiers && !h.tiered {
             // It moves: poll it every tick from now on (tracker/tiers.rs).
             h.tiered = true;
             self.hot_set.add(h.cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
-        let f = &mut self.slab[slot];
+        let Body::Live(f) = &mut self.slab[slot] else { return };
         // After deduped samples the last retained one is read for its time: a line that is
         // cold by then, so only then (read on every changed sample, with an `exp` in the
         // fold, the changed path went from 105 to 168 ns a socket: benches/RESULTS.md).
@@ -521,19 +537,8 @@ impl Tracker {
         Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);
         refresh_attrs(f, s);
         if f.stage.window as usize >= self.cfg.window_samples {
-            let held = self.stages.detach(&mut f.stage, &mut f.samples);
-            sync(f, h);
-            let mut e =
-                Self::cut_window(f, edge, Rest { held, sampling: h.sampling(), unresolved: None });
-            e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
-            e.owner = self.attr.owner_now(h.cookie);
-            // The edge sample stays held: it also begins the next window.
-            self.stats.samples_handed_on += e.sample_count() as u64 - 1;
-            out.push(e);
-            h.deduped = 0;
-            (h.max_gap_us, h.exact) = (0, 0);
-            h.options = t.options().unwrap_or(0);
-            self.stats.flows_ended += 1;
+            out.extend(self.cut_at_edge(slot));
+            self.hot[slot].options = t.options().unwrap_or(0);
         }
     }
 
@@ -655,6 +660,8 @@ fn gap_us(a: u64, b: u64) -> u32 {
 }
 
 pub mod accounts;
+mod cold;
+pub use cold::COLD_AFTER_NS;
 mod decode;
 mod ending;
 mod owners;

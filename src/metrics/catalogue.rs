@@ -376,6 +376,23 @@ pub static SERIES: &[Series] = &[
         |m| m.flows_discovered_late.get(),
     ),
     gauge(Flows, "cgmon_flows_active", "tracked", "Flows being tracked", |m| m.flows_active.get()),
+    gauge(
+        Flows,
+        "cgmon_flows_packed",
+        "of them idle and packed",
+        "Flows being tracked that are idle (no change for a minute, or since the first dump) and kept packed: their latest counters and one sample, about 90 bytes",
+        |m| m.flows_packed.get(),
+    ),
+    in_unit(
+        Unit::Bytes,
+        gauge(
+            Flows,
+            "cgmon_flows_packed_bytes",
+            "held by packed flows",
+            "Bytes the packed flows take (dead entries not yet reclaimed included)",
+            |m| m.flows_packed_bytes.get(),
+        ),
+    ),
     counter(
         Flows,
         "cgmon_flows_refused",

@@ -191,6 +191,9 @@ fn publish(
     }
     let st = tracker.stats();
     m.flows_active.set(tracker.active() as u64);
+    let (packed, bytes) = tracker.packed();
+    m.flows_packed.set(packed as u64);
+    m.flows_packed_bytes.set(bytes as u64);
     // For the status page only, so only when it is served (`accounts` is published for it).
     if accounts.is_some() && tracker.several_netns() {
         *m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()) = tracker.flows_per_netns();
@@ -484,12 +487,17 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             let (pct, budget) = (share * 100.0, self.cfg.cpu_budget * 100.0);
             let every = Duration::from_nanos(planned).as_secs_f64();
             if over {
-                tracing::warn!(planned_cpu_percent = format!("{pct:.2}"), hot_flows = hot,
+                tracing::warn!(
+                    planned_cpu_percent = format!("{pct:.2}"),
+                    hot_flows = hot,
                     "sampling costs {pct:.2} % of a core, over the {budget} % budget: full dumps \
-                     every {every:.1} s and {hot} hot flows polled every tick");
+                     every {every:.1} s and {hot} hot flows polled every tick"
+                );
             } else {
-                tracing::info!("sampling is back within the {budget} % budget: {pct:.2} % of a \
-                     core, full dumps every {every:.1} s");
+                tracing::info!(
+                    "sampling is back within the {budget} % budget: {pct:.2} % of a \
+                     core, full dumps every {every:.1} s"
+                );
             }
             self.over_budget = over;
         }

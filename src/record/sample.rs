@@ -92,6 +92,52 @@ impl Retained {
         self.state_bits = self.state() | if paused { AFTER_PAUSE } else { 0 };
     }
 
+    /// The sample as 13 words, each small for a quiet flow: what the tracker's store of
+    /// idle flows packs (`tracker/cold.rs`), seven bits a byte. The usual "not set" values
+    /// (an infinite ssthresh, an absent rate) become 0. [`Retained::from_words`] reads them
+    /// back exactly.
+    pub fn to_words(&self) -> [u64; 13] {
+        let [c0, c1, c2] = self.chrono16.map(u64::from);
+        let ssthresh =
+            if self.ssthresh == INFINITE_SSTHRESH { 0 } else { u64::from(self.ssthresh) + 1 };
+        [
+            self.ts_ns,
+            self.rtt_us.into(),
+            self.rttvar_us.into(),
+            self.total_retrans.into(),
+            self.snd_cwnd.into(),
+            ssthresh,
+            self.pacing_rate().wrapping_add(1),
+            self.delivery_rate().wrapping_add(1),
+            self.snd_mss.into(),
+            c0,
+            c1,
+            c2,
+            u64::from(self.state_bits) | u64::from(self.wnd8) << 8,
+        ]
+    }
+
+    /// The sample [`Retained::to_words`] gave these words for.
+    pub fn from_words(w: [u64; 13]) -> Self {
+        let mut r = Self {
+            ts_ns: w[0],
+            rtt_us: w[1] as u32,
+            rttvar_us: w[2] as u32,
+            total_retrans: w[3] as u32,
+            snd_cwnd: w[4] as u32,
+            ssthresh: if w[5] == 0 { INFINITE_SSTHRESH } else { (w[5] - 1) as u32 },
+            rates_lo: [0; 2],
+            snd_mss: w[8] as u16,
+            rates_hi: [0; 2],
+            chrono16: [w[9] as u16, w[10] as u16, w[11] as u16],
+            state_bits: w[12] as u8,
+            wnd8: (w[12] >> 8) as u8,
+        };
+        r.set_pacing_rate(w[6].wrapping_sub(1));
+        r.set_delivery_rate(w[7].wrapping_sub(1));
+        r
+    }
+
     /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
     #[inline]
     pub fn cwnd_bytes(&self) -> u64 {

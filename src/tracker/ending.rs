@@ -5,7 +5,8 @@
 use super::decode::{decode_into, refresh_attrs, snap};
 use super::fingerprint::{fingerprint, same_socket};
 use super::{
-    Close, EndReason, EndedFlow, Flow, LATE_COOKIES, Rest, Seen, Tracker, Waiting, label_of, sync,
+    Body, Close, EndReason, EndedFlow, Flow, LATE_COOKIES, Rest, Seen, Tracker, Waiting, label_of,
+    sync,
 };
 use crate::record::Retained;
 use crate::states::tcp;
@@ -17,7 +18,7 @@ impl Tracker {
     /// blocks (see [`StagePool::detach`]).
     pub(super) fn remove(&mut self, cookie: u64) -> Option<(Flow, Rest)> {
         let slot = self.index.remove(&cookie)? as usize;
-        let mut f = self.slab.swap_remove(slot);
+        let body = self.slab.swap_remove(slot);
         let h = self.hot.swap_remove(slot);
         if h.seen_gen == self.generation {
             self.seen_now -= 1;
@@ -25,6 +26,10 @@ impl Tracker {
         if let Some(moved) = self.hot.get(slot) {
             *self.index.get_mut(&moved.cookie).expect("every slot is indexed") = slot as u32;
         }
+        let mut f = match body {
+            Body::Live(f) => *f,
+            Body::Cold(at) => self.unpack(at),
+        };
         let held = self.stages.release(&mut f.stage, &mut f.samples);
         sync(&mut f, &h);
         Some((f, Rest { held, sampling: h.sampling(), unresolved: None }))
@@ -68,6 +73,7 @@ impl Tracker {
         }
         self.expire_waits(dump_ts_ns, out);
         self.bound_samples(out);
+        self.freeze_idle(out);
         let carried = &self.carried;
         self.refused.retain(|_, (g, ns)| *g == generation || carried.contains(ns));
         // A dump that started after a destroy cannot hold that socket any more.
@@ -159,7 +165,7 @@ impl Tracker {
             return;
         }
         let (f, mut rest, fresh) = match self.index.get(&key.cookie).map(|&i| i as usize) {
-            Some(slot) if same_socket(&self.slab[slot].key, s) => {
+            Some(slot) if same_socket(&self.wake(slot).key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let (mut f, rest) = self.remove(key.cookie).expect("indexed just above");
                 if same {
@@ -337,27 +343,16 @@ impl Tracker {
         if max == 0 || self.samples_held() <= max {
             return;
         }
-        let mut by_len: Vec<(u32, usize)> =
-            self.slab.iter().enumerate().map(|(i, f)| (f.stage.window, i)).collect();
+        let mut by_len: Vec<(u32, usize)> = (self.slab.iter().enumerate())
+            .filter_map(|(i, b)| b.live().map(|f| (f.stage.window, i)))
+            .collect();
         by_len.sort_unstable_by(|a, b| b.cmp(a));
         let goal = max - max / 10;
         for (len, slot) in by_len {
             if self.samples_held() <= goal || len < 2 {
                 break;
             }
-            let (f, h) = (&mut self.slab[slot], &mut self.hot[slot]);
-            let Some(&edge) = self.stages.newest(&f.stage, &f.samples, 1).last() else { continue };
-            let held = self.stages.detach(&mut f.stage, &mut f.samples);
-            sync(f, h);
-            let mut e =
-                Self::cut_window(f, edge, Rest { held, sampling: h.sampling(), unresolved: None });
-            e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
-            e.owner = self.attr.owner_now(h.cookie);
-            h.deduped = 0;
-            (h.max_gap_us, h.exact) = (0, 0);
-            // The edge sample stays held: it also begins the next window.
-            self.stats.samples_handed_on += e.sample_count() as u64 - 1;
-            self.stats.flows_ended += 1;
+            let Some(e) = self.cut_at_edge(slot) else { continue };
             self.stats.windows_cut_for_memory += 1;
             out.push(e);
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::accounts::{Counted, Names, listen_key};
-use super::{EndedFlow, Flow, Seen, Tracker};
+use super::{Body, EndedFlow, Flow, Seen, Tracker};
 use crate::processes::{Answer, How, Link, Owner, Request, Target};
 use crate::wire::sock::SockKey;
 
@@ -28,8 +28,9 @@ pub struct Attribution {
     namer: Option<DestNamer>,
     /// Requests of this tick, sent at [`Tracker::ask_owners`].
     requests: Vec<Request>,
-    /// Owners of flows being followed, by cookie (found or not).
-    owners: FxHashMap<u64, Owner>,
+    /// Owners of whole flows being followed, by cookie (found or not); a packed flow keeps
+    /// its own (`cold.rs`).
+    pub(super) owners: FxHashMap<u64, Owner>,
     /// Listeners' owners, by listen key.
     listeners: FxHashMap<u64, Owner>,
     /// Listen keys already asked for, with the listener's inode then: a listener asks
@@ -181,17 +182,25 @@ impl Tracker {
             }
             Target::Flow(c) => c,
         };
-        let f = match self.index.get(&cookie) {
-            Some(&i) => &mut self.slab[i as usize],
+        let f = match self.index.get(&cookie).map(|&i| i as usize) {
+            Some(i) => match &mut self.slab[i] {
+                Body::Live(f) => f,
+                &mut Body::Cold(at) => {
+                    // Packed (idle since the first dump, usually): settled and packed
+                    // again, with its owner, rather than made whole.
+                    let (mut f, _) = self.cold.get(at);
+                    self.cold.free(at);
+                    settle(&mut self.accounts, &mut f, &a.owner);
+                    self.slab[i] = Body::Cold(self.cold.put(&f, &f.samples[0], Some(&a.owner)));
+                    return;
+                }
+            },
             None => match self.waiting.get_mut(&cookie) {
                 Some(w) => &mut w.flow,
                 None => return, // it ended first: counted as not found at its end
             },
         };
-        if a.owner.found() {
-            f.counted.slot = self.accounts.reslot(f.counted.slot, (a.owner.name_id, &a.owner.name));
-        }
-        release(&mut self.accounts, f);
+        settle(&mut self.accounts, f, &a.owner);
         self.attr.owners.insert(cookie, a.owner);
     }
 
@@ -219,6 +228,15 @@ impl Tracker {
         let how = e.owner.as_ref().map_or(How::None, |o| o.how);
         self.attr.count(how);
     }
+}
+
+/// A flow's owner is known: its account is its program's when one was found, and its
+/// waiting bytes are counted.
+fn settle(accounts: &mut super::accounts::Accounts, f: &mut Flow, owner: &Owner) {
+    if owner.found() {
+        f.counted.slot = accounts.reslot(f.counted.slot, (owner.name_id, &owner.name));
+    }
+    release(accounts, f);
 }
 
 /// Counts a flow's waiting bytes, if they wait, into its account as it now is.

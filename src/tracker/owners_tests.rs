@@ -199,3 +199,31 @@ fn a_listener_not_found_is_not_looked_for_again_until_it_is_another_socket() {
     settle_until(&mut t, |t| !t.attr.listeners.is_empty());
     assert_eq!(read(), 2);
 }
+
+#[test]
+fn a_flow_packed_from_the_first_dump_gets_its_program_without_being_made_whole() {
+    let s = SockBuilder::new(2, 40001, 5432).inode(500).cgroup(7).bytes_acked(1_000);
+    let mut t = tracker();
+    dump(&mut t, 1, &[&s]); // open before we started: packed at once
+    assert_eq!(t.packed().0, 1);
+    // Its answer is settled in the store: no owner kept beside it, nothing made whole.
+    settle_until(&mut t, |t| count_packed_owner(t) == Some(42));
+    assert!(t.attr.owners.is_empty() && t.packed().0 == 1);
+    // Open before we started, it counts from here: nothing yet; then what it carries next.
+    dump(&mut t, 2, &[&s.clone().bytes_acked(1_800)]);
+    assert_eq!(t.packed().0, 0, "a changed sample makes it whole");
+    let ended = destroy(&mut t, 3, &s.clone().bytes_acked(2_000));
+    let o = ended[0].owner.as_ref().expect("an owner");
+    assert_eq!((o.pid, &*o.name, o.how), (42, "api", How::Socket));
+    assert_eq!(bytes_of(&t, "api"), 1_000);
+    assert_eq!(count(&t, How::Socket), 1);
+}
+
+/// The owner's pid of the one packed flow, as the store has it.
+fn count_packed_owner(t: &Tracker) -> Option<u32> {
+    t.view_one(2, 0)?;
+    match t.slab.first()? {
+        super::Body::Cold(at) => t.cold.get(*at).1.map(|o| o.pid),
+        super::Body::Live(_) => None,
+    }
+}

@@ -1,7 +1,7 @@
 //! The cache hints the tracker's changed path uses: what to fetch ahead of need, and
 //! the hint itself, the tracker's only `unsafe` (a prefetch, which cannot fault).
 
-use super::{Flow, FlowHead, PREFETCH_AHEAD, Retained, STAGED, StagePool};
+use super::{Body, Flow, FlowHead, PREFETCH_AHEAD, Retained, STAGED, StagePool};
 
 /// Asks the CPU to fetch the cache line holding `at` (nothing on other architectures). Any
 /// address will do: the callers compute addresses past a table's end, or from a flow with no
@@ -34,12 +34,13 @@ pub(super) fn prefetch_line(at: *const i8) {
 /// flow when few were busy); but only in dumps after one where enough samples changed
 /// ([`LOOKAHEAD_SHARE`]), so a host of idle flows pays nothing.
 #[inline]
-pub(super) fn prefetch_ahead(slab: &[Flow], hot: &[FlowHead], stages: &StagePool, slot: usize) {
+pub(super) fn prefetch_ahead(slab: &[Body], hot: &[FlowHead], stages: &StagePool, slot: usize) {
     let changed = |i: usize| hot.get(i).is_some_and(|h| h.changed);
     if changed(slot + 2 * PREFETCH_AHEAD) {
         prefetch_flow(slab, slot + 2 * PREFETCH_AHEAD);
     }
-    if let Some(f) = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD)) {
+    let ahead = slab.get(slot + PREFETCH_AHEAD).filter(|_| changed(slot + PREFETCH_AHEAD));
+    if let Some(f) = ahead.and_then(Body::live) {
         // Where its next sample goes (anywhere for a flow with no stage yet). A sample is 48
         // bytes: it may span two lines.
         let at = stages.slots.addr(f.stage.idx);
@@ -59,10 +60,11 @@ pub(super) fn prefetch_ahead(slab: &[Flow], hot: &[FlowHead], stages: &StagePool
 }
 
 /// Asks the CPU to fetch the lines of the flow at `slot` that a changed sample writes
-/// (see [`Flow`]'s layout); `slot` may be past the end.
+/// (see [`Flow`]'s layout), when it is whole; `slot` may be past the end.
 #[inline]
-pub(super) fn prefetch_flow(slab: &[Flow], slot: usize) {
-    let at = slab.as_ptr().wrapping_add(slot).cast::<i8>();
+pub(super) fn prefetch_flow(slab: &[Body], slot: usize) {
+    let Some(f) = slab.get(slot).and_then(Body::live) else { return };
+    let at = std::ptr::from_ref(f).cast::<i8>();
     for line in (0..std::mem::offset_of!(Flow, samples)).step_by(64) {
         prefetch_line(at.wrapping_add(line));
     }

@@ -84,7 +84,7 @@ impl Tracker {
         let Some(&(cookie, _)) = self.hot_set.meta.get(k) else { return };
         let Some(&slot) = self.index.get(&cookie) else { return };
         let slot = slot as usize;
-        if s.msg().cookie() != cookie || !same_socket(&self.slab[slot].key, s) {
+        if s.msg().cookie() != cookie || !same_socket(&self.wake(slot).key, s) {
             return;
         }
         let (retained, deduped) = (self.stats.samples_retained, self.stats.samples_deduped);
@@ -102,7 +102,7 @@ impl Tracker {
                 let h = &mut self.hot[slot];
                 h.max_gap_us = h.max_gap_us.max(super::gap_us(h.last_ts_ns, s.ts_ns));
                 h.last_ts_ns = s.ts_ns;
-                self.slab[slot].last.state = s.msg().state();
+                self.wake(slot).last.state = s.msg().state();
             }
         }
         // The next full dump's prefetch choice counts only what dumps changed.

@@ -254,10 +254,11 @@ impl super::Tracker {
         let mut keyed: Vec<(u64, u32, u32)> = Vec::with_capacity(self.hot.len());
         let mut all = Vec::with_capacity(self.hot.len());
         let mut idle = 0;
-        for (slot, (f, h)) in self.slab.iter().zip(&self.hot).enumerate() {
+        for (slot, h) in self.hot.iter().enumerate() {
             if filter.netns.is_some_and(|n| self.netns_of(h.cookie) != n) {
                 continue;
             }
+            let f = self.flow_at(slot);
             let latest = self.stages.latest(&f.stage, &f.samples);
             let l = &f.last;
             let rtt_us = latest.map_or(0, |r| r.rtt_us);
@@ -354,8 +355,8 @@ impl super::Tracker {
     }
 
     pub(super) fn view_slot(&self, slot: usize, keep: usize) -> Flow {
-        let (f, h) = (&self.slab[slot], &self.hot[slot]);
-        let mut v = header(f);
+        let (f, h) = (self.flow_at(slot), &self.hot[slot]);
+        let mut v = header(&f);
         sync(&mut v, h);
         v.stage.window = f.stage.window.max(f.samples.len() as u32);
         v.samples = self.stages.newest(&f.stage, &f.samples, keep);
@@ -363,11 +364,17 @@ impl super::Tracker {
     }
 
     /// The active flows, brought up to date with their latest samples.
+    /// Packed flows are made whole for it.
     pub fn flows(&mut self) -> impl Iterator<Item = &Flow> {
-        for (f, h) in self.slab.iter_mut().zip(&self.hot) {
-            self.stages.flush(&mut f.stage, &mut f.samples);
-            sync(f, h);
+        for slot in 0..self.slab.len() {
+            self.wake(slot);
         }
-        self.slab.iter()
+        for (b, h) in self.slab.iter_mut().zip(&self.hot) {
+            if let Some(f) = b.live_mut() {
+                self.stages.flush(&mut f.stage, &mut f.samples);
+                sync(f, h);
+            }
+        }
+        self.slab.iter().filter_map(super::Body::live)
     }
 }
