@@ -540,7 +540,7 @@ mod tests {
             let at = s.put(&f, &edge, Some(&owner));
             let (back, o) = s.get(at);
             assert_eq!(back, f, "v6 {v6}");
-            assert_eq!(back.samples[0].after_pause(), true);
+            assert!(back.samples[0].after_pause());
             assert_eq!(
                 o.as_ref().map(|o| (o.pid, o.name_id, &*o.name, o.how)),
                 Some((4242, 9, "nginx", How::ALL[1]))
