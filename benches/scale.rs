@@ -3,9 +3,14 @@
 //! a bare loop that dumps every socket and discards the answer.
 //!
 //! ```text
-//! cargo bench --bench scale -- [SECS] [SOCKETS ...]      (default: 60 s, 20000 200000)
+//! cargo bench --bench scale -- [SECS] [SOCKETS ...] [busy=N] [args=MONITOR-ARGS]
+//!     (default: 60 s, 20000 200000, no busy flows)
 //! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
+//! `busy=N`: one more helper holds N/2 connections (N flows) that each carry 1 KB every 20
+//! ms; before the monitor stops they close, and their records (JSON on stdout) tell how
+//! many ticks sampled them: coverage is each flow's samples over its life in ticks.
+//! `args=`: extra monitor arguments, space-separated (e.g. `args=--no-process`).
 //! The connections are held by helper processes, each with its own listener and both ends
 //! of 9,000 connections (18,000 sockets: the file limit here is 20,000 a process). For each
 //! size it prints:
@@ -72,6 +77,71 @@ fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc
     (pid, fds[1])
 }
 
+/// Forks the busy helper: `n` connections to a listener of its own on `port`, each sent
+/// 1 KB every 20 ms and drained, until the returned pipe end is closed (then it closes
+/// them all and exits). Call before any thread starts.
+fn busy_helper(
+    n: usize,
+    port: u16,
+    others: &[(libc::pid_t, libc::c_int)],
+) -> (libc::pid_t, libc::c_int) {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: a two-int array for pipe(2).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the process is single-threaded here.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as in `helper`.
+        unsafe {
+            libc::close(fds[1]);
+            for &(_, w) in others {
+                libc::close(w);
+            }
+        }
+        let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let mut pairs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let s = l.accept().unwrap().0;
+            s.set_nonblocking(true).unwrap();
+            pairs.push((c, s));
+        }
+        let (chunk, mut sink) = ([7u8; 1024], vec![0u8; 65_536]);
+        let mut pfd = libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 };
+        // SAFETY: polling one valid pollfd.
+        while unsafe { libc::poll(&mut pfd, 1, 20) } == 0 {
+            for (c, s) in &mut pairs {
+                let _ = c.write_all(&chunk);
+                while s.read(&mut sink).is_ok_and(|n| n > 0) {}
+            }
+        }
+        drop(pairs);
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: leaving without unwinding.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: the parent does not need the read end.
+    unsafe { libc::close(fds[0]) };
+    (pid, fds[1])
+}
+
+/// Each busy flow's coverage in `records` (JSON lines): its samples over the ticks of its
+/// life, 100 ms each; the flows on `port`, either end.
+fn coverage(records: &str, port: u16) -> Vec<f64> {
+    records
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["SrcPort"] == port || r["DstPort"] == port)
+        .map(|r| {
+            let s = &r["Sampling"];
+            let n = s["FromDumps"].as_f64().unwrap_or(0.0) + s["FromExact"].as_f64().unwrap_or(0.0);
+            let ticks = r["Duration"].as_f64().unwrap_or(0.0) / 1e8;
+            n / ticks.max(1.0)
+        })
+        .collect()
+}
+
 /// The floor: dumps every socket `rounds` times and discards the answer; seconds a dump.
 fn floor(rounds: usize) -> f64 {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -121,14 +191,18 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --all-targets`: a benchmark of minutes, not a test
     }
-    let mut a = std::env::args().skip(1).filter(|a| a != "--bench");
+    let all: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let opt = |k: &str| all.iter().find_map(|a| a.strip_prefix(k)).map(str::to_string);
+    let busy: usize = opt("busy=").map_or(0, |v| v.parse().unwrap());
+    let extra = opt("args=").unwrap_or_default();
+    let mut a = all.iter().filter(|a| !a.contains('='));
     let secs: u64 = a.next().map_or(60, |v| v.parse().unwrap());
     let mut sizes: Vec<usize> = a.map(|v| v.parse().unwrap()).collect();
     if sizes.is_empty() {
         sizes = vec![20_000, 200_000];
     }
     println!(
-        "sockets | tracked | floor µs/socket | monitor µs/socket | × floor | steady CPU (budget 2 %) | full-dump interval s | RSS MiB | peak MiB | RSS B/flow | peak B/flow"
+        "sockets | tracked | packed (B each) | floor µs/socket | monitor µs/socket | × floor | steady CPU (budget 2 %; planned) | full-dump interval s | RSS MiB | peak MiB | RSS B/flow | peak B/flow | busy coverage (min, median)"
     );
     for size in sizes {
         // Helpers first, while this process has one thread.
@@ -138,14 +212,16 @@ fn main() {
             let h = helper(PER_HELPER.min(conns - i * PER_HELPER), &helpers);
             helpers.push(h);
         }
+        let busy_port = 18_000 + (std::process::id() % 1000) as u16;
+        let busy_h = (busy > 0).then(|| busy_helper(busy / 2, busy_port, &helpers));
         std::thread::sleep(Duration::from_secs(2 + (size / 50_000) as u64));
         let floor_s = floor(5);
         let port = 19_000 + (std::process::id() % 1000) as u16;
+        let out = std::env::temp_dir().join(format!("cgmon-scale-{}.json", std::process::id()));
         let mut child = Command::new(BIN)
             .args(["-run-interval", "100ms", "--http", &format!("127.0.0.1:{port}")])
-            .args(["-writer-dir", &std::env::temp_dir().display().to_string(), "-writer-file"])
-            .arg(format!("cgmon-scale-{}.json.gz", std::process::id()))
-            .stdout(Stdio::null())
+            .args(extra.split_whitespace())
+            .stdout(std::fs::File::create(&out).unwrap())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -163,7 +239,22 @@ fn main() {
         let sockets = metric(port, "cgmon_dump_sockets");
         let tracked = metric(port, "cgmon_flows_active");
         let interval = metric(port, "cgmon_full_dump_interval_seconds");
+        let planned = metric(port, "cgmon_sampling_cpu_planned_ratio");
+        let packed = metric(port, "cgmon_flows_packed");
+        let packed_b = metric(port, "cgmon_flows_packed_bytes") / packed.max(1.0);
         let (rss, peak) = (status_mib(pid, "VmRSS:"), status_mib(pid, "VmHWM:"));
+        let mut cov = Vec::new();
+        if let Some((p, w)) = busy_h {
+            // SAFETY: closing our pipe end and reaping our own child.
+            unsafe {
+                libc::close(w);
+                libc::waitpid(p, std::ptr::null_mut(), 0);
+            }
+            std::thread::sleep(Duration::from_secs(3)); // their records written
+            cov = coverage(&std::fs::read_to_string(&out).unwrap_or_default(), busy_port);
+            cov.sort_by(f64::total_cmp);
+        }
+        let _ = std::fs::remove_file(&out);
         let _ = child.kill();
         let _ = child.wait();
         for (p, w) in helpers {
@@ -176,10 +267,16 @@ fn main() {
         let per = |mib: f64| mib * 1_048_576.0 / tracked.max(1.0);
         let mon_us = d_sum / d_n.max(1.0) / sockets.max(1.0) * 1e6;
         let floor_us = floor_s / sockets.max(1.0) * 1e6;
+        let cov = match cov.len() {
+            0 if busy > 0 => "no busy record".into(),
+            0 => "-".into(),
+            n => format!("{n} flows: {:.1} %, {:.1} %", cov[0] * 100.0, cov[n / 2] * 100.0),
+        };
         println!(
-            "{size} | {tracked:.0} | {floor_us:.2} | {mon_us:.2} | {:.2} | {:.2} % | {interval:.1} | {rss:.1} | {peak:.1} | {:.0} | {:.0}",
+            "{size} | {tracked:.0} | {packed:.0} ({packed_b:.0}) | {floor_us:.2} | {mon_us:.2} | {:.2} | {:.2} % ({:.2} %) | {interval:.1} | {rss:.1} | {peak:.1} | {:.0} | {:.0} | {cov}",
             mon_us / floor_us,
             cpu * 100.0,
+            planned * 100.0,
             per(rss),
             per(peak)
         );

@@ -195,6 +195,48 @@ impl ColdStore {
     /// sample time) stay in the tracker's hot entry, and its window's first values are
     /// `edge`'s.
     pub(super) fn put(&mut self, f: &Flow, edge: &Retained, owner: Option<&Owner>) -> u32 {
+        let mut e = Self::encode(&mut self.cc, &mut self.names, f, edge, owner);
+        if f.counted.pending && owner.is_none() {
+            // Room for the owner its answer brings (pid, name, how: up to 11 bytes, 5 for
+            // the usual pid under 2^21), so that [`ColdStore::replace`] writes it in place.
+            e.resize(e.len() + 6, 0);
+        }
+        let at = self.bytes.len();
+        // The entry's length, doubled, with the low bit set once it is freed.
+        put_u(&mut self.bytes, (e.len() as u64) << 1);
+        self.bytes.extend_from_slice(&e);
+        self.live += 1;
+        u32::try_from(at).expect("the cold store stays under 4 GiB (about 40 million flows)")
+    }
+
+    /// Packs `f` over the entry at `at` when it fits there (trailing bytes are never read),
+    /// else frees that entry and packs it anew; the entry's offset.
+    pub(super) fn replace(
+        &mut self,
+        at: u32,
+        f: &Flow,
+        edge: &Retained,
+        owner: Option<&Owner>,
+    ) -> u32 {
+        let e = Self::encode(&mut self.cc, &mut self.names, f, edge, owner);
+        let mut r = Reader { b: &self.bytes, at: at as usize };
+        let word = r.u();
+        let (room, start) = ((word >> 1) as usize, r.at);
+        if word & 1 == 0 && e.len() <= room {
+            self.bytes[start..start + e.len()].copy_from_slice(&e);
+            return at;
+        }
+        self.free(at);
+        self.put(f, edge, owner)
+    }
+
+    fn encode(
+        cc_names: &mut Vec<CcName>,
+        names: &mut FxHashMap<u32, Arc<str>>,
+        f: &Flow,
+        edge: &Retained,
+        owner: Option<&Owner>,
+    ) -> Vec<u8> {
         let mut e = Vec::with_capacity(128);
         put_u(&mut e, f.key.cookie);
         let v6 = f.key.family != libc::AF_INET as u8;
@@ -225,25 +267,20 @@ impl ColdStore {
             for v in [o.pid.into(), o.name_id.into(), how as u64] {
                 put_u(&mut e, v);
             }
-            self.names.entry(o.name_id).or_insert_with(|| o.name.clone());
+            names.entry(o.name_id).or_insert_with(|| o.name.clone());
         }
-        let cc = match self.cc.iter().position(|&c| c == f.cc) {
+        let cc = match cc_names.iter().position(|&c| c == f.cc) {
             Some(i) => i,
             None => {
-                self.cc.push(f.cc);
-                self.cc.len() - 1
+                cc_names.push(f.cc);
+                cc_names.len() - 1
             }
         };
         put_u(&mut e, cc as u64);
         for v in last_words(&f.last).into_iter().chain(edge.to_words()) {
             put_u(&mut e, v);
         }
-        let at = self.bytes.len();
-        // The entry's length, doubled, with the low bit set once it is freed.
-        put_u(&mut self.bytes, (e.len() as u64) << 1);
-        self.bytes.extend_from_slice(&e);
-        self.live += 1;
-        u32::try_from(at).expect("the cold store stays under 4 GiB (about 40 million flows)")
+        e
     }
 
     /// The flow packed at `at`, whole again (its window: the one sample), with its owner.
@@ -548,6 +585,17 @@ mod tests {
             let bare = s.put(&f, &edge, None);
             let (_, none) = s.get(bare);
             assert!(none.is_none());
+            // A pending flow's owner is written in the room kept for it, in place.
+            let held = s.bytes_held();
+            assert_eq!(s.replace(bare, &f, &edge, Some(&owner)), bare);
+            assert_eq!(s.bytes_held(), held);
+            assert_eq!(s.get(bare).1.map(|o| o.pid), Some(4242));
+            assert_eq!(s.get(bare).0, f);
+            // What does not fit moves.
+            let mut big = f.clone();
+            big.last.bytes_sent = u64::MAX;
+            let moved = s.replace(bare, &big, &edge, Some(&owner));
+            assert!(moved > bare && s.get(moved).0 == big);
         }
         assert_eq!(s.len(), 4);
     }

@@ -189,9 +189,9 @@ impl Tracker {
                     // Packed (idle since the first dump, usually): settled and packed
                     // again, with its owner, rather than made whole.
                     let (mut f, _) = self.cold.get(at);
-                    self.cold.free(at);
                     settle(&mut self.accounts, &mut f, &a.owner);
-                    self.slab[i] = Body::Cold(self.cold.put(&f, &f.samples[0], Some(&a.owner)));
+                    let edge = f.samples[0];
+                    self.slab[i] = Body::Cold(self.cold.replace(at, &f, &edge, Some(&a.owner)));
                     return;
                 }
             },
