@@ -212,9 +212,6 @@ impl<P: Procfs> Resolver<P> {
     /// Answers every request: the cache first, then a walk of each cgroup that has misses
     /// (each process once).
     pub fn resolve(&mut self, batch: &[Request]) -> Vec<Answer> {
-        if self.cache.len() > CACHE_INODES {
-            self.cache.clear();
-        }
         let mut walked = FxHashSet::default();
         let mut missing: Vec<u64> = batch
             .iter()
@@ -234,7 +231,7 @@ impl<P: Procfs> Resolver<P> {
             }
         }
         let mut named: FxHashMap<u32, (u32, Arc<str>)> = FxHashMap::default();
-        batch
+        let answers = batch
             .iter()
             .map(|r| {
                 // Asked once per socket: what is answered leaves the cache.
@@ -248,7 +245,13 @@ impl<P: Procfs> Resolver<P> {
                 };
                 Answer { target: r.target, owner }
             })
-            .collect()
+            .collect();
+        if self.cache.len() > CACHE_INODES {
+            // Dropped, not cleared: a walk of a host of many sockets grows the table to
+            // hundreds of thousands of entries, and a cleared table keeps its room.
+            self.cache = FxHashMap::default();
+        }
+        answers
     }
 
     /// The id and name of `pid`'s program.

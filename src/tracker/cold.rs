@@ -155,7 +155,7 @@ fn last_words(l: &Last) -> [u64; 22] {
         l.reord_seen.into(),
         l.dsack_dups.into(),
         l.snd_wnd.into(),
-        l.snd_wnd_max.into(),
+        l.snd_wnd_max.wrapping_sub(l.snd_wnd).into(),
         l.sndbuf.into(),
         l.total_rto.into(),
         l.recent_bps.to_bits().into(),
@@ -182,11 +182,43 @@ fn last_from(w: [u64; 22]) -> Last {
         reord_seen: w[15] as u32,
         dsack_dups: w[16] as u32,
         snd_wnd: w[17] as u32,
-        snd_wnd_max: w[18] as u32,
+        snd_wnd_max: (w[18] as u32).wrapping_add(w[17] as u32),
         sndbuf: w[19] as u32,
         total_rto: w[20] as u16,
         recent_bps: f32::from_bits(w[21] as u32),
     }
+}
+
+/// What the edge sample shares with the latest counters, taken from the same socket
+/// reply (retransmits, MSS, the chrono counters' low bits, state): written as their
+/// difference (XOR), 0 and one byte when equal, as they are unless the flow was in
+/// TIME-WAIT since.
+fn edge_words(edge: &Retained, l: &Last) -> [u64; 13] {
+    let mut w = edge.to_words();
+    for (i, v) in shared_with(l) {
+        w[i] ^= v;
+    }
+    w
+}
+
+fn edge_from(mut w: [u64; 13], l: &Last) -> Retained {
+    for (i, v) in shared_with(l) {
+        w[i] ^= v;
+    }
+    Retained::from_words(w)
+}
+
+/// The words of [`Retained::to_words`] that `l` predicts, by index.
+fn shared_with(l: &Last) -> [(usize, u64); 6] {
+    let ms16 = |v: u32| u64::from(v & 0xffff);
+    [
+        (3, l.total_retrans.into()),
+        (8, l.snd_mss.into()),
+        (9, ms16(l.busy_ms)),
+        (10, ms16(l.rwnd_limited_ms)),
+        (11, ms16(l.sndbuf_limited_ms)),
+        (12, l.state.into()),
+    ]
 }
 
 impl ColdStore {
@@ -277,7 +309,7 @@ impl ColdStore {
             }
         };
         put_u(&mut e, cc as u64);
-        for v in last_words(&f.last).into_iter().chain(edge.to_words()) {
+        for v in last_words(&f.last).into_iter().chain(edge_words(edge, &f.last)) {
             put_u(&mut e, v);
         }
         e
@@ -317,7 +349,7 @@ impl ColdStore {
         });
         let cc = self.cc.get(r.u() as usize).copied().unwrap_or_default();
         let last = last_from(std::array::from_fn(|_| r.u()));
-        let edge = Retained::from_words(std::array::from_fn(|_| r.u()));
+        let edge = edge_from(std::array::from_fn(|_| r.u()), &last);
         let f = Flow {
             counted,
             last,
