@@ -21,6 +21,11 @@ struct Run {
     ended: mpsc::Receiver<Vec<EndedFlow>>,
 }
 
+thread_local! {
+    /// `--max-full-interval` for the runs this thread starts (a test sets it first).
+    static MAX_FULL: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
 type TaskHandle = tokio::task::JoinHandle<Result<TrackerStats, StageError>>;
 
 /// The sampling task over `spaces`, a tick every `interval` with `budget` (the tiers on
@@ -38,7 +43,8 @@ fn spawn_over(
     let (stop, stop_rx) = watch::channel(false);
     let (tx, ended) = mpsc::channel(1024);
     let metrics = Arc::new(Metrics::default());
-    let cfg = TaskConfig { cpu_budget: budget, ..TaskConfig::every(interval) };
+    let cap = MAX_FULL.with(|c| c.get());
+    let cfg = TaskConfig { cpu_budget: budget, max_full_interval: cap, ..TaskConfig::every(interval) };
     let wiring = Wiring::new(stop_rx, tx, metrics.clone());
     let stage = tokio::spawn(run_spaces(tracker, spaces, None, cfg, wiring, |_| {}));
     (stop, stage, ended, metrics)
@@ -326,4 +332,43 @@ async fn quiet_namespaces_first_walked_together_fall_due_apart() {
     assert!((30..=60).contains(&total), "{total} walks");
     assert!(most <= 2, "{most} namespaces walked by one dump");
     stage.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cap_on_the_full_dump_interval_costs_the_budget_and_says_so() {
+    // 1,000 still sockets at 10 µs: 10 ms a dump. At 0.5 % the budget paces dumps 2 s
+    // apart; a 500 ms cap makes them 4 times as frequent, 2 % of a core: over budget.
+    MAX_FULL.with(|c| c.set(Some(Duration::from_millis(500))));
+    let r = host(1000, 0, Duration::from_millis(100), 0.005, |st| {
+        st.cost_per_socket = Duration::from_micros(10);
+    });
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let m = r.metrics.clone();
+    r.finish().await;
+    MAX_FULL.with(|c| c.set(None));
+    assert_eq!(m.full_dump_interval_planned_ns.get(), 500_000_000);
+    assert_eq!(m.over_budget.get(), 1);
+    let plan = m.sampling_cpu_planned_ppm.get();
+    // (The tracker's own work on each simulated socket adds to the 10 µs.)
+    assert!((19_000..=30_000).contains(&plan), "the plan costs {plan} ppm of a core");
+    let gap = m.full_dump_interval_ns.get();
+    assert!((400_000_000..=600_000_000).contains(&gap), "dumps {gap} ns apart");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_cap_the_budget_alone_sets_the_pace() {
+    // 1,000 sockets at 200 µs: 200 ms a dump, at 1 % 20 s apart: past the 10 s that
+    // used to be the longest, and within the budget.
+    let r = host(1000, 0, Duration::from_millis(100), 0.01, |st| {
+        st.cost_per_socket = Duration::from_micros(200);
+    });
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let m = r.metrics.clone();
+    r.finish().await;
+    assert_eq!(m.over_budget.get(), 0);
+    let planned = m.full_dump_interval_planned_ns.get();
+    assert!((19_000_000_000..=21_000_000_000).contains(&planned), "{planned} ns");
+    // The first two dumps come a tick apart; then one 20 s on, one 40 s on, and the one
+    // at the stop.
+    assert!((4..=5).contains(&m.dumps.get()), "{} full dumps", m.dumps.get());
 }

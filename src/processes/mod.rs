@@ -153,9 +153,9 @@ impl Link {
         })
     }
 
-    /// The answers ready now, without waiting.
-    pub fn ready(&self) -> impl Iterator<Item = Answer> + '_ {
-        self.rx.try_iter().flatten()
+    /// The answers ready now, without waiting, in the walker's batches.
+    pub fn ready(&self) -> impl Iterator<Item = Vec<Answer>> + '_ {
+        self.rx.try_iter()
     }
 
     /// Waits up to `timeout` for the next batch of answers (tests).
@@ -182,6 +182,10 @@ pub fn spawn(fs: impl Procfs + Send + 'static, share: f64) -> std::io::Result<Li
             if answers.send(out).is_err() {
                 return;
             }
+            if batch.len() >= TRIM_AFTER {
+                drop(batch);
+                give_back_freed_memory();
+            }
             if share > 0.0 {
                 let spent = crate::clock::thread_cpu_ns().saturating_sub(cpu) as f64;
                 std::thread::sleep(Duration::from_nanos((spent / share - spent) as u64));
@@ -189,6 +193,22 @@ pub fn spawn(fs: impl Procfs + Send + 'static, share: f64) -> std::io::Result<Li
         }
     })?;
     Ok(Link { tx, rx })
+}
+
+/// Requests in one batch past which freed memory is handed back to the system.
+pub const TRIM_AFTER: usize = 4096;
+
+/// Hands freed heap memory back to the system. A large batch (the first dump's, on a host
+/// of many sockets) allocates requests, answers and the walker's inode table on two
+/// threads; glibc keeps what they free in each thread's arena, resident: 70 MB at a million
+/// sockets (benches/RESULTS.md, issue 40). Called only after such a batch: it walks the
+/// arenas.
+pub fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Finds owners, keeping what it learns between batches.
@@ -250,6 +270,9 @@ impl<P: Procfs> Resolver<P> {
             // Dropped, not cleared: a walk of a host of many sockets grows the table to
             // hundreds of thousands of entries, and a cleared table keeps its room.
             self.cache = FxHashMap::default();
+        } else if self.cache.capacity() > 2 * CACHE_INODES {
+            // The answered left it: at a million sockets 33 MB of room for a few entries.
+            self.cache.shrink_to_fit();
         }
         answers
     }

@@ -164,13 +164,16 @@ impl Tracker {
     /// nothing to do; call it before destroy events too.
     pub fn settle_owners(&mut self) {
         let Some(link) = self.attr.link.as_ref() else { return };
-        let answers: Vec<Answer> = link.ready().collect();
-        let many = answers.len() >= TRIM_AFTER;
-        for a in answers {
-            self.apply(a);
+        let batches: Vec<Vec<Answer>> = link.ready().collect();
+        let mut many = false;
+        for batch in batches {
+            many |= batch.len() >= crate::processes::TRIM_AFTER;
+            for a in batch {
+                self.apply(a);
+            }
         }
         if many {
-            give_back_freed_memory();
+            crate::processes::give_back_freed_memory();
         }
     }
 
@@ -231,21 +234,6 @@ impl Tracker {
         }
         let how = e.owner.as_ref().map_or(How::None, |o| o.how);
         self.attr.count(how);
-    }
-}
-
-/// Answers in one go past which freed memory is handed back to the system.
-const TRIM_AFTER: usize = 4096;
-
-/// Hands freed heap memory back to the system. A large batch (the first dump's, on a host
-/// of many sockets) allocates requests, answers and walker tables on two threads; glibc keeps
-/// what they free in each thread's arena, resident: 12 MiB at 200,000 sockets
-/// (benches/RESULTS.md, S2). Called only after such a batch: it walks the arenas.
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
