@@ -44,8 +44,9 @@ const PER_HELPER: usize = 9_000;
 /// must not keep open (they would never see EOF). Call before any thread starts.
 fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
     let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: a two-int array for pipe(2).
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: a two-int array for pipe2(2). Close-on-exec: the monitor (exec'd) must not
+    // hold a helper's pipe open, or the helper never sees its end.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     // SAFETY: the process is single-threaded here (see above).
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
@@ -86,8 +87,9 @@ fn busy_helper(
     others: &[(libc::pid_t, libc::c_int)],
 ) -> (libc::pid_t, libc::c_int) {
     let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: a two-int array for pipe(2).
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: a two-int array for pipe2(2). Close-on-exec: the monitor (exec'd) must not
+    // hold a helper's pipe open, or the helper never sees its end.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     // SAFETY: the process is single-threaded here.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
@@ -140,6 +142,21 @@ fn coverage(records: &str, port: u16) -> Vec<f64> {
             n / ticks.max(1.0)
         })
         .collect()
+}
+
+/// Waits (up to two minutes) until the host holds fewer than 10,000 TCP sockets: the
+/// sockets of a run before this one (a million take a while to go) would be flows here.
+fn settle() {
+    let alloc = || {
+        let t = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
+        let line = t.lines().find(|l| l.starts_with("TCP:")).unwrap_or("").to_string();
+        let mut w = line.split_whitespace();
+        w.position(|x| x == "alloc").and_then(|_| w.next()?.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while alloc() >= 10_000 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The floor: dumps every socket `rounds` times and discards the answer; seconds a dump.
@@ -205,6 +222,7 @@ fn main() {
         "sockets | tracked | packed (B each) | floor µs/socket | monitor µs/socket | × floor | steady CPU (budget 2 %; planned) | full-dump interval s | RSS MiB | peak MiB | RSS B/flow | peak B/flow | busy coverage (min, median)"
     );
     for size in sizes {
+        settle();
         // Helpers first, while this process has one thread.
         let conns = size / 2;
         let mut helpers: Vec<(libc::pid_t, libc::c_int)> = Vec::new();

@@ -44,7 +44,8 @@ fn spawn_over(
     let (tx, ended) = mpsc::channel(1024);
     let metrics = Arc::new(Metrics::default());
     let cap = MAX_FULL.with(|c| c.get());
-    let cfg = TaskConfig { cpu_budget: budget, max_full_interval: cap, ..TaskConfig::every(interval) };
+    let cfg =
+        TaskConfig { cpu_budget: budget, max_full_interval: cap, ..TaskConfig::every(interval) };
     let wiring = Wiring::new(stop_rx, tx, metrics.clone());
     let stage = tokio::spawn(run_spaces(tracker, spaces, None, cfg, wiring, |_| {}));
     (stop, stage, ended, metrics)

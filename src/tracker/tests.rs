@@ -1096,3 +1096,19 @@ fn idle_flows_are_packed_and_come_back_whole() {
     assert_eq!((g.last.bytes_acked, g.samples[0].ts_ns), (7, 0));
     assert_eq!(t.packed(), (0, 0), "the store's dead entries are reclaimed");
 }
+
+#[test]
+fn a_packed_flow_ends_on_its_destroy_event_with_the_final_counters() {
+    let mut t = Tracker::new(TrackerConfig::default());
+    let a = SockBuilder::new(1, 5000, 80).bytes_acked(100);
+    dump(&mut t, 0, &[&a], true);
+    assert_eq!(t.packed().0, 1);
+    let end = destroy(&mut t, S, &a.clone().bytes_acked(102));
+    assert_eq!(end.len(), 1);
+    let f = &end[0].flow;
+    assert_eq!(
+        (f.last.bytes_acked, f.samples.len(), end[0].reason),
+        (102, 2, EndReason::Destroyed)
+    );
+    assert_eq!(t.packed().0, 0);
+}

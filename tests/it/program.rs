@@ -1401,3 +1401,65 @@ fn the_kubernetes_script_writes_a_map_the_monitor_reads() {
         .unwrap();
     assert!(st.success());
 }
+
+/// Issue 40: connections open before the monitor starts are packed by its first dump, the
+/// one that moves is made whole, and every one ends with its exact final counters.
+#[test]
+fn idle_connections_are_packed_and_end_whole() {
+    let (l, a) = listener();
+    let mut pairs: Vec<Pair> = (0..10).map(|_| Pair::connect(&l, a).unwrap()).collect();
+    for p in &mut pairs {
+        p.exchange(1_000).unwrap();
+    }
+    // Let the last ACKs settle: a counter that moves after the first dump unpacks a flow.
+    std::thread::sleep(Duration::from_millis(500));
+    // (Flows open before the start are written only with -writer-partial, as by cgmon.)
+    let m = monitor(&[
+        "-run-interval",
+        "50ms",
+        "-writer-partial",
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    let gauge = |name: &str| metric(body(&http_get(&addr, "/metrics")), name);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gauge("cgmon_flows_active") < 20.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(gauge("cgmon_flows_active"), 20.0);
+    assert_eq!(gauge("cgmon_flows_packed"), 20.0, "the first dump's flows are packed");
+    let bytes = gauge("cgmon_flows_packed_bytes");
+    assert!(bytes > 20.0 * 40.0 && bytes < 20.0 * 200.0, "{bytes} bytes for 20 flows");
+    // A packed flow still shows on the flows page, read back from the store.
+    let page = body(&http_get(&addr, "/flows")).to_string();
+    assert!(page.contains(&a.port().to_string()), "{page}");
+    // One connection moves: both its ends are made whole; the other 18 stay packed.
+    pairs[0].exchange(50_000).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gauge("cgmon_flows_packed") > 18.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(gauge("cgmon_flows_packed"), 18.0);
+    drop(pairs);
+    let recs = m.records(20, Duration::from_secs(10));
+    assert_eq!(recs.len(), 20);
+    for r in &recs {
+        // Exact to the byte, from the destroy event's counters: what each end sent or
+        // received (one way: the client sends), with the SYN's and FIN's counted bytes.
+        assert_eq!(r["EndReason"], "destroyed", "{r}");
+        let moved = r["BytesAcked"].as_u64().unwrap() + r["BytesReceived"].as_u64().unwrap();
+        let want = if moved > 40_000 { 51_000 } else { 1_000 };
+        assert!((want..=want + 4).contains(&moved), "{moved} bytes: {r}");
+        assert!(moved < 40_000 || r["Samples"].as_u64().unwrap() >= 2, "{r}");
+    }
+    let moved = |r: &&Value| {
+        r["BytesAcked"].as_u64().unwrap() + r["BytesReceived"].as_u64().unwrap() > 40_000
+    };
+    assert_eq!(recs.iter().filter(moved).count(), 2);
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{st:?}\n{log}");
+}
