@@ -214,7 +214,7 @@ impl FlowHead {
 pub struct Tracker {
     cfg: TrackerConfig,
     /// cookie → slot in `slab` and `hot`.
-    index: FxHashMap<u64, u32>,
+    index: index::Index,
     /// Each flow, whole or packed in `cold` (idle flows: `tracker/cold.rs`).
     slab: Vec<Body>,
     cold: cold::ColdStore,
@@ -272,7 +272,7 @@ impl Tracker {
         let cfg = TrackerConfig { window_samples: cfg.window_samples.max(2), ..cfg };
         Self {
             cfg,
-            index: FxHashMap::default(),
+            index: index::Index::default(),
             slab: Vec::new(),
             cold: cold::ColdStore::default(),
             hot: Vec::new(),
@@ -362,7 +362,7 @@ impl Tracker {
             self.cursor = c + 1;
             return Some(c);
         }
-        let j = *self.index.get(&cookie)? as usize;
+        let j = self.index.get(cookie, &self.hot)?;
         if j > c {
             self.swap_slots(j, c);
             self.cursor = c + 1;
@@ -372,11 +372,14 @@ impl Tracker {
     }
 
     fn swap_slots(&mut self, a: usize, b: usize) {
+        // Out of the index while their slots change (it compares through `hot`).
+        let (ca, cb) = (self.hot[a].cookie, self.hot[b].cookie);
+        self.index.remove(ca, &self.hot);
+        self.index.remove(cb, &self.hot);
         self.slab.swap(a, b);
         self.hot.swap(a, b);
-        for i in [a, b] {
-            *self.index.get_mut(&self.hot[i].cookie).expect("every slot is indexed") = i as u32;
-        }
+        self.index.insert(ca, b, &self.hot);
+        self.index.insert(cb, a, &self.hot);
     }
 
     /// One socket of the current dump. Interim records (window cuts) go to `out`.
@@ -456,7 +459,6 @@ impl Tracker {
             // second dump tells.
             self.hot_set.add(cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
-        self.index.insert(cookie, self.slab.len() as u32);
         if self.slab.len() == self.slab.capacity() {
             // Grow by a quarter, not Vec's doubling: at 20,000 flows doubling reserved
             // 32,768 slots of 16 + 48 bytes, 12,768 of them unused. Large reallocations
@@ -472,6 +474,7 @@ impl Tracker {
         let body = if self.dumps_done == 0 { self.born_cold(&f) } else { Body::Live(Box::new(f)) };
         self.slab.push(body);
         self.hot.push(hot);
+        self.index.insert(cookie, self.hot.len() - 1, &self.hot);
         self.seen_now += 1;
     }
 
@@ -668,6 +671,7 @@ mod owners;
 pub use owners::DestNamer;
 mod fingerprint;
 mod flow;
+mod index;
 mod pool;
 mod prefetch;
 mod spaces;

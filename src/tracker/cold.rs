@@ -493,10 +493,10 @@ impl Tracker {
             self.stats.flows_packed += 1;
         }
         if self.cold.compact_due() {
-            let (index, slab) = (&self.index, &mut self.slab);
+            let (index, hot, slab) = (&self.index, &self.hot, &mut self.slab);
             self.cold.compact(|cookie, at| {
-                if let Some(&i) = index.get(&cookie) {
-                    slab[i as usize] = Body::Cold(at);
+                if let Some(i) = index.get(cookie, hot) {
+                    slab[i] = Body::Cold(at);
                 }
             });
         }

@@ -17,14 +17,17 @@ impl Tracker {
     /// Takes a flow out of the table, brought up to date, with its samples still in pool
     /// blocks (see [`StagePool::detach`]).
     pub(super) fn remove(&mut self, cookie: u64) -> Option<(Flow, Rest)> {
-        let slot = self.index.remove(&cookie)? as usize;
+        let slot = self.index.remove(cookie, &self.hot)?;
+        let last = self.hot.len() - 1;
+        if slot != last {
+            // The last flow moves into the slot: its entry first, while the index can
+            // still find it where it was.
+            self.index.set(self.hot[last].cookie, slot, &self.hot);
+        }
         let body = self.slab.swap_remove(slot);
         let h = self.hot.swap_remove(slot);
         if h.seen_gen == self.generation {
             self.seen_now -= 1;
-        }
-        if let Some(moved) = self.hot.get(slot) {
-            *self.index.get_mut(&moved.cookie).expect("every slot is indexed") = slot as u32;
         }
         let mut f = match body {
             Body::Live(f) => *f,
@@ -164,7 +167,7 @@ impl Tracker {
             self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
             return;
         }
-        let (f, mut rest, fresh) = match self.index.get(&key.cookie).map(|&i| i as usize) {
+        let (f, mut rest, fresh) = match self.index.get(key.cookie, &self.hot) {
             Some(slot) if same_socket(&self.wake(slot).key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let (mut f, rest) = self.remove(key.cookie).expect("indexed just above");
@@ -255,7 +258,7 @@ impl Tracker {
         let (f, rest, end) = if let Some(w) = self.waiting.remove(&cookie) {
             self.stats.destroy_awaited += 1;
             (w.flow, w.rest, w.missed_ns)
-        } else if self.index.contains_key(&cookie) {
+        } else if self.index.contains(cookie, &self.hot) {
             let (f, rest) = self.remove(cookie).expect("indexed just above");
             (f, rest, ts_ns)
         } else {

@@ -141,11 +141,11 @@ impl Tracker {
     /// once per tick.
     pub fn ask_owners(&mut self) {
         let Some(link) = self.attr.link.as_ref() else { return };
-        let (index, waiting) = (&self.index, &self.waiting);
+        let (index, hot, waiting) = (&self.index, &self.hot, &self.waiting);
         let mut batch = std::mem::take(&mut self.attr.requests);
         // (A flow gone first was counted as not found at its end.)
         batch.retain(|r| match r.target {
-            Target::Flow(c) => index.contains_key(&c) || waiting.contains_key(&c),
+            Target::Flow(c) => index.contains(c, hot) || waiting.contains_key(&c),
             Target::Listener(_) => true,
         });
         if batch.is_empty() {
@@ -189,7 +189,7 @@ impl Tracker {
             }
             Target::Flow(c) => c,
         };
-        let f = match self.index.get(&cookie).map(|&i| i as usize) {
+        let f = match self.index.get(cookie, &self.hot) {
             Some(i) => match &mut self.slab[i] {
                 Body::Live(f) => f,
                 &mut Body::Cold(at) => {

@@ -82,8 +82,7 @@ impl Tracker {
     /// The answer to an exact poll for hot flow `k`. Window cuts go to `out`.
     pub fn observe_exact(&mut self, k: usize, s: &Sample<'_>, out: &mut Vec<EndedFlow>) {
         let Some(&(cookie, _)) = self.hot_set.meta.get(k) else { return };
-        let Some(&slot) = self.index.get(&cookie) else { return };
-        let slot = slot as usize;
+        let Some(slot) = self.index.get(cookie, &self.hot) else { return };
         if s.msg().cookie() != cookie || !same_socket(&self.wake(slot).key, s) {
             return;
         }
@@ -114,7 +113,7 @@ impl Tracker {
     /// a state the dumps leave out) at `ts_ns`: as if a complete dump had missed it.
     pub fn exact_gone(&mut self, k: usize, ts_ns: u64, out: &mut Vec<EndedFlow>) {
         let Some(&(cookie, _)) = self.hot_set.meta.get(k) else { return };
-        if self.index.contains_key(&cookie) {
+        if self.index.contains(cookie, &self.hot) {
             self.missed(cookie, ts_ns, out);
         }
     }
@@ -138,8 +137,8 @@ impl Tracker {
         let generation = self.generation;
         let (index, hot) = (&self.index, &mut self.hot);
         self.hot_set.retain(|cookie, moved| {
-            let Some(&slot) = index.get(&cookie) else { return false };
-            let h = &mut hot[slot as usize];
+            let Some(slot) = index.get(cookie, hot) else { return false };
+            let h = &mut hot[slot];
             if after_dump && h.seen_gen == generation && h.changed {
                 *moved = (*moved).max(now_ns);
             }

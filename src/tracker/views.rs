@@ -315,7 +315,7 @@ impl super::Tracker {
     /// A copy of the active flow `cookie` with its `keep` newest samples (and its
     /// `Samples` count in `stage.window`), found by its index; nothing else is touched.
     pub fn view_one(&self, cookie: u64, keep: usize) -> Option<Flow> {
-        let slot = *self.index.get(&cookie)? as usize;
+        let slot = self.index.get(cookie, &self.hot)?;
         Some(self.view_slot(slot, keep))
     }
 
@@ -348,8 +348,8 @@ impl super::Tracker {
         cookies.sort_unstable();
         let page = cookies
             .iter()
-            .filter_map(|c| self.index.get(c))
-            .map(|&slot| self.view_slot(slot as usize, keep))
+            .filter_map(|&c| self.index.get(c, &self.hot))
+            .map(|slot| self.view_slot(slot, keep))
             .collect();
         (page, total)
     }
