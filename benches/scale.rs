@@ -238,6 +238,8 @@ fn main() {
         let out = std::env::temp_dir().join(format!("cgmon-scale-{}.json", std::process::id()));
         let mut child = Command::new(BIN)
             .args(["-run-interval", "100ms", "--http", &format!("127.0.0.1:{port}")])
+            // The busy flows were open before the monitor: written only with this.
+            .arg("-writer-partial")
             .args(extra.split_whitespace())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(Stdio::null())
