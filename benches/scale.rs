@@ -134,7 +134,7 @@ fn coverage(records: &str, port: u16) -> Vec<f64> {
     records
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|r| r["SrcPort"] == port || r["DstPort"] == port)
+        .filter(|r| r["ID"]["SrcPort"] == port || r["ID"]["DstPort"] == port)
         .map(|r| {
             let s = &r["Sampling"];
             let n = s["FromDumps"].as_f64().unwrap_or(0.0) + s["FromExact"].as_f64().unwrap_or(0.0);
