@@ -23,4 +23,5 @@ pub const STYLE_CSS: &str = concat!(
     "td.verdict small,td.l small{color:#555}td.rate{font-weight:600;white-space:nowrap}",
     "form.filters{margin:8px 0}form.filters label{margin-right:12px}",
     "p.idle{color:#555}tr.group td{color:#333}",
+    "p.warn{background:#fff3e0;border-left:4px solid #e65100;padding:6px 10px;max-width:60em}",
 );

@@ -27,6 +27,7 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
         m.flows_active.get(),
         m.churn_text(up)
     );
+    pace_line(&mut p, m);
     p.push_str("<h3>Pipeline stage times (µs)</h3>\n<table class=\"num\"><tr><th>stage</th><th>calls</th><th>min</th><th>mean</th><th>max</th><th>stddev</th></tr>\n");
     for (st, t) in crate::metrics::Stage::ALL.iter().zip(m.stage_times()) {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -51,6 +52,37 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
                 <a href=\"/flows\">/flows</a> · <a href=\"/flow-duration-histogram\">flow-duration histogram</a> · \
                 <a href=\"/healthz\">/healthz</a></p></section>\n");
     p
+}
+
+/// With a CPU budget: how late new flows are found (the planned full-dump interval), and,
+/// when the plan costs more than the budget, a warning with what it costs and the pace
+/// achieved (docs/scale.md).
+fn pace_line(p: &mut String, m: &Metrics) {
+    use std::fmt::Write as _;
+    let (budget, planned) = (m.cpu_budget_ppm.get(), m.full_dump_interval_planned_ns.get());
+    if budget == 0 || planned == 0 {
+        return;
+    }
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let _ = writeln!(
+        p,
+        "<p id=\"pace\">Full dumps are planned every {:.1} s (CPU budget {:.2} % of a core): a \
+         new flow is found at most that late, or by its destroy event if it ends first.</p>",
+        secs(planned),
+        budget as f64 / 1e4
+    );
+    if m.over_budget.get() == 1 {
+        let _ = writeln!(
+            p,
+            "<p class=\"warn\" id=\"over-budget\"><b>Over the CPU budget:</b> sampling is \
+             planned at {:.2} % of a core against {:.2} %; the last full dumps were {:.1} s \
+             apart. The busy flows' polls need more than three quarters of the budget, or \
+             --max-full-interval forces more dumps.</p>",
+            m.sampling_cpu_planned_ppm.get() as f64 / 1e4,
+            budget as f64 / 1e4,
+            secs(m.full_dump_interval_ns.get())
+        );
+    }
 }
 
 /// The counters' rows, from the catalogue: a heading row for each section that applies,
@@ -105,4 +137,27 @@ fn netns_table(p: &mut String, m: &Metrics, names: &[String]) {
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_says_how_late_new_flows_are_found_and_when_the_plan_is_over_budget() {
+        let m = Metrics::default();
+        assert!(!status_section(&m, None).contains("id=\"pace\""), "no budget, no pace line");
+        m.cpu_budget_ppm.set(20_000);
+        m.full_dump_interval_planned_ns.set(14_300_000_000);
+        m.sampling_cpu_planned_ppm.set(20_000);
+        let p = status_section(&m, None);
+        assert!(p.contains("planned every 14.3 s (CPU budget 2.00 % of a core)"), "{p}");
+        assert!(!p.contains("over-budget"), "{p}");
+        m.over_budget.set(1);
+        m.sampling_cpu_planned_ppm.set(28_600);
+        m.full_dump_interval_ns.set(10_000_000_000);
+        let p = status_section(&m, None);
+        assert!(p.contains("planned at 2.86 % of a core against 2.00 %"), "{p}");
+        assert!(p.contains("the last full dumps were 10.0 s apart"), "{p}");
+    }
 }
