@@ -502,7 +502,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             self.over_budget = over;
         }
         if p.tiers() {
-            let pause = (planned.saturating_mul(3) / 2).max(p.interval_ns() * 3);
+            let pause = (planned.saturating_mul(3) / 2).max(p.interval_ns().saturating_mul(3));
             self.tracker.set_pause_ns(pause);
         }
     }

@@ -596,6 +596,7 @@ fn arguments_that_used_to_panic_are_usage_errors() {
         &["-tracker-window-samples", "18446744073709551615"],
         &["-tracker-max-flows", "18446744073709551615"],
         &["-run-max-errors", "4294967295"],
+        &["--max-full-interval", "5000000h"],
     ] {
         let out = Command::new(BIN)
             .args(args)
