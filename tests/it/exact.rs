@@ -142,7 +142,13 @@ fn tiered(port: u16, destroy: bool) -> Tiered {
     let (stop, stop_rx) = watch::channel(false);
     let (tx, ended) = mpsc::channel(1024);
     let metrics = Arc::new(Metrics::default());
-    let cfg = TaskConfig { cpu_budget: 0.000_01, ..TaskConfig::every(Duration::from_millis(20)) };
+    // A budget too small for any dump but the slowest pace: 10 s, the cap these tests were
+    // written against (the budget alone would space dumps minutes apart).
+    let cfg = TaskConfig {
+        cpu_budget: 0.000_01,
+        max_full_interval: Some(Duration::from_secs(10)),
+        ..TaskConfig::every(Duration::from_millis(20))
+    };
     let stage = tokio::spawn(task::run(
         tracker,
         sampler,
