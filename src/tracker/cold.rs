@@ -2,13 +2,14 @@
 //!
 //! A tracked flow is a 320-byte [`Flow`] with a sample stage, its owner in a map beside it:
 //! about 600 bytes a flow in all, which at 200,000 idle keep-alive sockets was 117 MiB
-//! (benches/RESULTS.md, S1). An idle flow needs none of that room. Its window holds one
-//! retained sample (a flow that goes idle with more writes them first, as an interim
-//! record: `Tracker::freeze`), so what it keeps is its identity, its latest counters, that
-//! one sample and its owner, about 90 bytes once each number is written in as few bytes as
-//! it needs (LEB128: seven bits a byte). Those bytes sit end to end in one arena, so an
-//! idle flow costs no allocation of its own. The first sample that changes, an ending or a
-//! view reads the flow back whole ([`ColdStore::get`]); nothing is lost or rounded.
+//! (benches/RESULTS.md, issue 40's baseline). An idle flow needs none of that room. Its
+//! window holds one retained sample (a flow that goes idle with more writes them first, as
+//! an interim record: `Tracker::freeze_idle`), so what it keeps is its identity, its latest
+//! counters, that one sample and its owner, about 90 bytes once each number is written in
+//! as few bytes as it needs (LEB128: seven bits a byte). Those bytes sit end to end in one
+//! arena, so an idle flow costs no allocation of its own. The first sample that changes, an
+//! ending or a view reads the flow back whole ([`ColdStore::get`]); nothing is lost or
+//! rounded.
 //!
 //! No crate does this: serde formats (bincode, postcard) would encode the same varints but
 //! need derives on `Flow`, `Last` and `Retained`, whose packing is tuned by hand, and give
