@@ -264,6 +264,8 @@ pub struct Tracker {
     attr: owners::Attribution,
     /// The pause in force ([`Tracker::set_pause_ns`]).
     pause_ns: u64,
+    /// When the last complete dump looked for idle flows to pack (`cold.rs`).
+    froze_ns: Option<u64>,
 }
 
 impl Tracker {
@@ -298,6 +300,7 @@ impl Tracker {
             labels: Vec::new(),
             attr: owners::Attribution::default(),
             pause_ns: cfg.pause_ns,
+            froze_ns: None,
         }
     }
 

@@ -76,7 +76,7 @@ impl Tracker {
         }
         self.expire_waits(dump_ts_ns, out);
         self.bound_samples(out);
-        self.freeze_idle(out);
+        self.freeze_idle(dump_ts_ns, out);
         let carried = &self.carried;
         self.refused.retain(|_, (g, ns)| *g == generation || carried.contains(ns));
         // A dump that started after a destroy cannot hold that socket any more.

@@ -1069,30 +1069,32 @@ fn idle_flows_are_packed_and_come_back_whole() {
     // Still for under a minute: a stays whole.
     assert!(dump(&mut t, 60 * S, &[&a1, &b], true).is_empty());
     assert_eq!(t.packed().0, 1);
-    // A minute without a change: its window (two samples) goes as an interim record.
-    let cut = dump(&mut t, 61 * S, &[&a1, &b], true);
+    // A minute without a change, at the next look (every 10 s): its window (two samples)
+    // goes as an interim record.
+    assert!(dump(&mut t, 65 * S, &[&a1, &b], true).is_empty(), "not looked at: 5 s after");
+    let cut = dump(&mut t, 71 * S, &[&a1, &b], true);
     assert_eq!(t.packed().0, 2);
     assert_eq!(t.stats().flows_packed, 1);
     assert_eq!(cut.len(), 1);
     let w = &cut[0];
     assert_eq!((w.reason, w.flow.seq, w.flow.samples.len()), (EndReason::Window, 0, 2));
-    assert_eq!(w.flow.deduped, 2);
+    assert_eq!(w.flow.deduped, 3);
     assert_eq!(w.flow.last.bytes_acked, 500);
     // Its next window begins at the edge, as at the window cap, and ends with the flow.
     let a2 = a1.clone().bytes_acked(900);
-    dump(&mut t, 70 * S, &[&a2, &b], true);
-    let end = destroy(&mut t, 71 * S, &a2.clone().bytes_acked(950));
+    dump(&mut t, 80 * S, &[&a2, &b], true);
+    let end = destroy(&mut t, 81 * S, &a2.clone().bytes_acked(950));
     let f = &end[0].flow;
     assert_eq!((f.seq, f.partial_start), (1, true));
     let ts: Vec<u64> = f.samples.iter().map(|r| r.ts_ns).collect();
-    assert_eq!(ts, [S, 70 * S, 71 * S]);
+    assert_eq!(ts, [S, 80 * S, 81 * S]);
     assert_eq!((f.first_ts_ns, f.first_bytes_acked), (S, 500));
     assert_eq!(f.last.bytes_acked, 950);
     assert_eq!(f.samples[0].rtt_us, 9_000);
     // b, packed since the first dump, ends whole: its one sample and every deduped one.
-    let gone = dump(&mut t, 80 * S, &[], true);
+    let gone = dump(&mut t, 90 * S, &[], true);
     let g = &gone[0].flow;
-    assert_eq!((g.key.cookie, g.samples.len(), g.deduped, g.last_ts_ns), (2, 1, 4, 70 * S));
+    assert_eq!((g.key.cookie, g.samples.len(), g.deduped, g.last_ts_ns), (2, 1, 5, 80 * S));
     assert_eq!((g.last.bytes_acked, g.samples[0].ts_ns), (7, 0));
     assert_eq!(t.packed(), (0, 0), "the store's dead entries are reclaimed");
 }
