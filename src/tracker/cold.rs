@@ -34,10 +34,10 @@ use crate::processes::{How, Owner};
 use crate::record::Retained;
 use crate::wire::sock::SockKey;
 
-/// A flow with no retained sample for this long (and not in the hot set) is packed at the
-/// next complete dump. A minute: a connection used every few seconds (a pool to a
-/// database, a keep-alive client) stays whole and writes no extra record; one idle for a
-/// minute has likely stopped (docs/records.md, "Idle flows").
+/// A flow with no retained sample for this long (and not in the hot set) is packed by a
+/// complete dump (they look every 10 s). A minute: a connection used every few seconds (a
+/// pool to a database, a keep-alive client) stays whole and writes no extra record; one
+/// idle for a minute has likely stopped (docs/records.md, "Idle flows").
 pub const COLD_AFTER_NS: u64 = 60_000_000_000;
 
 /// How often complete dumps look for whole flows to pack: a flow is packed between one and
