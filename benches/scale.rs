@@ -39,10 +39,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 /// Connections a helper holds (both ends: twice the sockets).
 const PER_HELPER: usize = 9_000;
 
-/// Forks a helper holding `n` connections to a listener of its own; it exits when the
-/// returned pipe end is closed. `others`: the earlier helpers' pipe ends, which the new one
-/// must not keep open (they would never see EOF). Call before any thread starts.
-fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
+/// Forks a helper that runs `body` with the read end of a pipe whose write end it returns:
+/// the helper is told to stop by the parent closing that end. `others`: the earlier
+/// helpers' write ends, which the new one must not keep open (they would never see EOF).
+/// Call before any thread starts.
+fn fork_helper(
+    others: &[(libc::pid_t, libc::c_int)],
+    body: impl FnOnce(libc::c_int),
+) -> (libc::pid_t, libc::c_int) {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: a two-int array for pipe2(2). Close-on-exec: the monitor (exec'd) must not
     // hold a helper's pipe open, or the helper never sees its end.
@@ -59,6 +63,18 @@ fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc
                 libc::close(w);
             }
         }
+        body(fds[0]);
+        // SAFETY: leaving without unwinding.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: the parent does not need the read end.
+    unsafe { libc::close(fds[0]) };
+    (pid, fds[1])
+}
+
+/// Forks a helper holding `n` connections to a listener of its own, until told to stop.
+fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
+    fork_helper(others, |stop| {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
         let mut held = Vec::with_capacity(2 * n);
@@ -67,40 +83,19 @@ fn helper(n: usize, others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc
             held.push(l.accept().unwrap().0);
         }
         let mut b = [0u8; 1];
-        // SAFETY: reading one byte into a valid buffer, then leaving without unwinding.
-        unsafe {
-            libc::read(fds[0], b.as_mut_ptr().cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    // SAFETY: the parent does not need the read end.
-    unsafe { libc::close(fds[0]) };
-    (pid, fds[1])
+        // SAFETY: reading one byte into a valid buffer.
+        unsafe { libc::read(stop, b.as_mut_ptr().cast(), 1) };
+    })
 }
 
 /// Forks the busy helper: `n` connections to a listener of its own on `port`, each sent
-/// 1 KB every 20 ms and drained, until the returned pipe end is closed (then it closes
-/// them all and exits). Call before any thread starts.
+/// 1 KB every 20 ms and drained, until told to stop (then it closes them all).
 fn busy_helper(
     n: usize,
     port: u16,
     others: &[(libc::pid_t, libc::c_int)],
 ) -> (libc::pid_t, libc::c_int) {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: a two-int array for pipe2(2). Close-on-exec: the monitor (exec'd) must not
-    // hold a helper's pipe open, or the helper never sees its end.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: the process is single-threaded here.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork");
-    if pid == 0 {
-        // SAFETY: as in `helper`.
-        unsafe {
-            libc::close(fds[1]);
-            for &(_, w) in others {
-                libc::close(w);
-            }
-        }
+    fork_helper(others, |stop| {
         let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let mut pairs = Vec::with_capacity(n);
         for _ in 0..n {
@@ -110,7 +105,7 @@ fn busy_helper(
             pairs.push((c, s));
         }
         let (chunk, mut sink) = ([7u8; 1024], vec![0u8; 65_536]);
-        let mut pfd = libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 };
         // SAFETY: polling one valid pollfd.
         while unsafe { libc::poll(&mut pfd, 1, 20) } == 0 {
             for (c, s) in &mut pairs {
@@ -120,12 +115,7 @@ fn busy_helper(
         }
         drop(pairs);
         std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: leaving without unwinding.
-        unsafe { libc::_exit(0) };
-    }
-    // SAFETY: the parent does not need the read end.
-    unsafe { libc::close(fds[0]) };
-    (pid, fds[1])
+    })
 }
 
 /// Each busy flow's coverage in `records` (JSON lines): its samples over the ticks of its

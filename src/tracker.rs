@@ -154,9 +154,6 @@ pub struct TrackerStats {
     pub windows_cut_for_memory: u64,
     /// Retained samples handed on (in ended flows and windows).
     pub samples_handed_on: u64,
-    /// Flows packed after going idle (`tracker/cold.rs`); flows of the first dump are born
-    /// packed and not counted.
-    pub flows_packed: u64,
 }
 
 /// Where a flow was first seen.

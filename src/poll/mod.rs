@@ -350,8 +350,6 @@ struct Poll<S, D> {
     destroy_rest: Duration,
     overrun_warn: RateLimited,
     drop_warn: RateLimited,
-    /// Whether the plan is over the budget now (logged when it goes over and back).
-    over_budget: bool,
 }
 
 impl<S: DumpSource, D: DumpSource> Poll<S, D> {
@@ -392,7 +390,6 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             destroy_rest_until: None,
             destroy_rest,
             overrun_warn: RateLimited::default(),
-            over_budget: false,
             drop_warn: RateLimited::default(),
         }
     }
@@ -482,8 +479,9 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let share = p.planned_share(hot);
         m.sampling_cpu_planned_ppm.set((share * 1e6).round() as u64);
         let over = p.over_budget(hot);
-        m.over_budget.set(u64::from(over));
-        if over != self.over_budget {
+        // The gauge is the state: what it said last tick tells whether this is a change.
+        if over != (m.over_budget.get() == 1) {
+            m.over_budget.set(u64::from(over));
             let (pct, budget) = (share * 100.0, self.cfg.cpu_budget * 100.0);
             let every = Duration::from_nanos(planned).as_secs_f64();
             if over {
@@ -499,11 +497,10 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
                      core, full dumps every {every:.1} s"
                 );
             }
-            self.over_budget = over;
         }
         if p.tiers() {
-            let pause = (planned.saturating_mul(3) / 2).max(p.interval_ns().saturating_mul(3));
-            self.tracker.set_pause_ns(pause);
+            // (At least the tracker's configured pause, three ticks and more.)
+            self.tracker.set_pause_ns(planned.saturating_mul(3) / 2);
         }
     }
 

@@ -17,7 +17,7 @@
 //!
 //! Freed entries are marked dead and their bytes reclaimed by sliding the live ones down
 //! when the dead take more than a quarter of the arena ([`ColdStore::compact`]), so the
-//! arena stays within 4/3 of what its flows need, and a compaction moves at most four
+//! arena stays within 4/3 of what its flows need, and a compaction moves less than three
 //! times the bytes freed since the last.
 
 use std::borrow::Cow;
@@ -505,7 +505,6 @@ impl Tracker {
             drop(self.stages.release(&mut f.stage, &mut f.samples)); // no blocks in a window of one
             let owner = self.attr.owners.remove(&f.key.cookie);
             self.slab[slot] = Body::Cold(self.cold.put(f, &edge, owner.as_ref()));
-            self.stats.flows_packed += 1;
         }
         if self.cold.compact_due() {
             let (index, hot, slab) = (&self.index, &self.hot, &mut self.slab);
