@@ -555,7 +555,11 @@ fn diagnosis_mathis_bound_tracks_a_lossy_path() {
 }
 
 /// Checks a diagnosis against its own numbers: a cap the finding names bounds the rate
-/// reached (10 %; 20 % for the send buffer), the verdict and cause are the documented ones.
+/// reached, by the rule the diagnosis itself applies (`diagnosis.rs`): a window cap within
+/// 10 %, the send buffer's within 20 %, and a Mathis bound when it is at least 0.9 × the
+/// rate (`mathis_cap`; a 2 % random-loss path once reached 1.103 × its bound, which that
+/// rule names a cap and a 1.1 × test called a failure). The verdict and cause are the
+/// documented ones.
 fn consistent(r: &Value) {
     let d = diagnosis(r);
     let got = f(d, "AchievedMbps");
@@ -563,11 +567,11 @@ fn consistent(r: &Value) {
     for (mark, cap, tol) in [
         ("receiver window", "WindowCapMbps", 1.1),
         ("send buffer", "SendBufferCapMbps", 1.2),
-        ("(Mathis)", "LossCapMbps", 1.1),
+        ("(Mathis)", "LossCapMbps", 1.0 / 0.9),
     ] {
         if finding.contains(mark) && finding.contains("caps this flow") {
             let c = f(&d["Caps"], cap);
-            assert!(got <= c * tol, "{finding}: reached {got} above the cap {c}");
+            assert!(got <= c * tol + 1e-9, "{finding}: reached {got} above the cap {c}");
         }
     }
     let verdicts = ["receiver-window", "send-buffer", "network", "application", "unknown"];
