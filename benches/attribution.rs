@@ -17,8 +17,12 @@
 //! monitor's CPU (whole process, from its start: the first walk is included), the walker
 //! thread's share of a core, and the share of ended flows named (`how="socket"` or
 //! `listener`). `iperf`: iperf3's server and client on core 1, the monitor (`-run-interval
-//! 10ms`) on core 0; RUNS (11) alternating runs of SECS (3) each way; the medians and the
-//! spread. Figures: benches/RESULTS.md and the README.
+//! 10ms`) on core 0; RUNS (11) alternating runs of SECS each way (10, iperf3's own default
+//! length: 3 s runs weigh each flow's start, when the monitor finds its process, three
+//! times as much as a transfer of the default length does); the medians, the spread, and
+//! the median of each round's ratio (the two runs of a round are next to each other in
+//! time, so a drift of the machine's speed over minutes cancels in it). Figures:
+//! benches/RESULTS.md and the README.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -256,7 +260,7 @@ fn iperf_mode(runs: usize, secs: u64) {
         .spawn()
         .expect("iperf3");
     std::thread::sleep(Duration::from_millis(500));
-    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let (mut with, mut without, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..runs {
         for on in if i % 2 == 0 { [false, true] } else { [true, false] } {
             let mut m = on.then(|| {
@@ -284,6 +288,7 @@ fn iperf_mode(runs: usize, secs: u64) {
             );
             if on { with.push(bps) } else { without.push(bps) }
         }
+        ratios.push(with[i] / without[i]);
     }
     let _ = server.kill();
     let _ = server.wait();
@@ -294,11 +299,19 @@ fn iperf_mode(runs: usize, secs: u64) {
     };
     let (sw, so) = (spread(&with), spread(&without));
     let (a, b) = (median(&mut with), median(&mut without));
+    let (lo, hi) = (
+        ratios.iter().copied().fold(f64::MAX, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
     println!(
-        "iperf: median {:.2} Gbit/s with the monitor (spread {sw}), {:.2} without ({so}): {:.1} %",
+        "iperf: median {:.2} Gbit/s with the monitor (spread {sw}), {:.2} without ({so}): {:.1} %; \
+         each round's ratio: median {:.1} % ({:.1}–{:.1} %)",
         a / 1e9,
         b / 1e9,
-        a / b * 100.0
+        a / b * 100.0,
+        median(&mut ratios) * 100.0,
+        lo * 100.0,
+        hi * 100.0
     );
 }
 
@@ -312,7 +325,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("flows") => flows(num(1, 20), num(2, 3) as usize),
         Some("churn") => churn_mode(num(1, 20), num(2, 3) as usize),
-        Some("iperf") => iperf_mode(num(1, 11) as usize, num(2, 3)),
+        Some("iperf") => iperf_mode(num(1, 11) as usize, num(2, 10)),
         _ => println!("attribution: give a mode (flows, churn or iperf); nothing to do"),
     }
 }

@@ -17,8 +17,8 @@
 //! ratio, records written against two per connection, records lost and dropped, flows
 //! refused, destroy-event overruns (the monitor's and the floor's), and the monitor's peak
 //! RSS. `NO_NET_ADMIN=1` runs the monitor without CAP_NET_ADMIN (root only), so that its
-//! destroy socket gets what `net.core.rmem_max` allows. Figures: benches/RESULTS.md and
-//! the README.
+//! destroy socket gets what `net.core.rmem_max` allows; `MONITOR_ARGS="..."` gives the
+//! monitor more flags. Figures: benches/RESULTS.md and the README.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -156,6 +156,10 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     cmd.args(["-run-interval", "100ms", "--filter", &filter])
         .args(["-run-http-server", &format!("127.0.0.1:{http}")])
         .stderr(Stdio::null());
+    // MONITOR_ARGS="...": more flags for the monitor (e.g. `-writer-compression-level 1`).
+    if let Ok(more) = std::env::var("MONITOR_ARGS") {
+        cmd.args(more.split_whitespace());
+    }
     if gzip {
         cmd.args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"]);
         cmd.stdout(Stdio::null());
@@ -180,10 +184,19 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     std::thread::sleep(Duration::from_secs(1)); // the monitor's start
     let c0 = proc_cpu_s(pid).unwrap();
     let sw0 = switches(pid);
-    // PERF=FILE: a perf profile of the monitor over the run (for looking, not for figures).
+    // PERF=FILE: a perf profile of the monitor over the run (for looking, not for figures;
+    // PERF_CG=dwarf for call graphs through code built without frame pointers).
     let perf = std::env::var("PERF").ok().map(|out| {
         Command::new("perf")
-            .args(["record", "-g", "-o", &out, "-p", &pid.to_string()])
+            .args([
+                "record",
+                "--call-graph",
+                std::env::var("PERF_CG").as_deref().unwrap_or("fp"),
+                "-o",
+                &out,
+                "-p",
+                &pid.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

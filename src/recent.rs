@@ -66,18 +66,12 @@ pub fn spread(points: Vec<Point>, max: usize) -> Vec<Point> {
 pub struct Ended {
     /// Its socket cookie.
     pub cookie: u64,
-    /// `src:port → dst:port`.
-    pub tuple: String,
     /// Its namespace's name, when several are sampled.
     pub netns: Option<String>,
-    /// The record's `EndTime`.
-    pub end_time: String,
     /// `Duration`, ns.
     pub duration_ns: i64,
     /// `SendThroughputMbps`.
     pub throughput_mbps: f64,
-    /// The diagnosis' verdict and finding, when there is one.
-    pub verdict: Option<(&'static str, String)>,
     /// The smallest RTT the kernel saw, ms.
     pub min_rtt_ms: Option<f64>,
     /// The record as written (turned into JSON only when a page shows it: the analyzer
@@ -94,20 +88,32 @@ impl Ended {
     /// [`MAX_POINTS`]).
     pub fn new(r: &FlowStats, points: Vec<Point>) -> Self {
         let points = spread(points, MAX_POINTS);
-        let id = &r.id;
         Self {
             cookie: r.cookie,
-            tuple: crate::record::tuple_text(id),
             netns: r.netns.as_ref().map(|n| n.name.clone()),
-            end_time: r.end_time.clone(),
             duration_ns: r.duration,
             throughput_mbps: r.send_throughput_mbps,
-            verdict: r.diagnosis.as_ref().map(|d| (d.verdict, d.finding.clone())),
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
             record: Box::new(r.clone()),
             points,
             samples: r.samples,
         }
+    }
+
+    /// `src:port → dst:port`. Made when a page asks, not for each of the thousands of
+    /// flows a second that pass through the ring under churn (as the record's other text).
+    pub fn tuple(&self) -> String {
+        crate::record::tuple_text(&self.record.id)
+    }
+
+    /// The record's `EndTime`.
+    pub fn end_time(&self) -> &str {
+        &self.record.end_time
+    }
+
+    /// The diagnosis' verdict and finding, when there is one.
+    pub fn verdict(&self) -> Option<(&'static str, &str)> {
+        self.record.diagnosis.as_ref().map(|d| (d.verdict, d.finding.as_str()))
     }
 }
 

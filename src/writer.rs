@@ -35,7 +35,7 @@ pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANN
 use crate::metrics::{Metrics, Stage};
 use crate::services::Services;
 use file::{FileConfig, OutFile};
-use stream::{Refused, StreamOut};
+use stream::StreamOut;
 pub use thread::{ReopenRequest, spawn};
 
 /// How often files are sync-flushed: at most this much output is lost to a SIGKILL.
@@ -383,22 +383,8 @@ impl Writer {
     fn deliver_to_stream(&mut self) -> Result<(), WriterError> {
         let Out::Stream(s) = &self.out else { return Ok(()) };
         let report = s.report();
-        let mut closed = false;
-        while let Some(rec) = self.queue.pop_front() {
-            let len = rec.len() as u64;
-            match s.offer(rec) {
-                Ok(()) => self.queued_bytes -= len,
-                Err(Refused::Full(rec)) => {
-                    self.queue.push_front(rec);
-                    break;
-                }
-                Err(Refused::Closed(rec)) => {
-                    self.queue.push_front(rec);
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        let (taken, mut closed) = s.offer_from(&mut self.queue);
+        self.queued_bytes -= taken;
         closed |= s.closed();
         if let Some(e) = &report.first {
             self.failed(e);

@@ -50,9 +50,31 @@ fn wall(mono_ns: u64, offset: i128) -> String {
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let sub = ns.rem_euclid(1_000_000_000) as u32;
     match DateTime::from_timestamp(secs, sub) {
-        Some(t) => t.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Nanos, true),
+        Some(t) => {
+            t.with_timezone(&local_offset(secs, &t)).to_rfc3339_opts(SecondsFormat::Nanos, true)
+        }
         None => String::new(),
     }
+}
+
+/// The local time zone's offset at UTC second `secs` (`t`), kept for that second. Asking
+/// `Local` was a fifth of a one-sample flow's analysis (two times a record, thousands of
+/// records a second under churn: `cargo bench --bench churn`, PERF=); a zone's offset
+/// changes only at a whole second, so within one the answer is the same.
+fn local_offset(secs: i64, t: &DateTime<chrono::Utc>) -> chrono::FixedOffset {
+    use chrono::Offset;
+    thread_local! {
+        static LAST: std::cell::Cell<Option<(i64, chrono::FixedOffset)>> =
+            const { std::cell::Cell::new(None) };
+    }
+    LAST.with(|last| match last.get() {
+        Some((s, o)) if s == secs => o,
+        _ => {
+            let o = t.with_timezone(&Local).offset().fix();
+            last.set(Some((secs, o)));
+            o
+        }
+    })
 }
 
 /// The weight of each retained sample (see the module docs), in seconds.
@@ -89,9 +111,77 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     e.gather();
     let e = &*e;
     let b = Basis::new(&e.flow.samples, cfg);
-    let rtt = rtt_figures(&b, cfg);
-    let rates = rate_figures(&b, cfg);
+    let (rtt, rates) = if b.s.len() == 1 {
+        one_sample_figures(&b, cfg)
+    } else {
+        (rtt_figures(&b, cfg), rate_figures(&b, cfg))
+    };
     record(e, cfg, &b, rtt, rates)
+}
+
+/// A subset of the one sample of a flow: its value, weight (1) and cwnd, as slices of one
+/// element when it has the value, of none when not.
+struct One {
+    x: [f64; 1],
+    w: [f64; 1],
+    cwnd: [f64; 1],
+    n: usize,
+}
+
+impl One {
+    fn of(v: Option<f64>, cwnd: f64) -> Self {
+        Self { x: [v.unwrap_or(0.0)], w: [1.0], cwnd: [cwnd], n: usize::from(v.is_some()) }
+    }
+
+    fn x(&self) -> &[f64] {
+        &self.x[..self.n]
+    }
+
+    /// Its weights, unless `unweighted` (as [`Subset::weights`]).
+    fn weights(&self, unweighted: bool) -> Option<&[f64]> {
+        (!unweighted).then_some(&self.w[..self.n])
+    }
+
+    fn summary(&self, unweighted: bool, kind: QuantileKind) -> Option<[f64; 7]> {
+        seven_number_sorted(self.x(), self.weights(unweighted), &[0][..self.n], kind)
+    }
+
+    /// Against cwnd: fewer than two pairs, so the placeholder with its n and n_eff.
+    fn corr(&self, unweighted: bool, adjust: Adjust) -> Correlation {
+        let (x, c) = (self.x(), &self.cwnd[..self.n]);
+        correlate_ranked(x, c, x, c, self.weights(unweighted), adjust)
+    }
+}
+
+/// [`rtt_figures`] and [`rate_figures`] of a flow of one sample, without their vectors:
+/// most short connections are seen only in their destroy event, and the general path's
+/// twenty-odd allocations and sorts were half their analysis (`cargo bench --bench churn`,
+/// PERF=). The same figures, field for field: a test compares the two paths.
+fn one_sample_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> (RttFigures, RateFigures) {
+    let (r, c) = (&b.s[0], b.cwnd[0]);
+    let (uq, uc, kind) = (cfg.unweighted_quantiles, cfg.unweighted_correlations, cfg.quantile);
+    let has_rtt = r.rtt_us > 0;
+    let rtt = One::of(has_rtt.then(|| f64::from(r.rtt_us) / 1000.0), c);
+    let var = One::of(has_rtt.then(|| f64::from(r.rttvar_us) / 1000.0), c);
+    let rate = |v: u64| (v != ABSENT_U64).then(|| mbps(v));
+    let (pacing, delivery) =
+        (One::of(rate(r.pacing_rate()), c), One::of(rate(r.delivery_rate()), c));
+    (
+        RttFigures {
+            summary: rtt.summary(uq, kind),
+            var_summary: var.summary(uq, kind),
+            corr: rtt.corr(uc, cfg.adjust),
+            min_observed_ms: rtt.x().first().copied(),
+        },
+        RateFigures {
+            pacing_summary: pacing.summary(uq, kind),
+            pacing_max: pacing.x().first().copied(),
+            delivery_summary: delivery.summary(uq, kind),
+            pacing_corr: pacing.corr(uc, cfg.adjust),
+            // A retransmit rate needs the next sample.
+            retrans_corr: One::of(None, c).corr(uc, cfg.adjust),
+        },
+    )
 }
 
 /// A subset of samples with a value for each: values, weights, the cwnd of each, and the
@@ -152,6 +242,7 @@ impl<'a> Basis<'a> {
 }
 
 /// The RTT figures.
+#[derive(Debug)]
 struct RttFigures {
     summary: Option<[f64; 7]>,
     var_summary: Option<[f64; 7]>,
@@ -215,6 +306,7 @@ fn rtt_figures(b: &Basis<'_>, cfg: &AnalyzerConfig) -> RttFigures {
 }
 
 /// The rate figures.
+#[derive(Debug)]
 struct RateFigures {
     pacing_summary: Option<[f64; 7]>,
     pacing_max: Option<f64>,
@@ -415,18 +507,27 @@ fn record(
 }
 
 /// Stops glibc from returning freed heap to the kernel at the 128 KiB default trim
-/// threshold (raised to 64 MiB, per process).
+/// threshold (raised to 64 MiB, per process), and keeps mid-sized blocks on the heap.
 ///
 /// Analyzing a long flow allocates and frees about 1 MB of vectors. With the default, the
 /// freed top of the heap went back to the kernel after every record and was faulted in
 /// again for the next, about a third of the analysis (`cargo bench --bench tracker`,
 /// `analyze`; benches/RESULTS.md, D9). The analyzer stage calls this; the memory kept is
 /// bounded by the largest analysis, a few MB.
+///
+/// Setting one threshold also freezes glibc's mmap threshold at its 128 KiB start, which
+/// it would otherwise raise past the blocks a program frees. Under churn each batch's
+/// vectors of ended flows and records (hundreds of entries, a few hundred KB) were then
+/// mapped, faulted in page by page, and unmapped with a TLB shootdown of the other core,
+/// batch after batch (`cargo bench --bench churn`, PERF=). Below 4 MiB they now come from
+/// the heap; larger blocks (the tables of a million sockets) are still mapped, and go
+/// back to the kernel when freed.
 pub fn keep_heap_for_reuse() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only adjusts allocator parameters; it is safe to call at any time.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
     }
 }
 

@@ -324,3 +324,49 @@ fn a_one_sample_record_leaves_out_the_placeholder_correlations() {
     let v = serde_json::to_value(&two).unwrap();
     assert_eq!(v["Correlations"]["RTTCwnd"]["N"], 2, "{v}");
 }
+
+#[test]
+fn a_one_sample_flow_has_the_general_paths_figures_field_for_field() {
+    use crate::stats::{Adjust, QuantileKind};
+    let a = SockBuilder::new(1, 5000, 80).cwnd(10).mss(1448);
+    let mut checked = 0;
+    for rtt in [0, 180] {
+        for pacing in [None, Some(0), Some(u64::MAX), Some(12_345_678)] {
+            for delivery in [None, Some(0), Some(9_876)] {
+                let mut b = a.clone().rtt_us(rtt).rttvar_us(rtt / 2);
+                if let Some(p) = pacing {
+                    b = b.pacing(p);
+                }
+                if let Some(d) = delivery {
+                    b = b.delivery_rate(d);
+                }
+                let mut e = flow(&[(S, b)]);
+                e.gather();
+                for (uq, uc) in [(false, false), (true, false), (false, true), (true, true)] {
+                    for quantile in [QuantileKind::LinInterp, QuantileKind::Empirical] {
+                        for adjust in [Adjust::None, Adjust::OlkinPratt, Adjust::Adjusted] {
+                            let cfg = AnalyzerConfig {
+                                quantile,
+                                unweighted_quantiles: uq,
+                                unweighted_correlations: uc,
+                                adjust,
+                                ..cfg()
+                            };
+                            let basis = Basis::new(&e.flow.samples, &cfg);
+                            assert_eq!(basis.s.len(), 1);
+                            let general = (rtt_figures(&basis, &cfg), rate_figures(&basis, &cfg));
+                            // Debug text: an effective n of no samples is NaN either way.
+                            assert_eq!(
+                                format!("{:?}", one_sample_figures(&basis, &cfg)),
+                                format!("{general:?}"),
+                                "rtt {rtt} pacing {pacing:?} delivery {delivery:?} {cfg:?}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 4 * 3 * 4 * 2 * 3);
+}

@@ -388,14 +388,14 @@ fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
     ];
     FlowView {
         cookie: e.cookie,
-        tuple: e.tuple.clone(),
+        tuple: e.tuple(),
         active: false,
         points: e.points.clone(),
         end_unix_s: None,
         samples: e.samples,
         min_rtt_ms: e.min_rtt_ms,
         facts,
-        verdict: e.verdict.as_ref().map(|(v, f)| (v.to_string(), f.clone())),
+        verdict: e.verdict().map(|(v, f)| (v.to_string(), f.to_string())),
         json: serde_json::to_string_pretty(&record).unwrap_or_default(),
     }
 }

@@ -36,8 +36,51 @@ pub fn tuple_text(id: &FlowId) -> String {
 /// An address as text: IPv4 from the first four bytes, else IPv6.
 pub fn ip(family: u8, raw: &[u8; 16]) -> String {
     if family == AF_INET {
-        IpAddr::from([raw[0], raw[1], raw[2], raw[3]]).to_string()
+        ipv4([raw[0], raw[1], raw[2], raw[3]])
     } else {
         IpAddr::from(*raw).to_string()
+    }
+}
+
+/// Dotted-quad text, written digit by digit: `Ipv4Addr`'s `Display` goes through the
+/// formatting machinery, and each record and each ended flow's page entry names two
+/// addresses (thousands a second under churn). Tested against `Display`.
+fn ipv4(o: [u8; 4]) -> String {
+    let mut s = String::with_capacity(15);
+    for (i, b) in o.into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if b >= 100 {
+            s.push(char::from(b'0' + b / 100));
+        }
+        if b >= 10 {
+            s.push(char::from(b'0' + b / 10 % 10));
+        }
+        s.push(char::from(b'0' + b % 10));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_text_is_displays() {
+        let mut x: u32 = 0x9e37_79b9;
+        let mut cases = vec![[0, 0, 0, 0], [255, 255, 255, 255], [10, 0, 99, 100], [127, 0, 0, 1]];
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            cases.push(x.to_be_bytes());
+        }
+        for o in cases {
+            assert_eq!(ipv4(o), std::net::Ipv4Addr::from(o).to_string());
+            let mut raw = [0u8; 16];
+            raw[..4].copy_from_slice(&o);
+            assert_eq!(ip(AF_INET, &raw), std::net::Ipv4Addr::from(o).to_string());
+        }
     }
 }

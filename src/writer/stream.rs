@@ -215,18 +215,39 @@ impl StreamOut {
     /// # Errors
     /// Full, with the record back; or Closed, when the reader has gone.
     pub fn offer(&self, rec: Vec<u8>) -> Result<(), Refused> {
+        let mut q = VecDeque::from([rec]);
+        let (_, closed) = self.offer_from(&mut q);
+        match q.pop_front() {
+            None => Ok(()),
+            Some(rec) if closed => Err(Refused::Closed(rec)),
+            Some(rec) => Err(Refused::Full(rec)),
+        }
+    }
+
+    /// Hands the records at the front of `queue` to the thread while they fit (each as
+    /// [`offer`](Self::offer) would), under one lock and with one wake-up: a wake-up is a
+    /// futex call, and one a record was a system call a record under churn. Returns the
+    /// bytes taken, and whether the reader has gone (then none are).
+    pub fn offer_from(&self, queue: &mut VecDeque<Vec<u8>>) -> (u64, bool) {
         let mut st = self.shared.lock();
         if st.closed {
-            return Err(Refused::Closed(rec));
+            return (0, true);
         }
-        if st.pending_bytes > 0 && st.pending_bytes + rec.len() > self.limit {
-            return Err(Refused::Full(rec));
+        let mut taken = 0;
+        while let Some(rec) = queue.front() {
+            if st.pending_bytes > 0 && st.pending_bytes + rec.len() > self.limit {
+                break;
+            }
+            let rec = queue.pop_front().expect("front exists");
+            st.pending_bytes += rec.len();
+            taken += rec.len() as u64;
+            st.pending.push_back(rec);
         }
-        st.pending_bytes += rec.len();
-        st.pending.push_back(rec);
         drop(st);
-        self.shared.cv.notify_all();
-        Ok(())
+        if taken > 0 {
+            self.shared.cv.notify_all();
+        }
+        (taken, false)
     }
 
     /// Records handed over and not yet written.

@@ -371,9 +371,7 @@ fn verdict_bar(v: &[usize; 5]) -> String {
 /// Whether an ended flow was limited by something other than its application (a window,
 /// a buffer or the network): worth a row of its own.
 fn limited(e: &Ended) -> bool {
-    e.verdict
-        .as_ref()
-        .is_some_and(|(v, _)| matches!(*v, "receiver-window" | "send-buffer" | "network"))
+    e.verdict().is_some_and(|(v, _)| matches!(v, "receiver-window" | "send-buffer" | "network"))
 }
 
 /// A group of trivial ended flows: the same program (or service) in the same role, to
@@ -440,15 +438,15 @@ fn recently_ended(b: &mut String, h: &Host) {
              <th>send throughput</th><th class=\"l\">limited by</th><th class=\"l\">finding</th></tr></thead><tbody>\n",
         );
         for e in hard {
-            let (v, f) = e.verdict.as_ref().map_or(("–", ""), |(v, f)| (*v, f.as_str()));
+            let (v, f) = e.verdict().unwrap_or(("–", ""));
             let cause = e.record.diagnosis.as_ref().and_then(|d| d.cause);
             let _ = writeln!(
                 b,
                 "<tr data-verdict=\"{}\"><td>{}</td><td><a href=\"/flow/{}\">{}</a></td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l finding\">{}</td></tr>",
                 esc(v),
-                esc(e.end_time.get(11..19).unwrap_or(&e.end_time)),
+                esc(e.end_time().get(11..19).unwrap_or(e.end_time())),
                 e.cookie,
-                esc(&e.tuple),
+                esc(&e.tuple()),
                 super::age_text(e.duration_ns as f64 / 1e9),
                 si_rate_mbps(e.throughput_mbps),
                 verdict_cell(v, cause),
@@ -484,9 +482,9 @@ fn recently_ended(b: &mut String, h: &Host) {
                 g.what,
                 si_bytes(bytes as u64),
                 super::age_text(dur),
-                esc(newest.end_time.get(11..19).unwrap_or(&newest.end_time)),
+                esc(newest.end_time().get(11..19).unwrap_or(newest.end_time())),
                 newest.cookie,
-                esc(&newest.tuple)
+                esc(&newest.tuple())
             );
         }
         b.push_str("</tbody></table>");
