@@ -519,15 +519,16 @@ fn record(
 /// it would otherwise raise past the blocks a program frees. Under churn each batch's
 /// vectors of ended flows and records (hundreds of entries, a few hundred KB) were then
 /// mapped, faulted in page by page, and unmapped with a TLB shootdown of the other core,
-/// batch after batch (`cargo bench --bench churn`, PERF=). Below 4 MiB they now come from
-/// the heap; larger blocks (the tables of a million sockets) are still mapped, and go
-/// back to the kernel when freed.
+/// batch after batch (`cargo bench --bench churn`, PERF=). Below 1 MiB they now come from
+/// the heap; larger blocks (the tables of many sockets) are still mapped, and go back to
+/// the kernel when freed. (At 4 MiB, 200,000 idle sockets kept 10 MiB more: `cargo bench
+/// --bench scale`.)
 pub fn keep_heap_for_reuse() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only adjusts allocator parameters; it is safe to call at any time.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
