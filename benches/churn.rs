@@ -51,6 +51,20 @@ fn switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// CPU ns of each of a process's threads (schedstat), by thread name.
+fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        *out.entry(name.trim().to_string()).or_default() += ns;
+    }
+    out
+}
+
 /// The floor: receives destroy events and discards them until `stop`; its thread's CPU
 /// seconds, the events and the overruns. Its receive buffer is the monitor's (4 MiB,
 /// forced when the capability allows, as the monitor does).
@@ -133,6 +147,8 @@ struct Outcome {
     rss: Vec<f64>,
     /// Each thread's sleeps a second.
     sleeps: String,
+    /// Each thread's CPU, µs a connection.
+    by_thread: String,
 }
 
 /// One run: `rate` connections a second (0: as many as the generator makes) for `secs`,
@@ -184,6 +200,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     std::thread::sleep(Duration::from_secs(1)); // the monitor's start
     let c0 = proc_cpu_s(pid).unwrap();
     let sw0 = switches(pid);
+    let cpu0 = thread_cpu(pid);
     // PERF=FILE: a perf profile of the monitor over the run (for looking, not for figures;
     // PERF_CG=dwarf for call graphs through code built without frame pointers).
     let perf = std::env::var("PERF").ok().map(|out| {
@@ -244,6 +261,13 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         std::thread::sleep(Duration::from_millis(1200));
     }
     let cpu = proc_cpu_s(pid).unwrap() - c0;
+    let by_thread: Vec<String> = thread_cpu(pid)
+        .into_iter()
+        .map(|(k, v)| {
+            let us = (v - cpu0.get(&k).copied().unwrap_or(0)) as f64 / 1e3 / made as f64;
+            format!("{k} {us:.2}")
+        })
+        .collect();
     stop_floor.store(true, Ordering::Relaxed);
     let (floor_cpu, _events, floor_overruns) = floor_t.join().unwrap();
     let o = Outcome {
@@ -261,6 +285,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
         exact_per_conn: scrape(http, "cgmon_exact_requests_total") / made as f64,
         rss,
         sleeps: sw.join(", "),
+        by_thread: by_thread.join(", "),
     };
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -319,7 +344,7 @@ fn writer(n: usize) {
     let mut it = records.into_iter().peekable();
     while it.peek().is_some() {
         let records: Vec<_> = it.by_ref().take(64).collect();
-        w.write_batch(Batch { records, samples: Vec::new(), queued_bytes: 0 }).unwrap();
+        w.write_batch(Batch { records, ..Batch::default() }).unwrap();
         w.tick(Instant::now()).unwrap();
     }
     let serialize_us = (thread_cpu_ns() - c0) as f64 / 1e3 / n as f64;
@@ -419,6 +444,7 @@ fn main() {
             let each: Vec<String> = o.rss.iter().map(|m| format!("{m:.0}")).collect();
             println!("  RSS MiB each second: {}", each.join(" "));
             println!("  sleeps (voluntary context switches): {}", o.sleeps);
+            println!("  CPU by thread, µs a connection: {}", o.by_thread);
         }
     }
 }

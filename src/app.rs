@@ -319,10 +319,12 @@ pub async fn run(
     let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
     let tracker = attributed(Tracker::new(tcfg), s.process, &dests);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
+    let mut ring = None;
     let http = match s.http {
         Some(h) => {
             let recent = Arc::new(crate::recent::Recent::new(h.recent_flows));
-            acfg.recent = Some(recent.clone());
+            acfg.chart_points = recent.enabled();
+            ring = Some(recent.clone());
             let served = crate::http::Served {
                 metrics: metrics.clone(),
                 registry: Default::default(),
@@ -346,7 +348,10 @@ pub async fn run(
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
-    let writer = writer.with_services(services).with_destinations(dests);
+    let mut writer = writer.with_services(services).with_destinations(dests);
+    if let Some(r) = ring.filter(|r| r.enabled()) {
+        writer = writer.with_recent(r);
+    }
     // The fleet sink, beside the writer: the writer hands it each record without waiting.
     let (writer, sink) = match start_sink(&s, writer, &metrics) {
         Ok(w) => w,

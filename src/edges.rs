@@ -64,6 +64,9 @@ pub struct Batch {
     pub records: Vec<FlowStats>,
     /// NDJSON sample lines of the same flows (empty without `--samples-out`).
     pub samples: Vec<u8>,
+    /// Each record's chart points, in the same order, when the web view keeps recently
+    /// ended flows (else empty): the writer puts each record, as written, in its ring.
+    pub points: Vec<Vec<crate::record::Point>>,
     /// What the analyzer counted into `Metrics::writer_queue_bytes` for this batch; the
     /// writer takes it out again when it receives the batch.
     pub queued_bytes: u64,

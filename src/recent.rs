@@ -1,7 +1,7 @@
 //! The recently ended flows the web view shows (`--recent-flows N`): a bounded ring of the
 //! last N records, each with at most [`MAX_POINTS`] of its samples as chart points, spread
-//! over its whole life ([`spread`]). The analyzer pushes a
-//! record as it writes it; the HTTP server reads the ring. Memory is bounded by N and
+//! over its whole life ([`spread`]). The writer puts each record in as it writes it (the
+//! analyzer passes the points on with it); the HTTP server reads the ring. Memory is bounded by N and
 //! [`MAX_POINTS`]: about 45 KB an entry (`a_recent_entry_is_about_45_kb`).
 
 use std::collections::VecDeque;
@@ -86,7 +86,7 @@ pub struct Ended {
 impl Ended {
     /// An entry for record `r` with the chart points of its samples ([`spread`] to
     /// [`MAX_POINTS`]).
-    pub fn new(r: &FlowStats, points: Vec<Point>) -> Self {
+    pub fn new(r: FlowStats, points: Vec<Point>) -> Self {
         let points = spread(points, MAX_POINTS);
         Self {
             cookie: r.cookie,
@@ -94,9 +94,9 @@ impl Ended {
             duration_ns: r.duration,
             throughput_mbps: r.send_throughput_mbps,
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
-            record: Box::new(r.clone()),
-            points,
             samples: r.samples,
+            record: Box::new(r),
+            points,
         }
     }
 
@@ -137,14 +137,22 @@ impl Recent {
 
     /// Adds `e`, dropping the oldest entry when full.
     pub fn push(&self, e: Ended) {
+        self.push_all(std::iter::once((*e.record, e.points)));
+    }
+
+    /// Adds an entry for each record and its chart points, under one lock, dropping the
+    /// oldest entries when full.
+    pub fn push_all(&self, ended: impl Iterator<Item = (FlowStats, Vec<Point>)>) {
         if self.cap == 0 {
             return;
         }
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        if r.len() == self.cap {
-            r.pop_front();
+        for (record, points) in ended {
+            if r.len() == self.cap {
+                r.pop_front();
+            }
+            r.push_back(Arc::new(Ended::new(record, points)));
         }
-        r.push_back(Arc::new(e));
     }
 
     /// The entries, newest first.

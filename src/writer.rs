@@ -148,6 +148,8 @@ pub struct Writer {
     sink: Option<std::sync::mpsc::SyncSender<crate::sink::SinkMsg>>,
     /// When a full hand-off to the sink was last logged.
     sink_full_logged: Option<Instant>,
+    /// The web view's ring of recently ended flows, when it keeps any.
+    recent: Option<Arc<crate::recent::Recent>>,
 }
 
 impl Writer {
@@ -212,6 +214,7 @@ impl Writer {
             panic_next: Arc::default(),
             sink: None,
             sink_full_logged: None,
+            recent: None,
         })
     }
 
@@ -252,6 +255,18 @@ impl Writer {
             }
             buf.push(b'\n');
             self.enqueue(buf);
+        }
+        if let Some(recent) = &self.recent
+            && b.points.len() == b.records.len()
+        {
+            // The records as written (services and destinations named), each with its
+            // chart points; moved, not copied, unless the sink takes them too.
+            let points = std::mem::take(&mut b.points);
+            if self.sink.is_some() {
+                recent.push_all(b.records.iter().cloned().zip(points));
+            } else {
+                recent.push_all(std::mem::take(&mut b.records).into_iter().zip(points));
+            }
         }
         if self.sink.is_some() && !b.records.is_empty() {
             let records = std::mem::take(&mut b.records);
@@ -294,6 +309,14 @@ impl Writer {
                     "the ClickHouse sink's hand-off is full: records dropped for it");
             }
         }
+    }
+
+    /// Puts each record, as written, in the web view's ring of recently ended flows (with
+    /// the chart points the analyzer passed on).
+    #[must_use]
+    pub fn with_recent(mut self, r: Arc<crate::recent::Recent>) -> Self {
+        self.recent = Some(r);
+        self
     }
 
     /// Names each record's remote end from `d` (`--dest-map`, shared with the web view so

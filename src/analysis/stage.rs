@@ -15,8 +15,9 @@ pub struct StageConfig {
     pub write_partial: bool,
     /// `--samples-out`: pass on every retained sample as JSON lines too.
     pub samples_out: bool,
-    /// The web view's ring of recently ended flows, when the HTTP server runs.
-    pub recent: Option<std::sync::Arc<crate::recent::Recent>>,
+    /// Pass on each flow's chart points with its record, for the web view's ring of
+    /// recently ended flows (which the writer fills, with the records as written).
+    pub chart_points: bool,
 }
 
 impl StageConfig {
@@ -55,7 +56,7 @@ pub async fn run(
         metrics.ended_queue.set(ended_rx.len() as u64);
         let start = std::time::Instant::now();
         let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
-        let mut out = Batch::default();
+        let mut out = Batch { records: Vec::with_capacity(ended.len()), ..Batch::default() };
         for mut e in ended {
             // Every flow and window the analyzer receives, written or not, as cgmon's
             // histogram counted them; by the span the record's `Duration` gives.
@@ -66,11 +67,9 @@ pub async fn run(
             }
             e.gather_into(std::mem::take(&mut spare));
             let r = analyze(&mut e, &cfg.analysis);
-            if let Some(recent) = cfg.recent.as_deref().filter(|r| r.enabled()) {
-                let offset = cfg.analysis.realtime_offset_ns;
+            if cfg.chart_points {
                 // Every sample: the ring keeps some from the whole flow (`recent::spread`).
-                let points = e.flow.chart_points(offset);
-                recent.push(crate::recent::Ended::new(&r, points));
+                out.points.push(e.flow.chart_points(cfg.analysis.realtime_offset_ns));
             }
             if cfg.samples_out {
                 samples::write_lines(

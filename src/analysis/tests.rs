@@ -285,7 +285,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
                 ..Default::default()
             })
             .collect();
-        r.push(Ended::new(&rec, points));
+        r.push(Ended::new(rec, points));
     }
     assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
     assert!(r.find(2).is_none());
@@ -295,7 +295,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
     assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");
     assert_eq!(four.record.cookie, 4);
     let off = Recent::new(0);
-    off.push(Ended::new(&four.record, Vec::new()));
+    off.push(Ended::new((*four.record).clone(), Vec::new()));
     assert!(off.list().is_empty() && !off.enabled());
 }
 

@@ -120,7 +120,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             analysis: parts.analyzer,
             write_partial: c.partial,
             samples_out: c.samples_out.is_some(),
-            recent: None,
+            chart_points: false,
         },
         writer: writer_config(c, &parts.file_name),
         http: c.http_server.map(|addr| HttpSettings {

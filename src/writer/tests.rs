@@ -36,7 +36,7 @@ fn file_cfg(dir: &std::path::Path, name: &str) -> FileConfig {
 }
 
 fn batch(range: std::ops::Range<u64>) -> Batch {
-    Batch { records: range.map(record).collect(), samples: Vec::new(), queued_bytes: 0 }
+    Batch { records: range.map(record).collect(), ..Batch::default() }
 }
 
 /// Every record in a (possibly multi-member, possibly cut) gzip file, by cookie, and
