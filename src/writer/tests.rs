@@ -465,6 +465,43 @@ fn records_name_their_cgroups_service() {
     assert!(recs[3].get("Service").is_none() && recs[3].get("CgroupID").is_none());
 }
 
+#[test]
+fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
+    use crate::record::Point;
+    let tree = tempfile::tempdir().unwrap();
+    let unit = tree.path().join("system.slice/api.service");
+    std::fs::create_dir_all(&unit).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&unit).unwrap());
+    let out = Shared::default();
+    let recent = Arc::new(crate::recent::Recent::new(2));
+    let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
+    let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), Arc::default())
+        .unwrap()
+        .with_services(services)
+        .with_recent(recent.clone());
+    let mut b = batch(0..3);
+    b.records[2].cgroup_id = Some(ino);
+    let at = |t: f64| Point { unix_s: t, rtt_ms: Some(t), ..Default::default() };
+    b.points = vec![vec![at(1.0)], vec![at(2.0)], vec![at(3.0), at(4.0)]];
+    w.write_batch(b).unwrap();
+    // The newest two, named as written (the line on stdout says the same), with their
+    // own points.
+    let ring = recent.list();
+    assert_eq!(ring.iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![3, 2]);
+    assert_eq!(ring[0].record.service.as_deref(), Some("api.service"));
+    assert!(ring[0].record.dest_service.is_some(), "its destination named too");
+    assert_eq!(ring[0].points, vec![at(3.0), at(4.0)]);
+    assert_eq!(ring[1].points, vec![at(2.0)]);
+    // A batch without points (none passed on) leaves the ring as it was.
+    w.write_batch(batch(5..6)).unwrap();
+    assert_eq!(recent.list().len(), 2);
+    assert_eq!(recent.list()[0].cookie, 3);
+    w.close(Duration::from_secs(5)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.0.lock().unwrap()).contains("\"Service\":\"api.service\"")
+    );
+}
+
 /// Every record of every `f*.json.gz` file in `dir`, and whether each file is a complete
 /// gzip stream (`gzip -t` where the tool is installed).
 fn all_gz(dir: &std::path::Path) -> Vec<u64> {
