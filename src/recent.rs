@@ -140,6 +140,20 @@ impl Recent {
         self.push_all(std::iter::once((*e.record, e.points)));
     }
 
+    /// Adds the records of a batch as written (services and destinations named), with the
+    /// chart points of each (`points`: none when the analyzer passed none on). They are
+    /// moved out of `records`, or copied when the sink takes them too (`copy`).
+    pub fn push_written(&self, records: &mut Vec<FlowStats>, points: Vec<Vec<Point>>, copy: bool) {
+        if points.len() != records.len() {
+            return;
+        }
+        if copy {
+            self.push_all(records.iter().cloned().zip(points));
+        } else {
+            self.push_all(std::mem::take(records).into_iter().zip(points));
+        }
+    }
+
     /// Adds an entry for each record and its chart points, under one lock, dropping the
     /// oldest entries when full.
     pub fn push_all(&self, ended: impl Iterator<Item = (FlowStats, Vec<Point>)>) {

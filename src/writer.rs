@@ -256,17 +256,8 @@ impl Writer {
             buf.push(b'\n');
             self.enqueue(buf);
         }
-        if let Some(recent) = &self.recent
-            && b.points.len() == b.records.len()
-        {
-            // The records as written (services and destinations named), each with its
-            // chart points; moved, not copied, unless the sink takes them too.
-            let points = std::mem::take(&mut b.points);
-            if self.sink.is_some() {
-                recent.push_all(b.records.iter().cloned().zip(points));
-            } else {
-                recent.push_all(std::mem::take(&mut b.records).into_iter().zip(points));
-            }
+        if let Some(recent) = &self.recent {
+            recent.push_written(&mut b.records, std::mem::take(&mut b.points), self.sink.is_some());
         }
         if self.sink.is_some() && !b.records.is_empty() {
             let records = std::mem::take(&mut b.records);
