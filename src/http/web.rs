@@ -46,7 +46,9 @@ pub fn layout(title: &str, body: &str) -> String {
 
 /// A rate in Mbit/s as text with its SI unit, or a dash.
 pub fn rate_text(v: Option<f64>) -> String {
-    v.map_or("–".into(), crate::units::si_rate_mbps)
+    // A negative rate is a record's "none" (`UNKNOWN_RATE`: a flow of one sample without
+    // busy time), not a rate: an ended flow's page read "-1000000 bit/s".
+    v.filter(|r| *r >= 0.0).map_or("–".into(), crate::units::si_rate_mbps)
 }
 
 fn age_text(s: f64) -> String {

@@ -13,7 +13,7 @@ use crate::analysis::diagnosis::VERDICTS;
 use crate::recent::Ended;
 use crate::record::Point;
 use crate::tracker::views::Order;
-use crate::units::{si_bytes, si_rate_bps, si_rate_mbps};
+use crate::units::{si_bytes, si_rate_bps};
 
 /// How far back the services' rates average (see [`crate::tracker::accounts`]).
 pub use crate::tracker::accounts::SERVICE_RATE_TAU_S;
@@ -448,7 +448,7 @@ fn recently_ended(b: &mut String, h: &Host) {
                 e.cookie,
                 esc(&e.tuple()),
                 super::age_text(e.duration_ns as f64 / 1e9),
-                si_rate_mbps(e.throughput_mbps),
+                super::rate_text(Some(e.throughput_mbps)),
                 verdict_cell(v, cause),
                 esc(f)
             );

@@ -122,3 +122,11 @@ fn flow_page_draws_every_chart_and_the_live_json_swaps_them() {
     let ended = flow_page(&FlowView { active: false, ..v });
     assert!(ended.contains("data-live=\"\"") && ended.contains("Its record (JSON)"));
 }
+
+#[test]
+fn a_records_no_rate_reads_as_none_not_as_a_negative_rate() {
+    assert_eq!(rate_text(Some(crate::record::UNKNOWN_RATE)), "–");
+    assert_eq!(rate_text(None), "–");
+    assert_eq!(rate_text(Some(0.0)), "0 bit/s");
+    assert_eq!(rate_text(Some(16_100.0)), "16.1 Gbit/s");
+}
