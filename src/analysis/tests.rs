@@ -370,3 +370,23 @@ fn a_one_sample_flow_has_the_general_paths_figures_field_for_field() {
     }
     assert_eq!(checked, 2 * 4 * 3 * 4 * 2 * 3);
 }
+
+#[test]
+fn wall_times_are_chronos_local_times_whether_the_offset_is_kept_or_asked_for() {
+    use chrono::{DateTime, Local, SecondsFormat};
+    let offset = crate::clock::realtime_offset_ns();
+    // Across several seconds, several times within each (the kept offset), and across a
+    // year (a change of offset where the zone has one).
+    let mut monos: Vec<u64> = (0..40u64).map(|i| S + i * 250_000_007).collect();
+    monos.extend((1..=12u64).map(|m| m * 30 * 24 * 3600 * S));
+    for mono in monos {
+        let ns = i128::from(mono) + offset;
+        let t = DateTime::from_timestamp(
+            ns.div_euclid(1_000_000_000) as i64,
+            ns.rem_euclid(1_000_000_000) as u32,
+        )
+        .unwrap();
+        let want = t.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Nanos, true);
+        assert_eq!(wall(mono, offset), want);
+    }
+}
