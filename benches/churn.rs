@@ -35,34 +35,33 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
 mod procstat;
 use procstat::{proc_cpu_s, status_mib};
 
-/// Voluntary context switches (sleeps) of each of a process's threads, by thread name.
-fn switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
+/// A number read for each of a process's threads by `value` (given the thread's /proc
+/// directory), summed by thread name.
+fn per_thread(
+    pid: u32,
+    value: impl Fn(&std::path::Path) -> Option<u64>,
+) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        let name = st.lines().find_map(|l| l.strip_prefix("Name:")).unwrap_or("?").trim();
-        let n: u64 = st
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        *out.entry(name.to_string()).or_default() += n;
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        *out.entry(name.trim().to_string()).or_default() += value(&t.path()).unwrap_or(0);
     }
     out
 }
 
+/// Voluntary context switches (sleeps) of each of a process's threads, by thread name.
+fn switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    per_thread(pid, |t| {
+        let st = std::fs::read_to_string(t.join("status")).ok()?;
+        st.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?.trim().parse().ok()
+    })
+}
+
 /// CPU ns of each of a process's threads (schedstat), by thread name.
 fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, u64> {
-    let mut out = std::collections::BTreeMap::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let ns: u64 = std::fs::read_to_string(t.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
-        *out.entry(name.trim().to_string()).or_default() += ns;
-    }
-    out
+    per_thread(pid, |t| {
+        std::fs::read_to_string(t.join("schedstat")).ok()?.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The floor: receives destroy events and discards them until `stop`; its thread's CPU

@@ -323,8 +323,10 @@ pub async fn run(
     let http = match s.http {
         Some(h) => {
             let recent = Arc::new(crate::recent::Recent::new(h.recent_flows));
-            acfg.chart_points = recent.enabled();
-            ring = Some(recent.clone());
+            if recent.enabled() {
+                acfg.chart_points = true;
+                ring = Some(recent.clone());
+            }
             let served = crate::http::Served {
                 metrics: metrics.clone(),
                 registry: Default::default(),
@@ -349,7 +351,7 @@ pub async fn run(
     // Half the shutdown budget for retrying a failing output; the rest is for the stages.
     let reopen = writer::ReopenRequest::default();
     let mut writer = writer.with_services(services).with_destinations(dests);
-    if let Some(r) = ring.filter(|r| r.enabled()) {
+    if let Some(r) = ring {
         writer = writer.with_recent(r);
     }
     // The fleet sink, beside the writer: the writer hands it each record without waiting.

@@ -1,8 +1,8 @@
 //! The recently ended flows the web view shows (`--recent-flows N`): a bounded ring of the
 //! last N records, each with at most [`MAX_POINTS`] of its samples as chart points, spread
 //! over its whole life ([`spread`]). The writer puts each record in as it writes it (the
-//! analyzer passes the points on with it); the HTTP server reads the ring. Memory is bounded by N and
-//! [`MAX_POINTS`]: about 45 KB an entry (`a_recent_entry_is_about_45_kb`).
+//! analyzer passes the points on with it); the HTTP server reads the ring. Memory is
+//! bounded by N and [`MAX_POINTS`]: about 45 KB an entry (`a_recent_entry_is_about_45_kb`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -66,16 +66,14 @@ pub fn spread(points: Vec<Point>, max: usize) -> Vec<Point> {
 pub struct Ended {
     /// Its socket cookie.
     pub cookie: u64,
-    /// Its namespace's name, when several are sampled.
-    pub netns: Option<String>,
     /// `Duration`, ns.
     pub duration_ns: i64,
     /// `SendThroughputMbps`.
     pub throughput_mbps: f64,
     /// The smallest RTT the kernel saw, ms.
     pub min_rtt_ms: Option<f64>,
-    /// The record as written (turned into JSON only when a page shows it: the analyzer
-    /// pushes every record, at thousands a second under churn).
+    /// The record as written (turned into JSON only when a page shows it: the writer
+    /// puts every record in, thousands a second under churn).
     pub record: Box<FlowStats>,
     /// At most [`MAX_POINTS`] of its samples as chart points ([`spread`]).
     pub points: Vec<Point>,
@@ -90,7 +88,6 @@ impl Ended {
         let points = spread(points, MAX_POINTS);
         Self {
             cookie: r.cookie,
-            netns: r.netns.as_ref().map(|n| n.name.clone()),
             duration_ns: r.duration,
             throughput_mbps: r.send_throughput_mbps,
             min_rtt_ms: r.min_rtt_kernel_ms.or(r.min_rtt_observed_ms),
@@ -133,11 +130,6 @@ impl Recent {
     /// Whether it keeps anything.
     pub fn enabled(&self) -> bool {
         self.cap > 0
-    }
-
-    /// Adds `e`, dropping the oldest entry when full.
-    pub fn push(&self, e: Ended) {
-        self.push_all(std::iter::once((*e.record, e.points)));
     }
 
     /// Adds the records of a batch as written (services and destinations named), with the

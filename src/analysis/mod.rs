@@ -50,23 +50,22 @@ fn wall(mono_ns: u64, offset: i128) -> String {
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let sub = ns.rem_euclid(1_000_000_000) as u32;
     match DateTime::from_timestamp(secs, sub) {
-        Some(t) => {
-            t.with_timezone(&local_offset(secs, &t)).to_rfc3339_opts(SecondsFormat::Nanos, true)
-        }
+        Some(t) => t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true),
         None => String::new(),
     }
 }
 
-/// The local time zone's offset at UTC second `secs` (`t`), kept for that second. Asking
-/// `Local` was a fifth of a one-sample flow's analysis (two times a record, thousands of
-/// records a second under churn: `cargo bench --bench churn`, PERF=); a zone's offset
-/// changes only at a whole second, so within one the answer is the same.
-fn local_offset(secs: i64, t: &DateTime<chrono::Utc>) -> chrono::FixedOffset {
+/// The local time zone's offset at `t`, kept for its UTC second. Asking `Local` was a
+/// fifth of a one-sample flow's analysis (two times a record, thousands of records a
+/// second under churn: `cargo bench --bench churn`, PERF=); a zone's offset changes only
+/// at a whole second, so within one the answer is the same.
+fn local_offset(t: &DateTime<chrono::Utc>) -> chrono::FixedOffset {
     use chrono::Offset;
     thread_local! {
         static LAST: std::cell::Cell<Option<(i64, chrono::FixedOffset)>> =
             const { std::cell::Cell::new(None) };
     }
+    let secs = t.timestamp();
     LAST.with(|last| match last.get() {
         Some((s, o)) if s == secs => o,
         _ => {

@@ -272,7 +272,7 @@ fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
 
 #[test]
 fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life() {
-    use crate::recent::{Ended, MAX_POINTS, Recent};
+    use crate::recent::{MAX_POINTS, Recent};
     let r = Recent::new(3);
     for cookie in 1..=5u64 {
         let b = SockBuilder::new(cookie, 5000, 80).rtt_us(1000);
@@ -285,7 +285,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
                 ..Default::default()
             })
             .collect();
-        r.push(Ended::new(rec, points));
+        r.push_all(std::iter::once((rec, points)));
     }
     assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
     assert!(r.find(2).is_none());
@@ -295,7 +295,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
     assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");
     assert_eq!(four.record.cookie, 4);
     let off = Recent::new(0);
-    off.push(Ended::new((*four.record).clone(), Vec::new()));
+    off.push_all(std::iter::once(((*four.record).clone(), Vec::new())));
     assert!(off.list().is_empty() && !off.enabled());
 }
 
