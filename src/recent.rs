@@ -134,15 +134,20 @@ impl Recent {
 
     /// Adds the records of a batch as written (services and destinations named), with the
     /// chart points of each (`points`: none when the analyzer passed none on). They are
-    /// moved out of `records`, or copied when the sink takes them too (`copy`).
+    /// moved out of `records`, or copied when the sink takes them too (`copy`). Only the
+    /// last `cap` of a batch can stay in the ring: under churn a tick's batch holds hundreds
+    /// of records, and boxing each only to drop it a moment later was a sixth of the
+    /// writer's CPU (benches/RESULTS.md, issue 34).
     pub fn push_written(&self, records: &mut Vec<FlowStats>, points: Vec<Vec<Point>>, copy: bool) {
-        if points.len() != records.len() {
+        if points.len() != records.len() || self.cap == 0 {
             return;
         }
+        let skip = records.len().saturating_sub(self.cap);
+        let points = points.into_iter().skip(skip);
         if copy {
-            self.push_all(records.iter().cloned().zip(points));
+            self.push_all(records[skip..].iter().cloned().zip(points));
         } else {
-            self.push_all(std::mem::take(records).into_iter().zip(points));
+            self.push_all(std::mem::take(records).into_iter().skip(skip).zip(points));
         }
     }
 
