@@ -361,8 +361,10 @@ fn writer(n: usize) {
 
 /// What each gzip level costs on real records (`levels FILE`): CPU per record and bytes per
 /// record, compressing the file's lines as the writer does (a record at a time into one
-/// stream), best of three.
+/// stream, `writer::deflate::Gzip`: level 1 is our own encoder, the others flate2's), best
+/// of three; and flate2's level 1 beside ours.
 fn levels(path: &str) {
+    use cgmon_rs::writer::deflate::Gzip;
     use std::io::Write;
     let text = std::fs::read(path).unwrap();
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
@@ -372,20 +374,38 @@ fn levels(path: &str) {
         text.len() as f64 / lines.len() as f64
     );
     println!("level | µs per record | bytes per record | ratio");
-    for level in [1, 2, 3, 6, 9] {
+    let ours = |level| {
+        let mut z = Gzip::new(Vec::new(), level);
+        for l in &lines {
+            z.write_all(l).unwrap();
+        }
+        z.finish().unwrap().len()
+    };
+    let flate2_1 = || {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1));
+        for l in &lines {
+            z.write_all(l).unwrap();
+        }
+        z.finish().unwrap().len()
+    };
+    let cases: Vec<(String, Box<dyn Fn() -> usize>)> = [1, 2, 3, 6, 9]
+        .into_iter()
+        .map(|level| {
+            let name = if level == 1 { "1 (ours)".to_string() } else { level.to_string() };
+            (name, Box::new(move || ours(level)) as Box<dyn Fn() -> usize>)
+        })
+        .chain([("1 (flate2)".to_string(), Box::new(flate2_1) as Box<dyn Fn() -> usize>)])
+        .collect();
+    for (name, run) in &cases {
         let mut best = f64::INFINITY;
         let mut size = 0;
         for _ in 0..3 {
             let t = thread_cpu_ns();
-            let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
-            for l in &lines {
-                z.write_all(l).unwrap();
-            }
-            size = z.finish().unwrap().len();
+            size = run();
             best = best.min((thread_cpu_ns() - t) as f64 / 1e3 / lines.len() as f64);
         }
         println!(
-            "{level} | {best:.2} | {:.0} | {:.1}",
+            "{name} | {best:.2} | {:.0} | {:.1}",
             size as f64 / lines.len() as f64,
             text.len() as f64 / size as f64
         );

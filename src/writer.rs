@@ -17,6 +17,7 @@
 //! and counted, records wait in the backlog and are retried every tick; records pushed out
 //! of a full backlog are counted as lost. Nothing is dropped silently.
 
+pub mod deflate;
 pub mod dests;
 pub mod file;
 pub mod stream;

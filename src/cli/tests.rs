@@ -62,7 +62,7 @@ fn defaults_are_cgmons() {
     let Target::File(f) = &c.settings.writer.target else { panic!("a file") };
     assert_eq!(f.name, format!("cgmon-{}.json.gz", hostname()));
     // The one default that is not cgmon's, on measurement (docs/cgmon.md, "Flags").
-    assert_eq!(f.level, 3);
+    assert_eq!(f.level, 1);
 }
 
 #[test]

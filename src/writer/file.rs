@@ -1,7 +1,7 @@
 //! An output file in a directory: optional gzip, rotation, and write errors that lose
 //! nothing.
 //!
-//! Compression runs into memory (`GzEncoder<Vec<u8>>`, which cannot fail) and this code
+//! Compression runs into memory (a [`Gzip`] into a `Vec<u8>`, which cannot fail) and this code
 //! writes the compressed bytes to the file itself. A failed `write(2)` (disk full,
 //! permission) therefore never leaves the gzip stream half-fed: the unwritten bytes wait in
 //! `unwritten` and go out first on the next attempt, and no new record enters the encoder
@@ -13,8 +13,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use flate2::Compression;
-use flate2::write::GzEncoder;
+use super::deflate::Gzip;
 
 /// The file's settings.
 #[derive(Debug, Clone)]
@@ -213,7 +212,7 @@ pub struct OutFile {
     /// Records confirmed written by a close whose rotation then failed, not yet reported.
     confirmed: u64,
     inode: u64,
-    enc: Option<GzEncoder<Vec<u8>>>,
+    enc: Option<Gzip>,
     /// Compressed (or plain) bytes not yet written.
     unwritten: Vec<u8>,
     /// Bytes on disk in the current file.
@@ -299,9 +298,7 @@ impl OutFile {
         self.size = m.len();
         self.file = Some(file);
         self.records = 0;
-        self.enc = self.gz.then(|| {
-            GzEncoder::new(Vec::with_capacity(64 << 10), Compression::new(self.cfg.level))
-        });
+        self.enc = self.gz.then(|| Gzip::new(Vec::with_capacity(64 << 10), self.cfg.level));
         Ok(())
     }
 
@@ -370,7 +367,7 @@ impl OutFile {
     /// Writes `unwritten` (and what the encoder holds) to the open file.
     fn write_out(&mut self) -> io::Result<()> {
         if let Some(enc) = &mut self.enc {
-            self.unwritten.append(enc.get_mut());
+            self.unwritten.append(enc.out_mut());
         }
         #[cfg(test)]
         if !self.unwritten.is_empty() && self.is_full() {
@@ -421,7 +418,7 @@ impl OutFile {
     /// # Errors
     /// The write failed; the bytes wait (the records are already taken).
     pub fn pump(&mut self) -> io::Result<()> {
-        let pending = self.unwritten.len() + self.enc.as_ref().map_or(0, |e| e.get_ref().len());
+        let pending = self.unwritten.len() + self.enc.as_ref().map_or(0, Gzip::out_len);
         if pending >= 64 << 10 { self.drain() } else { Ok(()) }
     }
 
@@ -430,7 +427,7 @@ impl OutFile {
     pub fn produced(&self) -> u64 {
         self.size
             + self.unwritten.len() as u64
-            + self.enc.as_ref().map_or(0, |e| e.get_ref().len() as u64)
+            + self.enc.as_ref().map_or(0, |e| e.out_len() as u64)
     }
 
     /// Sync-flushes the compressor and writes everything out, so a reader (`zcat`) sees
