@@ -249,7 +249,7 @@ impl Writer {
                     lines.push(serde_json::to_vec(r).map_err(|e| self.bug(e.into()))?);
                 }
             } else {
-                serde_json::to_writer(&mut buf, r).map_err(|e| self.bug(e.into()))?;
+                crate::record::json::write_line(r, &mut buf).map_err(|e| self.bug(e.into()))?;
                 if self.sink.is_some() {
                     lines.push(buf.clone());
                 }

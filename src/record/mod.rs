@@ -4,9 +4,11 @@
 //! names and units are cgmon's where it had the field: docs/cgmon.md.)
 //!
 //! Its rooms: `flow` the record and its parts, `sample` the retained sample, `lines` the
-//! sample line and the live view, `text` addresses and rates as text.
+//! sample line and the live view, `text` addresses and rates as text, `json` the one-line
+//! JSON of a record.
 
 mod flow;
+pub mod json;
 mod lines;
 mod sample;
 mod text;
@@ -17,4 +19,4 @@ pub use flow::{
 };
 pub use lines::{Line, View};
 pub use sample::{ABSENT_U64, INFINITE_SSTHRESH, Point, Retained, unwrap_chrono};
-pub use text::{EPHEMERAL_FROM, endpoint_text, ip, mbps, served_port, tuple_text};
+pub use text::{EPHEMERAL_FROM, endpoint_text, ip, mbps, rfc3339_nanos, served_port, tuple_text};

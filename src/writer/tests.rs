@@ -433,6 +433,20 @@ fn record(i: u64) -> crate::analysis::FlowStats {
 }
 
 #[test]
+fn a_line_is_what_serde_json_writes_for_the_record() {
+    // One sample (seven equal numbers in each summary, written once and copied) and three.
+    let s = SockBuilder::new(9, 5009, 80).rtt_us(23).cwnd(10).bytes_acked(102);
+    let mut one = ended_flow(&[(1_000_000_000, s)]);
+    let one = crate::analysis::analyze(&mut one, &crate::analysis::AnalyzerConfig::default());
+    assert_eq!(one.samples, 1);
+    for r in [one, record(4)] {
+        let mut line = Vec::new();
+        crate::record::json::write_line(&r, &mut line).unwrap();
+        assert_eq!(String::from_utf8(line).unwrap(), serde_json::to_string(&r).unwrap());
+    }
+}
+
+#[test]
 fn records_name_their_cgroups_service() {
     use std::os::unix::fs::MetadataExt;
     // A cgroup tree of one unit and one container.
