@@ -122,6 +122,16 @@ impl Writer {
     }
 }
 
+/// What [`Writer::to_file`] did with a line.
+enum Took {
+    /// It is in the file's stream.
+    Yes,
+    /// It is in the file's stream, but writing out what waited failed.
+    ButStuck,
+    /// The file could not take it (its bytes from before still cannot be written).
+    No,
+}
+
 /// The writer's state; [`spawn`] runs it on a thread.
 pub struct Writer {
     cfg: WriterConfig,
@@ -368,29 +378,41 @@ impl Writer {
     }
 
     fn deliver_to_file(&mut self) {
-        while let Some(rec) = self.queue.front() {
-            let Out::File(f) = &mut self.out else { return };
-            match f.write_record(rec).and_then(|()| f.pump()) {
-                Ok(()) => {
-                    let rec = self.queue.pop_front().expect("front exists");
-                    self.queued_bytes -= rec.len() as u64;
-                    // Counted as written once a flush confirms it.
-                    self.recovered();
-                }
-                Err(e) => {
-                    // The record stays queued: `write_record` fails only before taking
-                    // it. Bytes of records it took earlier wait in the file (`blocked`).
-                    self.failed(&e);
+        while let Some(rec) = self.queue.pop_front() {
+            self.queued_bytes -= rec.len() as u64;
+            match self.to_file(&rec) {
+                Took::Yes => {}
+                Took::ButStuck => break,
+                Took::No => {
+                    self.queued_bytes += rec.len() as u64;
+                    self.queue.push_front(rec);
                     break;
                 }
             }
-            if let Some(limit) = self.cfg.rotate_size
-                && let Out::File(f) = &self.out
-                && f.produced() >= limit
-            {
-                self.rotate("size");
-            }
         }
+    }
+
+    /// Gives one line to the file, then writes out what waits once there is enough of it.
+    /// A line the file took is never offered again, even when the write after it failed:
+    /// its bytes wait in the file (queuing it again wrote it twice once the disk had room).
+    fn to_file(&mut self, line: &[u8]) -> Took {
+        let Out::File(f) = &mut self.out else { return Took::No };
+        if let Err(e) = f.write_record(line) {
+            // `write_record` fails only before taking the line.
+            self.failed(&e);
+            return Took::No;
+        }
+        if let Err(e) = f.pump() {
+            self.failed(&e);
+            return Took::ButStuck;
+        }
+        let full = self.cfg.rotate_size.is_some_and(|limit| f.produced() >= limit);
+        // Counted as written once a flush confirms it.
+        self.recovered();
+        if full {
+            self.rotate("size");
+        }
+        Took::Yes
     }
 
     /// Hands queued records to the stdout thread while it has room (it counts each as

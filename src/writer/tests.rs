@@ -570,6 +570,40 @@ fn issue_32_rotations_on_a_full_disk_never_panic_and_lose_nothing() {
 }
 
 #[test]
+fn a_record_taken_before_a_write_fails_is_written_once() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    // The disk is full from the start: records go into the file's pending bytes until 64 KiB
+    // wait, and the write of those fails just after the file took the record that filled
+    // them. That record must not be queued again.
+    // Enough records that 64 KiB wait even compressed.
+    const N: u64 = 5000;
+    for name in ["f.json", "f.json.gz"] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Arc::new(Metrics::default());
+        let mut w =
+            Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
+        let full = Arc::new(AtomicBool::new(true));
+        w.inject_full(&full);
+        w.write_batch(batch(0..N)).unwrap();
+        assert!(m.write_errors.get() >= 1, "{name}: the pending bytes' write failed");
+        full.store(false, Relaxed);
+        w.close(Duration::from_secs(1)).unwrap();
+        let raw = std::fs::read(dir.path().join(name)).unwrap();
+        let text = if name.ends_with(".gz") {
+            let mut t = Vec::new();
+            flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut t).unwrap();
+            t
+        } else {
+            raw
+        };
+        let mut got = cookies(&text);
+        got.sort_unstable();
+        assert_eq!(got, (1..=N).collect::<Vec<_>>(), "{name}: each record once");
+        assert_eq!(m.records_written.get(), N);
+    }
+}
+
+#[test]
 fn issue_32_a_close_that_fails_on_a_full_disk_is_finished_by_a_later_one() {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let dir = tempfile::tempdir().unwrap();
