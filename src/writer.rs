@@ -18,6 +18,7 @@
 //! of a full backlog are counted as lost. Nothing is dropped silently.
 
 pub mod deflate;
+mod deliver;
 pub mod dests;
 pub mod file;
 pub mod stream;
@@ -122,16 +123,6 @@ impl Writer {
     }
 }
 
-/// What [`Writer::to_file`] did with a line.
-enum Took {
-    /// It is in the file's stream.
-    Yes,
-    /// It is in the file's stream, but writing out what waited failed.
-    ButStuck,
-    /// The file could not take it (its bytes from before still cannot be written).
-    No,
-}
-
 /// The writer's state; [`spawn`] runs it on a thread.
 pub struct Writer {
     cfg: WriterConfig,
@@ -161,6 +152,8 @@ pub struct Writer {
     sink_full_logged: Option<Instant>,
     /// The web view's ring of recently ended flows, when it keeps any.
     recent: Option<Arc<crate::recent::Recent>>,
+    /// The line buffer that records written straight into a file reuse.
+    spare: Vec<u8>,
 }
 
 impl Writer {
@@ -226,6 +219,7 @@ impl Writer {
             sink: None,
             sink_full_logged: None,
             recent: None,
+            spare: Vec::new(),
         })
     }
 
@@ -250,7 +244,12 @@ impl Writer {
         }
         let mut lines = Vec::new();
         for r in &b.records {
-            let mut buf = Vec::with_capacity(2048);
+            // Straight into the file while nothing waits: one buffer for every line, and each
+            // compressed while it is still in cache (`emit`).
+            let direct = self.queue.is_empty() && matches!(self.out, Out::File(_));
+            let mut buf = if direct { std::mem::take(&mut self.spare) } else { Vec::new() };
+            buf.clear();
+            buf.reserve(2048);
             if self.cfg.pretty {
                 let fmt = serde_json::ser::PrettyFormatter::with_indent(b"\t");
                 let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
@@ -265,7 +264,11 @@ impl Writer {
                 }
             }
             buf.push(b'\n');
-            self.enqueue(buf);
+            if direct {
+                self.emit(buf);
+            } else {
+                self.enqueue(buf);
+            }
         }
         if let Some(recent) = &self.recent {
             recent.push_written(&mut b.records, std::mem::take(&mut b.points), self.sink.is_some());
@@ -341,140 +344,6 @@ impl Writer {
         // serde_json fails only on non-string map keys and I/O; neither can occur here.
         tracing::error!(error = %e, "record serialisation failed");
         WriterError::Lost(1)
-    }
-
-    fn enqueue(&mut self, buf: Vec<u8>) {
-        self.queued_bytes += buf.len() as u64;
-        self.queue.push_back(buf);
-        let mut lost = 0;
-        while self.queued_bytes > self.cfg.backlog_bytes && self.queue.len() > 1 {
-            let old = self.queue.pop_front().expect("queue holds more than one record");
-            self.queued_bytes -= old.len() as u64;
-            lost += 1;
-        }
-        if lost > 0 {
-            self.metrics.records_lost.add(lost);
-            if self.lost_logged.elapsed() >= Duration::from_secs(10) {
-                self.lost_logged = Instant::now();
-                tracing::error!(target: "cgmon_rs::writer",
-                    lost = self.metrics.records_lost.get(), backlog_bytes = self.cfg.backlog_bytes,
-                    "output backlog full: oldest records lost");
-            }
-        }
-        self.metrics.writer_backlog.set(self.queue.len() as u64);
-    }
-
-    /// Writes queued records until the output refuses one.
-    fn deliver(&mut self) -> Result<(), WriterError> {
-        let r = match self.out {
-            Out::Stream(_) => self.deliver_to_stream(),
-            Out::File(_) => {
-                self.deliver_to_file();
-                Ok(())
-            }
-        };
-        self.metrics.writer_backlog.set(self.backlog_len());
-        r
-    }
-
-    fn deliver_to_file(&mut self) {
-        while let Some(rec) = self.queue.pop_front() {
-            self.queued_bytes -= rec.len() as u64;
-            match self.to_file(&rec) {
-                Took::Yes => {}
-                Took::ButStuck => break,
-                Took::No => {
-                    self.queued_bytes += rec.len() as u64;
-                    self.queue.push_front(rec);
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Gives one line to the file, then writes out what waits once there is enough of it.
-    /// A line the file took is never offered again, even when the write after it failed:
-    /// its bytes wait in the file (queuing it again wrote it twice once the disk had room).
-    fn to_file(&mut self, line: &[u8]) -> Took {
-        let Out::File(f) = &mut self.out else { return Took::No };
-        if let Err(e) = f.write_record(line) {
-            // `write_record` fails only before taking the line.
-            self.failed(&e);
-            return Took::No;
-        }
-        if let Err(e) = f.pump() {
-            self.failed(&e);
-            return Took::ButStuck;
-        }
-        let full = self.cfg.rotate_size.is_some_and(|limit| f.produced() >= limit);
-        // Counted as written once a flush confirms it.
-        self.recovered();
-        if full {
-            self.rotate("size");
-        }
-        Took::Yes
-    }
-
-    /// Hands queued records to the stdout thread while it has room (it counts each as
-    /// written once the stream has taken it), and passes on what the thread saw fail.
-    fn deliver_to_stream(&mut self) -> Result<(), WriterError> {
-        let Out::Stream(s) = &self.out else { return Ok(()) };
-        let report = s.report();
-        let (taken, mut closed) = s.offer_from(&mut self.queue);
-        self.queued_bytes -= taken;
-        closed |= s.closed();
-        if let Some(e) = &report.first {
-            self.failed(e);
-            self.metrics.write_errors.add(report.errors.saturating_sub(1));
-        }
-        if report.recovered {
-            self.recovered();
-        }
-        if closed { Err(WriterError::StdoutClosed) } else { Ok(()) }
-    }
-
-    /// Records not yet written: the backlog, and those the stdout thread holds.
-    fn backlog_len(&self) -> u64 {
-        let held = match &self.out {
-            Out::Stream(s) => s.in_flight(),
-            Out::File(_) => 0,
-        };
-        self.queue.len() as u64 + held
-    }
-
-    /// True while records wait for stdout's reader, so the thread should come back soon
-    /// rather than at the next tick.
-    fn waiting_for_reader(&self) -> bool {
-        matches!(self.out, Out::Stream(_)) && !self.queue.is_empty()
-    }
-
-    fn out_name(&self) -> String {
-        match &self.out {
-            Out::Stream(_) => "stdout".into(),
-            Out::File(f) => f.path().display().to_string(),
-        }
-    }
-
-    fn failed(&mut self, e: &io::Error) {
-        self.metrics.write_errors.inc();
-        self.metrics.output_failing.set(1);
-        let now = Instant::now();
-        match &mut self.failing_since {
-            None => {
-                self.failing_since = Some((now, 1));
-                tracing::error!(target: "cgmon_rs::writer", file = %self.out_name(), error = %e,
-                    "write failed; records are kept and retried");
-            }
-            Some((_, n)) => *n += 1,
-        }
-    }
-
-    fn recovered(&mut self) {
-        self.metrics.output_failing.set(0);
-        if let Some((since, n)) = self.failing_since.take() {
-            tracing::warn!(target: "cgmon_rs::writer", file = %self.out_name(), errors = n,
-                after_ms = since.elapsed().as_millis() as u64, "output writable again");
-        }
     }
 
     fn rotate(&mut self, why: &str) {
