@@ -18,7 +18,7 @@
 //!   times).
 //! - Pacing rate (Mbit/s), over the samples that carry one.
 
-use chrono::{DateTime, Local};
+use chrono::{DateTime, Local, SecondsFormat};
 
 pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, SamplingStats, ip, mbps};
 use crate::record::{UNKNOWN_CC, UNKNOWN_RATE};
@@ -50,7 +50,7 @@ fn wall(mono_ns: u64, offset: i128) -> String {
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let sub = ns.rem_euclid(1_000_000_000) as u32;
     match DateTime::from_timestamp(secs, sub) {
-        Some(t) => crate::record::rfc3339_nanos(&t.with_timezone(&local_offset(&t))),
+        Some(t) => t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true),
         None => String::new(),
     }
 }

@@ -19,4 +19,4 @@ pub use flow::{
 };
 pub use lines::{Line, View};
 pub use sample::{ABSENT_U64, INFINITE_SSTHRESH, Point, Retained, unwrap_chrono};
-pub use text::{EPHEMERAL_FROM, endpoint_text, ip, mbps, rfc3339_nanos, served_port, tuple_text};
+pub use text::{EPHEMERAL_FROM, endpoint_text, ip, mbps, served_port, tuple_text};

@@ -164,5 +164,4 @@ impl Writer {
                 after_ms = since.elapsed().as_millis() as u64, "output writable again");
         }
     }
-
 }

@@ -580,8 +580,7 @@ fn a_record_taken_before_a_write_fails_is_written_once() {
     for name in ["f.json", "f.json.gz"] {
         let dir = tempfile::tempdir().unwrap();
         let m = Arc::new(Metrics::default());
-        let mut w =
-            Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
+        let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
         let full = Arc::new(AtomicBool::new(true));
         w.inject_full(&full);
         w.write_batch(batch(0..N)).unwrap();
