@@ -215,6 +215,8 @@ pub struct OutFile {
     enc: Option<Gzip>,
     /// Compressed (or plain) bytes not yet written.
     unwritten: Vec<u8>,
+    /// The last write of `unwritten` failed.
+    stuck: bool,
     /// Bytes on disk in the current file.
     pub size: u64,
     /// Records in the current file.
@@ -248,6 +250,7 @@ impl OutFile {
             inode: 0,
             enc: None,
             unwritten: Vec::new(),
+            stuck: false,
             size: 0,
             records: 0,
             unconfirmed: 0,
@@ -302,9 +305,11 @@ impl OutFile {
         Ok(())
     }
 
-    /// True when bytes from an earlier attempt are still waiting.
+    /// True when a write failed and its bytes are still waiting. (Bytes a plain file
+    /// gathers are not: they go out at 64 KiB or the next flush, as gzip's do. Taking them
+    /// for a failure made a write(2) of every record.)
     pub fn blocked(&self) -> bool {
-        !self.unwritten.is_empty()
+        self.stuck && !self.unwritten.is_empty()
     }
 
     /// True while a rotation's rename or reopen has not worked yet.
@@ -369,6 +374,12 @@ impl OutFile {
         if let Some(enc) = &mut self.enc {
             self.unwritten.append(enc.out_mut());
         }
+        let r = self.write_unwritten();
+        self.stuck = r.is_err();
+        r
+    }
+
+    fn write_unwritten(&mut self) -> io::Result<()> {
         #[cfg(test)]
         if !self.unwritten.is_empty() && self.is_full() {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));

@@ -399,14 +399,15 @@ fn a_full_disk_keeps_records_counts_errors_and_bounds_the_backlog() {
     assert!(m.write_errors.get() >= 1);
     assert_eq!(m.records_lost.get(), 0);
     w.write_batch(batch(4..20)).unwrap();
-    // 20 records produced: the file took the first into its stream before the write
-    // failed, the backlog holds the newest 10, and the rest were pushed out and counted.
+    // 20 records produced: the file took the first four into its pending bytes before the
+    // tick's flush failed (nothing is written per record), the backlog holds the newest 10,
+    // and the rest were pushed out and counted.
     assert_eq!(m.writer_backlog.get(), 10);
     let evicted = m.records_lost.get();
-    assert_eq!(evicted, 20 - 10 - 1);
+    assert_eq!(evicted, 20 - 10 - 4);
     match w.close(Duration::ZERO) {
-        // The backlog and the record stuck in the file's unwritten bytes.
-        Err(WriterError::Lost(n)) => assert_eq!(n, 11),
+        // The backlog and the records stuck in the file's unwritten bytes.
+        Err(WriterError::Lost(n)) => assert_eq!(n, 14),
         other => panic!("{other:?}"),
     }
     assert_eq!(m.records_written.get(), 0, "nothing reached the disk");
@@ -567,6 +568,26 @@ fn issue_32_rotations_on_a_full_disk_never_panic_and_lose_nothing() {
     assert_eq!(all_gz(dir.path()), (1..=10).collect::<Vec<_>>());
     assert_eq!(m.records_written.get(), 10);
     assert_eq!(m.records_lost.get(), 0);
+}
+
+#[test]
+fn a_plain_file_is_written_in_blocks_not_a_record_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json"))), m.clone()).unwrap();
+    let on_disk = || std::fs::metadata(dir.path().join("f.json")).unwrap().len();
+    w.write_batch(batch(0..5)).unwrap();
+    assert_eq!(on_disk(), 0, "five records wait for 64 KiB or the flush");
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    let text = std::fs::read(dir.path().join("f.json")).unwrap();
+    assert_eq!(cookies(&text), vec![1, 2, 3, 4, 5], "the flush wrote them all");
+    assert_eq!(m.records_written.get(), 5);
+    // Past 64 KiB they go out without a flush.
+    w.write_batch(batch(5..100)).unwrap();
+    assert!(on_disk() >= 64 << 10, "{}", on_disk());
+    w.close(Duration::from_secs(1)).unwrap();
+    let text = std::fs::read(dir.path().join("f.json")).unwrap();
+    assert_eq!(cookies(&text), (1..=100).collect::<Vec<_>>());
 }
 
 #[test]
