@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Out, Writer};
 use crate::writer::WriterError;
 
-/// What [`Writer::to_file`] did with a line.
+/// What [`Writer::offer_to_file`] did with a line.
 pub(super) enum Took {
     /// It is in the file's stream.
     Yes,
@@ -46,7 +46,7 @@ impl Writer {
     /// allocation a record and compressing each line after a few hundred others had pushed
     /// it out of cache (benches/RESULTS.md, issue 34).
     pub(super) fn emit(&mut self, line: Vec<u8>) {
-        match self.to_file(&line) {
+        match self.offer_to_file(&line) {
             Took::No => self.enqueue(line),
             Took::Yes | Took::ButStuck => self.spare = line,
         }
@@ -68,7 +68,7 @@ impl Writer {
     fn deliver_to_file(&mut self) {
         while let Some(rec) = self.queue.pop_front() {
             self.queued_bytes -= rec.len() as u64;
-            match self.to_file(&rec) {
+            match self.offer_to_file(&rec) {
                 Took::Yes => {}
                 Took::ButStuck => break,
                 Took::No => {
@@ -83,7 +83,7 @@ impl Writer {
     /// Gives one line to the file, then writes out what waits once there is enough of it.
     /// A line the file took is never offered again, even when the write after it failed:
     /// its bytes wait in the file (queuing it again wrote it twice once the disk had room).
-    pub(super) fn to_file(&mut self, line: &[u8]) -> Took {
+    fn offer_to_file(&mut self, line: &[u8]) -> Took {
         let Out::File(f) = &mut self.out else { return Took::No };
         if let Err(e) = f.write_record(line) {
             // `write_record` fails only before taking the line.
