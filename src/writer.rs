@@ -424,7 +424,12 @@ impl Writer {
             self.last_flush = now;
             if let Out::File(f) = &mut self.out {
                 match f.flush() {
-                    Ok(n) => self.metrics.records_written.add(n),
+                    Ok(n) => {
+                        self.metrics.records_written.add(n);
+                        // Records the file took before a failure go out here, with none
+                        // waiting in the queue to say the output works again.
+                        self.recovered();
+                    }
                     Err(e) => self.failed(&e),
                 }
             }

@@ -591,6 +591,28 @@ fn a_plain_file_is_written_in_blocks_not_a_record_at_a_time() {
 }
 
 #[test]
+fn a_flush_that_works_again_says_so_with_nothing_queued() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    for name in ["f.json", "f.json.gz"] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Arc::new(Metrics::default());
+        let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
+        let full = Arc::new(AtomicBool::new(true));
+        w.inject_full(&full);
+        // The file takes all three (nothing is written per record); the flush fails.
+        w.write_batch(batch(0..3)).unwrap();
+        assert_eq!(m.writer_backlog.get(), 0);
+        let t0 = Instant::now();
+        w.tick(t0 + FLUSH_INTERVAL).unwrap();
+        assert_eq!(m.output_failing.get(), 1, "{name}");
+        full.store(false, Relaxed);
+        w.tick(t0 + FLUSH_INTERVAL * 2).unwrap();
+        assert_eq!(m.output_failing.get(), 0, "{name}: the next flush worked");
+        assert_eq!(m.records_written.get(), 3, "{name}");
+    }
+}
+
+#[test]
 fn a_record_taken_before_a_write_fails_is_written_once() {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     // The disk is full from the start: records go into the file's pending bytes until 64 KiB
