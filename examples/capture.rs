@@ -141,7 +141,7 @@ async fn main() -> Res<()> {
 
     // Destroy events: subscribe, close everything (listeners too), collect ours.
     let mut ev = NetlinkSource::open_with_groups(
-        SocketOptions { rcvbuf: Some(4 << 20), rcvbuf_force: None },
+        SocketOptions { rcvbuf: Some(4 << 20), ..Default::default() },
         &[SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY],
     )?;
     drop(pairs);

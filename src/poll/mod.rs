@@ -317,9 +317,12 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
 pub const DESTROY_REST: Duration = Duration::from_millis(50);
 
 /// The rest when a destroy socket's buffer is capped (net.core.rmem_max, 208 KiB by
-/// default): a fifth of the full rest, for a buffer a twentieth of the size (an estimate,
-/// not measured; the capped buffer overruns at high churn anyway, README "High churn").
-pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(10);
+/// default). Measured at the most the churn bench makes (~18,000-20,000 connections a
+/// second, `NO_NET_ADMIN=1 cargo bench --bench churn -- 6 max`): a 10 ms rest recorded
+/// 66 % of flows, 4 ms 90.9 %, 2 ms 96.6 %. The price is wake-ups: at 2,000 a second,
+/// 336 a second and 24.5 µs a connection against ~17 with the full buffer
+/// (benches/RESULTS.md, issue 34); README "High churn" says to raise the sysctl.
+pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(2);
 
 /// The loop's state between ticks: the flow table, the namespaces' samplers, the flows
 /// ended since the last hand-off, the schedule and its pace.

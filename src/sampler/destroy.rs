@@ -81,17 +81,16 @@ impl DestroyListener<NetlinkSource> {
         filter: Option<Expr>,
     ) -> io::Result<Self> {
         let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
-        // SO_RCVBUFFORCE first (CAP_NET_ADMIN): SO_RCVBUF is capped at net.core.rmem_max,
-        // 208 KiB by default, which overruns at high churn (docs/kernel.md, "Destroy
-        // events"). Without the capability, what rmem_max allows, and a warning if short.
-        let forced = SocketOptions { rcvbuf: None, rcvbuf_force: Some(DESTROY_RCVBUF) };
-        let source = match NetlinkSource::open_in(netns.clone(), forced, &groups) {
-            Ok(s) => s,
-            Err(_) => {
-                let capped = SocketOptions { rcvbuf: Some(DESTROY_RCVBUF), rcvbuf_force: None };
-                NetlinkSource::open_in(netns, capped, &groups)?
-            }
+        // SO_RCVBUF is capped at net.core.rmem_max, 208 KiB by default, which overruns at
+        // high churn (docs/kernel.md, "Destroy events"); SO_RCVBUFFORCE (CAP_NET_ADMIN)
+        // lifts the cap. One socket: the plain size first, then the forced one where
+        // allowed, and a warning below if what it got is short.
+        let opts = SocketOptions {
+            rcvbuf: Some(DESTROY_RCVBUF),
+            rcvbuf_force: Some(DESTROY_RCVBUF),
+            force_if_allowed: true,
         };
+        let source = NetlinkSource::open_in(netns, opts, &groups)?;
         // The kernel reports twice what was set (its bookkeeping).
         let got = source.rcvbuf().map(|b| b / 2);
         let capped = got.as_ref().is_ok_and(|&b| b < DESTROY_RCVBUF);
@@ -104,7 +103,7 @@ impl DestroyListener<NetlinkSource> {
                  raise the sysctl to 4194304 or grant CAP_NET_ADMIN"
             );
         }
-        Ok(Self::new(source, filter))
+        Ok(Self { capped, ..Self::new(source, filter) })
     }
 }
 
@@ -236,7 +235,55 @@ fn take(filter: Option<&Expr>, out: &mut DestroyBatch, buf: &[u8], len: usize, t
 mod tests {
     use super::*;
     use crate::sampler::fakes::ReplaySource;
+    use crate::sampler::source::BufferRefused;
     use crate::wire::build::MsgBuilder;
+
+    /// Drops `cap` from the calling thread's effective capabilities (they are per thread),
+    /// as a unit without it runs. Without root it was never there.
+    fn drop_effective(cap: u32) {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: libc::c_int,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut h = Header { version: 0x2008_0522, pid: 0 }; // _LINUX_CAPABILITY_VERSION_3
+        let mut d = [Data::default(); 2];
+        // SAFETY: the header and two data structs capget/capset expect for version 3.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &raw mut h, d.as_mut_ptr()), 0);
+            d[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+            assert_eq!(libc::syscall(libc::SYS_capset, &raw mut h, d.as_ptr()), 0);
+        }
+    }
+
+    #[test]
+    fn without_cap_net_admin_one_socket_gets_what_rmem_max_allows() {
+        let rmem_max: usize =
+            std::fs::read_to_string("/proc/sys/net/core/rmem_max").unwrap().trim().parse().unwrap();
+        std::thread::spawn(move || {
+            drop_effective(12); // CAP_NET_ADMIN
+            let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+            rt.block_on(async {
+                let l = DestroyListener::open(None).expect("opens without the capability");
+                let got = l.source.rcvbuf().unwrap() / 2;
+                assert_eq!(got, DESTROY_RCVBUF.min(rmem_max));
+                assert_eq!(l.capped(), rmem_max < DESTROY_RCVBUF, "{got} B");
+                // A forced size the user asked for is refused aloud, naming the flag.
+                let opts = SocketOptions { rcvbuf_force: Some(1 << 20), ..Default::default() };
+                let e = NetlinkSource::open_in(None, opts, &[]).err().expect("refused");
+                assert!(BufferRefused::of(&e).is_some(), "{e}");
+            });
+        })
+        .join()
+        .unwrap();
+    }
 
     fn event(cookie: u64, dport: u16) -> Vec<u8> {
         let mut m = MsgBuilder::v4(0, cookie, 40000, dport);

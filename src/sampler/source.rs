@@ -20,6 +20,10 @@ pub struct SocketOptions {
     pub rcvbuf: Option<usize>,
     /// SO_RCVBUFFORCE in bytes, if set; needs CAP_NET_ADMIN.
     pub rcvbuf_force: Option<usize>,
+    /// A refused `rcvbuf_force` is not an error: the socket keeps what `rcvbuf` got (capped
+    /// at net.core.rmem_max). For the destroy events' socket, which asks for more than the
+    /// default when it may; a size the user gave must be refused aloud instead.
+    pub force_if_allowed: bool,
 }
 
 /// A NETLINK_SOCK_DIAG socket on tokio.
@@ -101,8 +105,11 @@ impl NetlinkSource {
                 .map_err(|e| BufferRefused::wrap("--netlink-receive-bufsize", n, e))?;
         }
         if let Some(n) = opts.rcvbuf_force {
-            set_rcvbuf_force(&s, n)
-                .map_err(|e| BufferRefused::wrap("--netlink-receive-bufsize-force", n, e))?;
+            match set_rcvbuf_force(&s, n) {
+                Ok(()) => {}
+                Err(e) if opts.force_if_allowed && e.raw_os_error() == Some(libc::EPERM) => {}
+                Err(e) => return Err(BufferRefused::wrap("--netlink-receive-bufsize-force", n, e)),
+            }
         }
         for &g in groups {
             s.add_membership(g)?;
