@@ -372,13 +372,15 @@ impl FastGzip {
             }
             return;
         }
+        // The literal/length tree has two codes at least: the end of block and a symbol.
+        // The distance tree may have none or one (a block of literals, one distance), and a
+        // one-code tree is a corner decoders disagree on (zlib refuses an incomplete code):
+        // then distances 1 and 2 fill it out. The code length code always has two as well:
+        // 257 or more lengths cannot all be the same non-zero length.
         self.lit_freq[256] = 1;
-        // Two codes at least in each tree: a one-code tree is a corner decoders disagree on.
-        for f in [&mut self.dist_freq[..], &mut self.lit_freq[..]] {
-            for i in 0..2 {
-                if f.iter().filter(|&&x| x > 0).count() < 2 && f[i] == 0 {
-                    f[i] = 1;
-                }
+        if self.dist_freq.iter().filter(|&&x| x > 0).count() < 2 {
+            for d in &mut self.dist_freq[..2] {
+                *d = (*d).max(1);
             }
         }
         let lit_len = code_lengths(&self.lit_freq, 15);

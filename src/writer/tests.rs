@@ -538,15 +538,24 @@ fn all_gz(dir: &std::path::Path) -> Vec<u64> {
     all
 }
 
-#[test]
-fn issue_32_rotations_on_a_full_disk_never_panic_and_lose_nothing() {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+/// A writer to file `name` in a fresh directory whose disk is full while the returned flag
+/// is set (it starts as `full`).
+fn on_a_disk(
+    name: &str,
+    full: bool,
+) -> (tempfile::TempDir, Arc<Metrics>, Writer, Arc<std::sync::atomic::AtomicBool>) {
     let dir = tempfile::tempdir().unwrap();
     let m = Arc::new(Metrics::default());
-    let mut w =
-        Writer::open(cfg(Target::File(file_cfg(dir.path(), "f.json.gz"))), m.clone()).unwrap();
-    let full = Arc::new(AtomicBool::new(false));
-    w.inject_full(&full);
+    let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(full));
+    w.inject_full(&flag);
+    (dir, m, w, flag)
+}
+
+#[test]
+fn issue_32_rotations_on_a_full_disk_never_panic_and_lose_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (dir, m, mut w, full) = on_a_disk("f.json.gz", false);
     w.write_batch(batch(0..3)).unwrap();
     full.store(true, Relaxed);
     // The disk is full: the SIGHUP's close produces the gzip trailer but cannot write it.
@@ -592,13 +601,9 @@ fn a_plain_file_is_written_in_blocks_not_a_record_at_a_time() {
 
 #[test]
 fn a_flush_that_works_again_says_so_with_nothing_queued() {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::atomic::Ordering::Relaxed;
     for name in ["f.json", "f.json.gz"] {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Arc::new(Metrics::default());
-        let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
-        let full = Arc::new(AtomicBool::new(true));
-        w.inject_full(&full);
+        let (_dir, m, mut w, full) = on_a_disk(name, true);
         // The file takes all three (nothing is written per record); the flush fails.
         w.write_batch(batch(0..3)).unwrap();
         assert_eq!(m.writer_backlog.get(), 0);
@@ -614,18 +619,14 @@ fn a_flush_that_works_again_says_so_with_nothing_queued() {
 
 #[test]
 fn a_record_taken_before_a_write_fails_is_written_once() {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::atomic::Ordering::Relaxed;
     // The disk is full from the start: records go into the file's pending bytes until 64 KiB
     // wait, and the write of those fails just after the file took the record that filled
     // them. That record must not be queued again.
     // Enough records that 64 KiB wait even compressed.
     const N: u64 = 5000;
     for name in ["f.json", "f.json.gz"] {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Arc::new(Metrics::default());
-        let mut w = Writer::open(cfg(Target::File(file_cfg(dir.path(), name))), m.clone()).unwrap();
-        let full = Arc::new(AtomicBool::new(true));
-        w.inject_full(&full);
+        let (dir, m, mut w, full) = on_a_disk(name, true);
         w.write_batch(batch(0..N)).unwrap();
         assert!(m.write_errors.get() >= 1, "{name}: the pending bytes' write failed");
         full.store(false, Relaxed);
