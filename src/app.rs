@@ -324,7 +324,7 @@ pub async fn run(
         Some(h) => {
             let recent = Arc::new(crate::recent::Recent::new(h.recent_flows));
             if recent.enabled() {
-                acfg.chart_points = true;
+                acfg.chart_points = h.recent_flows;
                 ring = Some(recent.clone());
             }
             let served = crate::http::Served {

@@ -106,6 +106,12 @@ pub fn format_duration(d: Duration) -> String {
 /// Bytes in SI units, as `ss` and iperf3 write them for a person: `4.1 KB`, `2.0 GB`
 /// (10³ steps; sizes a user types keep their ×1024 suffixes, see [`parse_size`]).
 pub fn si_bytes(b: u64) -> String {
+    if b < 1000 {
+        // The same text as `{:.0}` of the float, without its exact-mode float formatting
+        // (a bignum path): a churned flow's finding ("too short to judge: 102 B sent") was
+        // a third of its diagnosis (benches/RESULTS.md, issue 34).
+        return format!("{b} B");
+    }
     let b = b as f64;
     match b {
         _ if b >= 1e12 => format!("{:.1} TB", b / 1e12),
@@ -199,6 +205,17 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, ValueError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_under_a_kilobyte_as_the_float_path_writes_them() {
+        for b in [0, 1, 9, 10, 99, 100, 102, 999] {
+            assert_eq!(si_bytes(b), format!("{:.0} B", b as f64));
+        }
+        assert_eq!(
+            (si_bytes(999), si_bytes(1000), si_bytes(4096)),
+            ("999 B".into(), "1.0 KB".into(), "4.1 KB".into())
+        );
+    }
 
     #[test]
     fn go_durations() {

@@ -45,14 +45,45 @@ pub struct AnalyzerConfig {
     pub realtime_offset_ns: i128,
 }
 
+/// The RFC 3339 local time (nanoseconds, `Z` for UTC) of CLOCK_MONOTONIC `mono_ns`.
+///
+/// The text up to the second and the zone after the digits are kept for the last second
+/// asked for: within a second only the nine digits differ (the offset changes only at a
+/// whole second, see [`local_offset`]). Formatted whole by chrono each time, the two times
+/// of a record were a seventh of a one-sample flow's analysis under churn
+/// (benches/RESULTS.md, issue 34).
 fn wall(mono_ns: u64, offset: i128) -> String {
+    thread_local! {
+        /// (UTC second, text up to and with its `.`, the zone's text).
+        static SECOND: std::cell::RefCell<(i64, String, String)> =
+            const { std::cell::RefCell::new((i64::MIN, String::new(), String::new())) };
+    }
     let ns = i128::from(mono_ns) + offset;
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let sub = ns.rem_euclid(1_000_000_000) as u32;
-    match DateTime::from_timestamp(secs, sub) {
-        Some(t) => t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true),
-        None => String::new(),
-    }
+    SECOND.with_borrow_mut(|(second, head, zone)| {
+        if *second != secs || head.is_empty() {
+            let Some(t) = DateTime::from_timestamp(secs, sub) else { return String::new() };
+            let text =
+                t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true);
+            // `SS.` then nine digits, then the zone: `Z` or `+hh:mm`.
+            let Some(dot) = text.find('.') else { return text };
+            (*second, *head, *zone) = (secs, text[..=dot].into(), text[dot + 10..].into());
+            return text;
+        }
+        let mut out = String::with_capacity(head.len() + 9 + zone.len());
+        out.push_str(head);
+        let mut digits = [b'0'; 9];
+        let mut n = sub;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        // Nine ASCII digits.
+        out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
+        out.push_str(zone);
+        out
+    })
 }
 
 /// The local time zone's offset at `t`, kept for its UTC second. Asking `Local` was a

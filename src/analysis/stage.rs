@@ -15,9 +15,11 @@ pub struct StageConfig {
     pub write_partial: bool,
     /// `--samples-out`: pass on every retained sample as JSON lines too.
     pub samples_out: bool,
-    /// Pass on each flow's chart points with its record, for the web view's ring of
-    /// recently ended flows (which the writer fills, with the records as written).
-    pub chart_points: bool,
+    /// Pass on chart points with the records of the last this many written flows of each
+    /// batch, for the web view's ring of recently ended flows (which the writer fills, with
+    /// the records as written, and which holds this many: the batch's earlier flows would
+    /// be pushed out by its later ones). The others get no points. 0: none.
+    pub chart_points: usize,
 }
 
 impl StageConfig {
@@ -57,6 +59,12 @@ pub async fn run(
         let start = std::time::Instant::now();
         let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
         let mut out = Batch { records: Vec::with_capacity(ended.len()), ..Batch::default() };
+        // The written flows from this one on get chart points. At 2,000 connections a
+        // second, a tick's batch of ~400 made ~300 sets of points only to drop them.
+        let pointed_from = match cfg.chart_points {
+            0 => usize::MAX,
+            n => ended.iter().filter(|e| cfg.writes(e)).count().saturating_sub(n),
+        };
         for mut e in ended {
             // Every flow and window the analyzer receives, written or not, as cgmon's
             // histogram counted them; by the span the record's `Duration` gives.
@@ -67,9 +75,13 @@ pub async fn run(
             }
             e.gather_into(std::mem::take(&mut spare));
             let r = analyze(&mut e, &cfg.analysis);
-            if cfg.chart_points {
+            if cfg.chart_points > 0 {
                 // Every sample: the ring keeps some from the whole flow (`recent::spread`).
-                out.points.push(e.flow.chart_points(cfg.analysis.realtime_offset_ns));
+                out.points.push(if out.records.len() >= pointed_from {
+                    e.flow.chart_points(cfg.analysis.realtime_offset_ns)
+                } else {
+                    Vec::new()
+                });
             }
             if cfg.samples_out {
                 samples::write_lines(

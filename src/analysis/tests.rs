@@ -379,6 +379,12 @@ fn wall_times_are_chronos_local_times_whether_the_offset_is_kept_or_asked_for() 
     // year (a change of offset where the zone has one).
     let mut monos: Vec<u64> = (0..40u64).map(|i| S + i * 250_000_007).collect();
     monos.extend((1..=12u64).map(|m| m * 30 * 24 * 3600 * S));
+    // The kept second's text, with the first and last nanosecond digits of a second, and
+    // back and forth between two seconds.
+    let whole = (S - (offset.rem_euclid(1_000_000_000) as u64)) + 7 * S;
+    for d in [0, 1, 999_999_999, 5, 100_000_000, 0, 999_999_999] {
+        monos.extend([whole + d, whole + S + d, whole + d]);
+    }
     for mono in monos {
         let ns = i128::from(mono) + offset;
         let t = DateTime::from_timestamp(

@@ -121,7 +121,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             analysis: parts.analyzer,
             write_partial: c.partial,
             samples_out: c.samples_out.is_some(),
-            chart_points: false,
+            chart_points: 0,
         },
         writer: writer_config(c, &parts.file_name),
         http: c.http_server.map(|addr| HttpSettings {

@@ -175,3 +175,33 @@ async fn windows_handed_on_in_pool_blocks_are_analysed_whole() {
     }
     assert_eq!(lines.len(), records.iter().map(|r| r.samples).sum::<usize>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_flows_the_web_views_ring_keeps_get_chart_points() {
+    // A batch of six flows, the second not written (open at startup); the ring holds 2, so
+    // the last two written get their points and the three before them none.
+    use cgmon_rs::testkit::SockBuilder;
+    use cgmon_rs::tracker::testing::ended_flow;
+    const S: u64 = 1_000_000_000;
+    let (ended_tx, ended_rx) = mpsc::channel(ENDED_CHANNEL_CAPACITY);
+    let (rec_tx, rec_rx) = std::sync::mpsc::sync_channel(64);
+    let stage = StageConfig { chart_points: 2, ..StageConfig::default() };
+    let analyzer_task =
+        tokio::spawn(analyzer::run(stage, ended_rx, rec_tx, Arc::new(Metrics::default())));
+    let batch: Vec<_> = (1..=6u64)
+        .map(|c| {
+            let s = SockBuilder::new(c, 40_000 + c as u16, 80).rtt_us(100);
+            let mut e = ended_flow(&[(S, s.clone()), (2 * S, s)]);
+            e.flow.preexisting = c == 2;
+            e
+        })
+        .collect();
+    ended_tx.send(batch).await.unwrap();
+    drop(ended_tx);
+    analyzer_task.await.unwrap().unwrap();
+    let Ok(Msg::Batch(b)) = rec_rx.try_recv() else { panic!("no batch") };
+    let cookies: Vec<u64> = b.records.iter().map(|r| r.cookie).collect();
+    assert_eq!(cookies, [1, 3, 4, 5, 6]);
+    let counts: Vec<usize> = b.points.iter().map(Vec::len).collect();
+    assert_eq!(counts, [0, 0, 0, 2, 2], "points by record");
+}
