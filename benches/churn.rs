@@ -18,7 +18,8 @@
 //! refused, destroy-event overruns (the monitor's and the floor's), and the monitor's peak
 //! RSS. `NO_NET_ADMIN=1` runs the monitor without CAP_NET_ADMIN (root only), so that its
 //! destroy socket gets what `net.core.rmem_max` allows; `MONITOR_ARGS="..."` gives the
-//! monitor more flags. Figures: benches/RESULTS.md and the README.
+//! monitor more flags; `MONITOR_BIN=PATH` runs another build of it. Figures:
+//! benches/RESULTS.md and the README.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -129,6 +130,12 @@ fn scrape(port: u16, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The monitor to run: this tree's, or `MONITOR_BIN` (another build, for an A/B in one
+/// sitting, since the machine's noise moves the floor from run to run).
+fn monitor_bin() -> String {
+    std::env::var("MONITOR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cgmon-rs").into())
+}
+
 struct Outcome {
     rate: f64,
     made: u64,
@@ -163,10 +170,10 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     let mut cmd = if std::env::var_os("NO_NET_ADMIN").is_some() {
         let mut c = Command::new("setpriv");
         c.args(["--bounding-set=-net_admin", "--inh-caps=-net_admin"]);
-        c.arg(env!("CARGO_BIN_EXE_cgmon-rs"));
+        c.arg(monitor_bin());
         c
     } else {
-        Command::new(env!("CARGO_BIN_EXE_cgmon-rs"))
+        Command::new(monitor_bin())
     };
     cmd.args(["-run-interval", "100ms", "--filter", &filter])
         .args(["-run-http-server", &format!("127.0.0.1:{http}")])

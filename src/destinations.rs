@@ -118,10 +118,19 @@ impl DestMap {
 
     /// The name of the remote end `addr:port`.
     pub fn name(&self, addr: IpAddr, port: u16) -> Arc<str> {
-        let addr = match addr {
-            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-            a => a,
-        };
+        let addr = unmapped(addr);
+        self.entry(addr, port).cloned().unwrap_or_else(|| Arc::from(fallback(addr, &self.own)))
+    }
+
+    /// As [`name`](Self::name), borrowed: no `Arc` made for a built-in name (the writer
+    /// names every record, thousands a second under churn).
+    pub fn name_str(&self, addr: IpAddr, port: u16) -> &str {
+        let addr = unmapped(addr);
+        self.entry(addr, port).map_or_else(|| fallback(addr, &self.own), |n| n)
+    }
+
+    /// The file's entry for `addr:port` (`addr` unmapped), longest prefix first.
+    fn entry(&self, addr: IpAddr, port: u16) -> Option<&Arc<str>> {
         let (bits, v4) = match addr {
             IpAddr::V4(a) => (u128::from(u32::from(a)), true),
             IpAddr::V6(a) => (u128::from(a), false),
@@ -134,10 +143,18 @@ impl DestMap {
                 && let Some((_, _, name)) =
                     ranges.iter().find(|(a, b, _)| (*a..=*b).contains(&port))
             {
-                return name.clone();
+                return Some(name);
             }
         }
-        Arc::from(fallback(addr, &self.own))
+        None
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is; others as they are.
+fn unmapped(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        a => a,
     }
 }
 
@@ -286,7 +303,12 @@ mod tests {
     fn the_longest_prefix_then_the_narrowest_range_wins() {
         let m = DestMap::parse(MAP, vec![ip("192.0.2.50")]).unwrap();
         assert_eq!(m.len(), 8);
-        let n = |a: &str, p: u16| m.name(ip(a), p).to_string();
+        // Owned and borrowed, the same name.
+        let n = |a: &str, p: u16| {
+            let owned = m.name(ip(a), p).to_string();
+            assert_eq!(m.name_str(ip(a), p), owned, "{a}:{p}");
+            owned
+        };
         assert_eq!(n("10.9.9.9", 80), "corp");
         assert_eq!(n("10.1.7.7", 80), "db-net");
         assert_eq!(n("10.1.2.3", 5432), "postgres");

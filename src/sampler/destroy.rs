@@ -12,7 +12,7 @@
 use std::io;
 
 use super::SampleError;
-use super::source::{DumpSource, NetlinkSource, SocketOptions};
+use super::source::{DumpSource, NetlinkSource, Slots, SocketOptions};
 use crate::filter::Expr;
 use crate::wire::inet_diag::{IPPROTO_TCP, SOCK_DIAG_BY_FAMILY};
 use crate::wire::nlmsg::NlMsgIter;
@@ -33,6 +33,10 @@ pub const MAX_DATAGRAMS_PER_BATCH: usize = 1024;
 
 /// Destroy events are one socket per datagram, about 400 bytes; 8 KiB is ample.
 const EVENT_BUFSIZE: usize = 8 * 1024;
+
+/// Events taken in one receive call while draining ([`DumpSource::try_recv_many`]), each
+/// in a slot of [`EVENT_BUFSIZE`]: 64 KiB a listener (one a network namespace).
+const EVENTS_PER_CALL: usize = 8;
 
 /// Events received in one wake-up.
 #[derive(Debug, Clone, Default)]
@@ -61,6 +65,8 @@ pub struct DestroyListener<S> {
     /// Each event is received here, then copied out at its size: a buffer of
     /// [`EVENT_BUFSIZE`] kept per event was 8 KiB allocated for ~600 bytes.
     scratch: Vec<u8>,
+    /// Where [`drain`](Self::drain) receives several events at a time (made at the first).
+    slots: Option<Slots>,
 }
 
 impl DestroyListener<NetlinkSource> {
@@ -110,7 +116,8 @@ impl DestroyListener<NetlinkSource> {
 impl<S: DumpSource> DestroyListener<S> {
     /// Listens on `source`, which must already be subscribed.
     pub fn new(source: S, filter: Option<Expr>) -> Self {
-        Self { source, filter, capped: false, scratch: Vec::with_capacity(EVENT_BUFSIZE) }
+        let scratch = Vec::with_capacity(EVENT_BUFSIZE);
+        Self { source, filter, capped: false, scratch, slots: None }
     }
 
     /// Stops being woken for each event until the next [`next_batch`](Self::next_batch):
@@ -131,6 +138,7 @@ impl<S: DumpSource> DestroyListener<S> {
             filter: self.filter,
             capped: self.capped,
             scratch: self.scratch,
+            slots: self.slots,
         }
     }
 
@@ -171,14 +179,21 @@ impl<S: DumpSource> DestroyListener<S> {
     }
 
     fn drain_into(&mut self, out: &mut DestroyBatch) -> Result<(), SampleError> {
+        let slots = self.slots.get_or_insert_with(|| Slots::new(EVENTS_PER_CALL, EVENT_BUFSIZE));
         loop {
-            if out.batch.datagrams.len() >= MAX_DATAGRAMS_PER_BATCH {
+            let room = MAX_DATAGRAMS_PER_BATCH.saturating_sub(out.batch.datagrams.len());
+            if room == 0 {
                 out.full = true;
                 break;
             }
-            match self.source.try_recv(&mut self.scratch) {
-                Ok(Some(r)) => take(self.filter.as_ref(), out, &self.scratch, r.len, r.ts_ns),
-                Ok(None) => break,
+            match self.source.try_recv_many(slots, room) {
+                Ok(0) => break,
+                Ok(n) => {
+                    for i in 0..n {
+                        let (bytes, r) = slots.get(i);
+                        take(self.filter.as_ref(), out, bytes, r.len, r.ts_ns);
+                    }
+                }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => out.overruns += 1,
                 Err(source) => {
                     return Err(SampleError::Io { op: "recv destroy event", source });

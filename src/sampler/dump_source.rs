@@ -36,6 +36,17 @@ pub trait DumpSource {
     /// As for `recv`.
     fn try_recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Received>>;
 
+    /// Receives up to `limit` queued datagrams (at most [`Slots::count`]) into `slots`
+    /// without waiting: how many, 0 when none is queued. An error after some datagrams
+    /// comes at the next call, as recvmmsg(2) does it. By default one
+    /// [`try_recv`](Self::try_recv) at a time.
+    ///
+    /// # Errors
+    /// As for `recv`, for the first datagram.
+    fn try_recv_many(&mut self, slots: &mut Slots, limit: usize) -> io::Result<usize> {
+        one_at_a_time(self, slots, limit)
+    }
+
     /// Drops any half-read reply, e.g. after a timeout, so the next request starts clean.
     ///
     /// # Errors
@@ -58,4 +69,91 @@ pub async fn next_queued<S: DumpSource>(s: &mut S, buf: &mut Vec<u8>) -> io::Res
         Some(r) => Ok(r),
         None => std::future::pending().await,
     }
+}
+
+/// Datagrams received together ([`DumpSource::try_recv_many`]): slots of one size in one
+/// buffer, kept from call to call.
+pub struct Slots {
+    bytes: Vec<u8>,
+    size: usize,
+    count: usize,
+    got: Vec<Received>,
+    /// An error that came after some datagrams, for the next call.
+    deferred: Option<io::Error>,
+}
+
+impl Slots {
+    /// Most slots a set may have (the kernel's side of the call takes them on the stack).
+    pub const MAX: usize = 16;
+
+    /// `count` slots (at most [`Slots::MAX`]) of `size` bytes each.
+    pub fn new(count: usize, size: usize) -> Self {
+        let (count, size) = (count.clamp(1, Self::MAX), size.max(1));
+        let bytes = vec![0; count * size];
+        Self { bytes, size, count, got: Vec::with_capacity(count), deferred: None }
+    }
+
+    /// How many slots.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The size of each.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Datagram `i` of the last call: the bytes stored (at most [`size`](Self::size); its
+    /// real length is `Received::len`) and what the receive said.
+    pub fn get(&self, i: usize) -> (&[u8], Received) {
+        let r = self.got[i];
+        let at = i * self.size;
+        (&self.bytes[at..at + r.len.min(self.size)], r)
+    }
+
+    /// The slots' memory and their count, for a source that fills them itself; then
+    /// [`set_received`](Self::set_received).
+    pub fn buffers(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+
+    /// What the source received, slot by slot, in the last call.
+    pub fn set_received(&mut self, got: impl IntoIterator<Item = Received>) {
+        self.got.clear();
+        self.got.extend(got.into_iter().take(self.count));
+    }
+}
+
+/// [`DumpSource::try_recv_many`] by one [`DumpSource::try_recv`] at a time, for sources
+/// with nothing better.
+///
+/// # Errors
+/// As the source's `try_recv`, for the first datagram (a later one's comes next call).
+pub fn one_at_a_time<S: DumpSource + ?Sized>(
+    s: &mut S,
+    slots: &mut Slots,
+    limit: usize,
+) -> io::Result<usize> {
+    slots.got.clear();
+    if let Some(e) = slots.deferred.take() {
+        return Err(e);
+    }
+    let mut one = Vec::with_capacity(slots.size);
+    while slots.got.len() < limit.min(slots.count()) {
+        match s.try_recv(&mut one) {
+            Ok(Some(r)) => {
+                let at = slots.got.len() * slots.size;
+                let n = one.len().min(slots.size);
+                slots.bytes[at..at + n].copy_from_slice(&one[..n]);
+                slots.got.push(r);
+            }
+            Ok(None) => break,
+            Err(e) if slots.got.is_empty() => return Err(e),
+            Err(e) => {
+                slots.deferred = Some(e);
+                break;
+            }
+        }
+    }
+    Ok(slots.got.len())
 }

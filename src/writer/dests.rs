@@ -64,7 +64,7 @@ impl Dests {
     /// Names the record's remote end.
     pub fn name(&self, r: &mut FlowStats) {
         if let Ok(ip) = r.id.dst_ip.parse() {
-            r.dest_service = Some(self.map.name(ip, r.id.dst_port).to_string());
+            r.dest_service = Some(self.map.name_str(ip, r.id.dst_port).to_string());
         }
     }
 

@@ -227,3 +227,62 @@ async fn destroy_event_carries_final_counters() {
         "filter applied in userspace"
     );
 }
+
+#[tokio::test]
+async fn queued_destroy_events_are_drained_several_to_a_call_and_whole() {
+    // The listener rests while events queue, then takes them with recvmmsg: eight to a
+    // call, so events taken together share their receive time.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let f = filter::parse(&format!("sport {0} or dport {0}", a.port())).unwrap();
+    let mut events = DestroyListener::open(Some(f)).unwrap();
+    events.rest();
+    for _ in 0..20 {
+        let mut p = Pair::connect(&l, a).unwrap();
+        p.exchange(1000).unwrap();
+        drop(p);
+    }
+    let (mut ours, mut times, mut malformed) = (BTreeSet::new(), Vec::new(), 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while ours.len() < 40 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let b = events.drain().unwrap();
+        assert_eq!(b.overruns, 0);
+        malformed += b.malformed;
+        for s in b.batch.iter().filter(|s| s.msg().dport() != 0) {
+            ours.insert(s.key().cookie);
+            times.push(s.ts_ns);
+        }
+    }
+    assert_eq!((ours.len(), malformed), (40, 0), "both ends of 20 connections, none cut");
+    times.dedup();
+    assert!(times.len() < 40, "{} receive times for 40 events: one call each", times.len());
+}
+
+#[tokio::test]
+async fn a_datagram_cut_by_recvmmsg_says_its_real_length() {
+    use cgmon_rs::sampler::destroy::{SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY};
+    use cgmon_rs::sampler::source::{DumpSource, Slots};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
+    let mut s = NetlinkSource::open_with_groups(SocketOptions::default(), &groups).unwrap();
+    drop(Pair::connect(&l, a).unwrap());
+    let mut slots = Slots::new(4, 64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let n = loop {
+        match s.try_recv_many(&mut slots, 4).unwrap() {
+            0 if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            n => break n,
+        }
+    };
+    assert!(n >= 1, "no destroy event in 5 s");
+    for i in 0..n {
+        let (bytes, r) = slots.get(i);
+        // An event is an inet_diag_msg and a tcp_info: hundreds of bytes.
+        assert!(r.len > 200 && bytes.len() == 64, "event {i}: {} of {} bytes", bytes.len(), r.len);
+        assert_eq!(u32::from_ne_bytes(bytes[..4].try_into().unwrap()) as usize, r.len);
+    }
+}
