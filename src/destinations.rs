@@ -126,7 +126,10 @@ impl DestMap {
     /// names every record, thousands a second under churn).
     pub fn name_str(&self, addr: IpAddr, port: u16) -> &str {
         let addr = unmapped(addr);
-        self.entry(addr, port).map_or_else(|| fallback(addr, &self.own), |n| n)
+        match self.entry(addr, port) {
+            Some(n) => n,
+            None => fallback(addr, &self.own),
+        }
     }
 
     /// The file's entry for `addr:port` (`addr` unmapped), longest prefix first.
