@@ -7,6 +7,7 @@
 //! cargo bench --bench churn -- [SECS] [RATE ...]
 //! cargo bench --bench churn -- levels FILE   (what each gzip level costs on FILE's records)
 //! cargo bench --bench churn -- writer [N]     (the stdout writer alone into a pipe `cat` reads)
+//! cargo bench --bench churn -- ser [N]        (serialising a record: serde_json's and ours)
 //! (It does nothing under `cargo test`, which runs bench targets too.)
 //! ```
 //! For each rate (default: `max`, the most the generator makes with the monitor running,
@@ -419,6 +420,41 @@ fn levels(path: &str) {
     }
 }
 
+/// Serialising one-sample records (`ser [N]`): serde_json's compact writer against ours
+/// (`record::json::write_line`, the same bytes), ns a record, best of 7 rounds taken in
+/// turn.
+fn ser(n: usize) {
+    use cgmon_rs::analysis::{AnalyzerConfig, analyze};
+    use cgmon_rs::testkit::SockBuilder;
+    let cfg = AnalyzerConfig::default();
+    let records: Vec<_> = (0..n as u64)
+        .map(|i| {
+            let s = SockBuilder::new(i + 1, 40000 + (i % 20000) as u16, 443).rtt_us(50).cwnd(10);
+            analyze(&mut cgmon_rs::tracker::testing::ended_flow(&[(1_000_000_000, s)]), &cfg)
+        })
+        .collect();
+    type Ser = fn(&cgmon_rs::record::FlowStats, &mut Vec<u8>);
+    let ways: [(&str, Ser); 2] = [
+        ("serde_json", |r, b| serde_json::to_writer(b, r).unwrap()),
+        ("ours", |r, b| cgmon_rs::record::json::write_line(r, b).unwrap()),
+    ];
+    let mut best = [f64::INFINITY; 2];
+    let mut buf = Vec::with_capacity(4096);
+    for _ in 0..7 {
+        for (i, (_, f)) in ways.iter().enumerate() {
+            let t = thread_cpu_ns();
+            for r in &records {
+                buf.clear();
+                f(r, &mut buf);
+            }
+            best[i] = best[i].min((thread_cpu_ns() - t) as f64 / n as f64);
+        }
+    }
+    for ((name, _), ns) in ways.iter().zip(best) {
+        println!("{name}: {ns:.0} ns a record of {} B", buf.len());
+    }
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --all-targets`: a benchmark of minutes, not a test
@@ -427,6 +463,9 @@ fn main() {
     if a.peek().is_some_and(|x| x == "writer") {
         let n = a.nth(1).map_or(300_000, |v| v.parse().unwrap());
         return writer(n);
+    }
+    if a.peek().is_some_and(|x| x == "ser") {
+        return ser(a.nth(1).map_or(20_000, |v| v.parse().unwrap()));
     }
     if a.peek().is_some_and(|x| x == "levels") {
         let path = a.nth(1).expect("levels FILE: a file of JSON records, one a line");

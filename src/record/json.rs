@@ -3,20 +3,21 @@
 //! A flow of one sample has seven equal numbers in each of its summaries (28 in all), and
 //! formatting a float is a third of serialising a record (benches/RESULTS.md, issue 34).
 //! [`Compact`] formats through serde_json's own compact formatter, so the bytes are the
-//! same, and keeps the last float's text: the next equal float is copied instead.
+//! same, and keeps the last float's text: the next equal float is copied instead. The
+//! serializer around it is [`super::ser`].
 
 use std::io;
 
 use serde::Serialize;
 use serde_json::ser::{CompactFormatter, Formatter};
 
-/// Writes `value` as one line of compact JSON (no newline) onto `out`.
+/// Writes `value` as one line of compact JSON (no newline) onto `out`: the bytes
+/// `serde_json::to_writer` writes, through our serializer ([`super::ser`]).
 ///
 /// # Errors
 /// A serialisation error of `value` (a map with non-string keys, say): a bug.
 pub fn write_line(value: &impl Serialize, out: &mut Vec<u8>) -> serde_json::Result<()> {
-    let mut ser = serde_json::Serializer::with_formatter(out, Compact::default());
-    value.serialize(&mut ser)
+    value.serialize(&mut super::ser::JsonLine { out, floats: Compact::default() })
 }
 
 /// serde_json's compact formatter, remembering the last float it wrote.
@@ -49,6 +50,19 @@ impl Formatter for Compact {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_text_and_numbers_as_serde_json_writes_them(
+            k in ".*", v in ".*", n in any::<i64>(), u in any::<u64>(), f in any::<f64>(),
+        ) {
+            let value = serde_json::json!({ k.clone(): [v.clone(), n, u, f, f], "o": { v: k } });
+            let mut ours = Vec::new();
+            write_line(&value, &mut ours).unwrap();
+            prop_assert_eq!(ours, serde_json::to_vec(&value).unwrap());
+        }
+    }
 
     #[test]
     fn the_same_bytes_as_serde_json() {

@@ -11,6 +11,7 @@ mod flow;
 pub mod json;
 mod lines;
 mod sample;
+mod ser;
 mod text;
 
 pub use flow::{

@@ -440,10 +440,26 @@ fn a_line_is_what_serde_json_writes_for_the_record() {
     let mut one = ended_flow(&[(1_000_000_000, s)]);
     let one = crate::analysis::analyze(&mut one, &crate::analysis::AnalyzerConfig::default());
     assert_eq!(one.samples, 1);
-    for r in [one, record(4)] {
+    // And one with every optional part, in text that needs escapes.
+    let mut full = record(5);
+    full.service = Some("a \"quoted\" \\ unit\n\u{1}".into());
+    full.dest_service = Some("db".into());
+    full.comm = Some("ünïcode\tcomm".into());
+    full.pid = Some(4242);
+    full.cgroup_id = Some(77);
+    full.netns = Some(crate::record::NetnsLabel {
+        inode: 4_026_531_840,
+        name: "pod:\u{7f}x".into(),
+        runtime: Some("containerd"),
+        container: Some("0123".into()),
+        pod: Some("uid".into()),
+    });
+    full.min_rtt_kernel_ms = Some(f64::NAN);
+    for r in [one, record(4), full] {
+        let want = serde_json::to_string(&r).unwrap();
         let mut line = Vec::new();
         crate::record::json::write_line(&r, &mut line).unwrap();
-        assert_eq!(String::from_utf8(line).unwrap(), serde_json::to_string(&r).unwrap());
+        assert_eq!(String::from_utf8(line).unwrap(), want);
     }
 }
 
