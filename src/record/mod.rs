@@ -5,7 +5,7 @@
 //!
 //! Its rooms: `flow` the record and its parts, `sample` the retained sample, `lines` the
 //! sample line and the live view, `text` addresses and rates as text, `json` the one-line
-//! JSON of a record.
+//! JSON of a record, and `ser` the serde serializer that writes it.
 
 mod flow;
 pub mod json;
