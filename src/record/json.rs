@@ -1,15 +1,7 @@
-//! One-line JSON for records, as serde_json writes it, with repeated numbers written once.
-//!
-//! A flow of one sample has seven equal numbers in each of its summaries (28 in all), and
-//! formatting a float is a third of serialising a record (benches/RESULTS.md, issue 34).
-//! [`Compact`] formats through serde_json's own compact formatter, so the bytes are the
-//! same, and keeps the last float's text: the next equal float is copied instead. The
-//! serializer around it is [`super::ser`].
-
-use std::io;
+//! One-line JSON for records, as serde_json writes it, with fewer and larger writes and
+//! repeated numbers written once ([`super::ser`]).
 
 use serde::Serialize;
-use serde_json::ser::{CompactFormatter, Formatter};
 
 /// Writes `value` as one line of compact JSON (no newline) onto `out`: the bytes
 /// `serde_json::to_writer` writes, through our serializer ([`super::ser`]).
@@ -17,34 +9,7 @@ use serde_json::ser::{CompactFormatter, Formatter};
 /// # Errors
 /// A serialisation error of `value` (a map with non-string keys, say): a bug.
 pub fn write_line(value: &impl Serialize, out: &mut Vec<u8>) -> serde_json::Result<()> {
-    value.serialize(&mut super::ser::JsonLine { out, floats: Compact::default() })
-}
-
-/// serde_json's compact formatter, remembering the last float it wrote.
-#[derive(Default)]
-pub struct Compact {
-    /// The last float's bits and text (`len` 0: none yet).
-    last: u64,
-    text: [u8; 32],
-    len: usize,
-}
-
-impl Formatter for Compact {
-    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
-        if self.len == 0 || value.to_bits() != self.last {
-            // A float's shortest text is at most 24 bytes; a longer one fails here, and is
-            // then written as it comes, uncached.
-            let cap = self.text.len();
-            let mut rest = &mut self.text[..];
-            if CompactFormatter.write_f64(&mut rest, value).is_err() {
-                self.len = 0;
-                return CompactFormatter.write_f64(writer, value);
-            }
-            self.len = cap - rest.len();
-            self.last = value.to_bits();
-        }
-        writer.write_all(&self.text[..self.len])
-    }
+    value.serialize(&mut super::ser::JsonLine::new(out))
 }
 
 #[cfg(test)]

@@ -3,20 +3,57 @@
 //! copy and is not scanned for characters to escape (serde derive's names are Rust
 //! identifiers or our renames, all plain). Everything else is written as serde_json writes
 //! it: its formatter for numbers, its escaping for strings that need any, `null` for a float
-//! that is not finite. The tests compare the two byte for byte.
+//! that is not finite. The tests compare the two byte for byte (`json.rs`, the writer's).
+//!
+//! A flow of one sample has seven equal numbers in each of its summaries (28 in all), and
+//! formatting a float is a third of serialising a record (benches/RESULTS.md, issue 34):
+//! [`Floats`] keeps the last float's text, and the next equal float is copied instead.
 
 use serde::Serialize;
 use serde::ser::{self, Error as _};
 use serde_json::ser::{CompactFormatter, Formatter};
 
-use super::json::Compact;
-
 type Result<T = ()> = std::result::Result<T, serde_json::Error>;
 
-/// Writes `value` as serde_json's compact JSON onto `out`.
+/// Writes a value as serde_json's compact JSON onto `out`.
 pub struct JsonLine<'a> {
-    pub(super) out: &'a mut Vec<u8>,
-    pub(super) floats: Compact,
+    out: &'a mut Vec<u8>,
+    floats: Floats,
+}
+
+/// The last float written, as serde_json's compact formatter wrote it.
+#[derive(Default)]
+struct Floats {
+    /// Its bits and text (`len` 0: none yet).
+    last: u64,
+    text: [u8; 32],
+    len: usize,
+}
+
+impl Floats {
+    fn write(&mut self, out: &mut Vec<u8>, value: f64) -> std::io::Result<()> {
+        if self.len == 0 || value.to_bits() != self.last {
+            // A float's shortest text is at most 24 bytes; a longer one fails here, and is
+            // then written as it comes, uncached.
+            let cap = self.text.len();
+            let mut rest = &mut self.text[..];
+            if CompactFormatter.write_f64(&mut rest, value).is_err() {
+                self.len = 0;
+                return CompactFormatter.write_f64(out, value);
+            }
+            self.len = cap - rest.len();
+            self.last = value.to_bits();
+        }
+        out.extend_from_slice(&self.text[..self.len]);
+        Ok(())
+    }
+}
+
+impl<'a> JsonLine<'a> {
+    /// A serializer onto `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        Self { out, floats: Floats::default() }
+    }
 }
 
 impl JsonLine<'_> {
@@ -128,7 +165,7 @@ impl<'s, 'a> ser::Serializer for &'s mut JsonLine<'a> {
         if !v.is_finite() {
             return self.serialize_unit();
         }
-        self.floats.write_f64(self.out, v).map_err(serde_json::Error::io)
+        self.floats.write(self.out, v).map_err(serde_json::Error::io)
     }
     fn serialize_char(self, v: char) -> Result {
         self.str(v.encode_utf8(&mut [0; 4]))
