@@ -1,10 +1,10 @@
 //! One-line JSON for records, as serde_json writes it, with fewer and larger writes and
-//! repeated numbers written once ([`super::ser`]).
+//! repeated numbers written once (the `ser` module).
 
 use serde::Serialize;
 
 /// Writes `value` as one line of compact JSON (no newline) onto `out`: the bytes
-/// `serde_json::to_writer` writes, through our serializer ([`super::ser`]).
+/// `serde_json::to_writer` writes, through our serializer (`record::ser`).
 ///
 /// # Errors
 /// A serialisation error of `value` (a map with non-string keys, say): a bug.
