@@ -83,7 +83,7 @@ pub struct Slots {
 }
 
 impl Slots {
-    /// Most slots a set may have (the kernel's side of the call takes them on the stack).
+    /// Most slots a set may have (a source's headers for them may live on its stack).
     pub const MAX: usize = 16;
 
     /// `count` slots (at most [`Slots::MAX`]) of `size` bytes each.
@@ -111,7 +111,7 @@ impl Slots {
         (&self.bytes[at..at + r.len.min(self.size)], r)
     }
 
-    /// The slots' memory and their count, for a source that fills them itself; then
+    /// The slots' memory, one after another, for a source that fills them itself; then
     /// [`set_received`](Self::set_received).
     pub fn buffers(&mut self) -> &mut [u8] {
         &mut self.bytes

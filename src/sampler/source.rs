@@ -213,6 +213,7 @@ impl DumpSource for NetlinkSource {
         use std::os::fd::AsRawFd;
         let fd = self.fd.socket()?.as_raw_fd();
         let (size, n) = (slots.size(), limit.min(slots.count()));
+        slots.set_received([]);
         if n == 0 {
             return Ok(0);
         }
