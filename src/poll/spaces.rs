@@ -285,22 +285,31 @@ pub(super) async fn next_destroy_any<S, D: DumpSource>(
     .await
 }
 
-/// Applies the destroy events already queued in every namespace, without waiting.
+/// Applies the destroy events already queued in every namespace, without waiting: how many
+/// datagrams (and overruns) were taken, and whether a namespace's batch stopped at its cap
+/// with more waiting.
 pub(super) fn drain_all<S, D: DumpSource>(
     spaces: &mut [Space<S, D>],
     tracker: &mut Tracker,
     out: &mut Vec<EndedFlow>,
     metrics: &Metrics,
-) {
+) -> (usize, bool) {
+    let (mut taken, mut full) = (0, false);
     for sp in spaces.iter_mut() {
         if let Some(d) = sp.destroy.as_mut() {
             tracker.set_netns(sp.ns);
             match d.drain() {
-                Ok(b) => apply_destroyed(tracker, &b, out, metrics),
+                Ok(b) => {
+                    taken += b.batch.datagrams.len() + b.overruns as usize;
+                    taken += (b.filtered + b.malformed) as usize;
+                    full |= b.full;
+                    apply_destroyed(tracker, &b, out, metrics);
+                }
                 Err(e) => tracing::warn!(netns = sp.ns, error = %e, "reading destroy events"),
             }
         }
     }
+    (taken, full)
 }
 
 /// Applies a namespace update.

@@ -186,3 +186,23 @@ async fn a_close_queued_when_the_stop_comes_ends_its_flow_as_destroyed() {
 
 #[path = "tiers_tests.rs"]
 mod tiers_tests;
+
+#[tokio::test(start_paused = true)]
+async fn under_steady_churn_events_are_taken_at_each_rests_end_without_waiting_for_them() {
+    // A close every millisecond from 110 to 409 ms, dumps a second apart. The first close
+    // is waited for; each 50 ms rest then ends with the events that queued during it taken
+    // at once, and the loop rests again. Only a rest after which none came waits (in
+    // epoll, for the kernel) for the next: once here, at the end.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let cfg = TaskConfig::every(Duration::from_secs(1));
+    let at = (0..300).map(|i| (Duration::from_millis(110 + i), 1000 + i));
+    let waits = Arc::new(AtomicU32::new(0));
+    let closes = closes(at).counting_waits(waits.clone());
+    let (h, stop, _rx, m) = start_with(scripted(Duration::ZERO, |_| false), Some(closes), cfg, 256);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(m.destroy_events.get(), 300);
+    // The first close's wait, and the wait after the last rest that found some.
+    assert_eq!(waits.load(Ordering::Relaxed), 2, "waits for an event");
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+}

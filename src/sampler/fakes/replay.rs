@@ -28,6 +28,8 @@ pub struct ReplaySource {
     only_when_polled: bool,
     /// Every request sent, for tests to inspect.
     pub sent: Vec<Vec<u8>>,
+    /// Counts the waits for a datagram (`recv` calls: for the kernel, waits in epoll).
+    waits: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 impl ReplaySource {
@@ -61,6 +63,13 @@ impl ReplaySource {
         self
     }
 
+    /// Counts each wait for a datagram (each `recv`) in `n`.
+    #[must_use]
+    pub fn counting_waits(mut self, n: std::sync::Arc<std::sync::atomic::AtomicU32>) -> Self {
+        self.waits = Some(n);
+        self
+    }
+
     /// Once exhausted, `recv` waits forever instead of failing.
     #[must_use]
     pub fn then_silent(mut self) -> Self {
@@ -89,6 +98,9 @@ impl DumpSource for ReplaySource {
     }
 
     async fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<Received> {
+        if let Some(n) = &self.waits {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match self.queue.front() {
             None if self.silent_when_done => std::future::pending().await,
             None => {
