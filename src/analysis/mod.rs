@@ -62,7 +62,7 @@ fn wall(mono_ns: u64, offset: i128) -> String {
     let secs = ns.div_euclid(1_000_000_000) as i64;
     let sub = ns.rem_euclid(1_000_000_000) as u32;
     SECOND.with_borrow_mut(|(second, head, zone)| {
-        if *second != secs || head.is_empty() {
+        if *second != secs {
             let Some(t) = DateTime::from_timestamp(secs, sub) else { return String::new() };
             let text =
                 t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true);

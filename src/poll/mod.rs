@@ -335,7 +335,7 @@ pub const DESTROY_REST: Duration = Duration::from_millis(50);
 /// default). Measured at the most the churn bench makes (~18,000-20,000 connections a
 /// second, `NO_NET_ADMIN=1 cargo bench --bench churn -- 6 max`): a 10 ms rest recorded
 /// 66 % of flows, 4 ms 90.9 %, 2 ms 96.6 % (97.2-98.4 % since events are read eight to a
-/// call). The price is wake-ups: at 2,000 a second, ~338 a second and 17.0-19.0 µs a
+/// call). The price is wake-ups: at 2,000 a second, ~338 a second and 17.0-20.0 µs a
 /// connection against 13.5-15.0 with the full buffer (benches/RESULTS.md, issue 34);
 /// README "High churn" says to raise the sysctl.
 pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(2);

@@ -285,9 +285,9 @@ pub(super) async fn next_destroy_any<S, D: DumpSource>(
     .await
 }
 
-/// Applies the destroy events already queued in every namespace, without waiting: how many
-/// datagrams (and overruns) were taken, and whether a namespace's batch stopped at its cap
-/// with more waiting.
+/// Applies the destroy events already queued in every namespace, without waiting. Returns
+/// whether anything came, as a count (datagrams kept, events filtered out or cut short,
+/// overruns), and whether a namespace's batch stopped at its cap with more waiting.
 pub(super) fn drain_all<S, D: DumpSource>(
     spaces: &mut [Space<S, D>],
     tracker: &mut Tracker,
