@@ -308,6 +308,7 @@ pub fn hostname() -> String {
 
 mod flags;
 mod resolve;
+mod sink_flags;
 mod validate;
 mod values;
 pub use flags::{Cli, CumulantKind, command};

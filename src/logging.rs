@@ -10,6 +10,7 @@ use std::os::unix::fs::MetadataExt;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -49,6 +50,24 @@ pub fn directives(level: &str, stages: &[bool; 4]) -> String {
     d
 }
 
+/// `RUST_LOG`, else `directives`, less the HTTP client's wire dumps ([`not_a_wire_dump`]).
+fn layer_filter<S>(directives: &str) -> impl tracing_subscriber::layer::Filter<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(directives))
+        .and(tracing_subscriber::filter::filter_fn(not_a_wire_dump))
+}
+
+/// False for the HTTP client's debug and trace events: at those levels ureq dumps every
+/// request, headers included, and so the ClickHouse password in `X-ClickHouse-Key`. No
+/// `--log-level` or `RUST_LOG` (not even `ureq_proto=trace`) turns them on; the sink logs
+/// what a user needs of its requests itself, without credentials.
+fn not_a_wire_dump(m: &tracing::Metadata<'_>) -> bool {
+    !(m.target().starts_with("ureq") && *m.level() > tracing::Level::INFO)
+}
+
 /// True when stderr is the journal stream systemd gave us (`JOURNAL_STREAM` holds its
 /// device and inode), so records should go to journald with their fields.
 fn stderr_is_journal() -> bool {
@@ -62,11 +81,12 @@ fn stderr_is_journal() -> bool {
 /// /dev/log is one: cgmon made it fatal).
 pub fn init(cfg: &LogSettings) -> Vec<String> {
     let mut warnings = Vec::new();
-    let filter =
-        || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.directives));
     let journald = if stderr_is_journal() {
         match tracing_journald::layer() {
-            Ok(l) => Some(l.with_syslog_identifier("cgmon-rs".into()).with_filter(filter())),
+            Ok(l) => Some(
+                l.with_syslog_identifier("cgmon-rs".into())
+                    .with_filter(layer_filter(&cfg.directives)),
+            ),
             Err(e) => {
                 warnings.push(format!("journald unavailable ({e}); logging to stderr"));
                 None
@@ -81,7 +101,7 @@ pub fn init(cfg: &LogSettings) -> Vec<String> {
             LogFormat::Text => l.with_ansi(false).boxed(),
             LogFormat::Json => l.json().flatten_event(true).boxed(),
         }
-        .with_filter(filter())
+        .with_filter(layer_filter(&cfg.directives))
     });
     let syslog = if cfg.syslog {
         if std::path::Path::new("/dev/log").exists() {
@@ -93,7 +113,7 @@ pub fn init(cfg: &LogSettings) -> Vec<String> {
                     .without_time()
                     .with_level(true)
                     .with_target(false)
-                    .with_filter(filter())
+                    .with_filter(layer_filter(&cfg.directives))
             })
         } else {
             warnings.push("-log-syslog: /dev/log does not exist; not logging to syslog".into());

@@ -1,15 +1,95 @@
--- A sharded fleet: each shard holds its part in cgmon.flows_local, and cgmon.flows over
--- them is what the monitors insert into and what queries read. Run on every server (ON
--- CLUSTER would need ZooKeeper or ClickHouse Keeper):
---   1. flows.sql with the table renamed: sed 's/cgmon\.flows\b/cgmon.flows_local/' flows.sql
---   2. this file.
--- The cluster, cgmon_fleet, is named in each server's <remote_servers> (README.md).
--- The shard key is the batch id: a batch lands whole on one shard, so the insert stays
--- atomic and the monitors' lost-reply check (count by BatchId) sees all of it or none.
--- The monitors must insert synchronously (they set insert_distributed_sync=1).
--- For replication, make flows_local a ReplicatedMergeTree
--- ('/clickhouse/tables/{shard}/cgmon/flows_local', '{replica}') with {shard} and {replica}
--- macros on each server, give each shard several <replica>s in <remote_servers> with
--- <internal_replication>true</internal_replication>, and run a Keeper ensemble.
-CREATE TABLE IF NOT EXISTS cgmon.flows AS cgmon.flows_local
+-- Made by `cgmon-rs clickhouse-ddl --cluster cgmon_fleet`: the fleet's table for current ClickHouse (20.1 and later).
+-- The monitors create the same table themselves at first contact (src/sink/ddl.rs):
+-- create it by hand to choose its place, its user, or a cluster. docs/clickhouse.md
+-- says what each column holds and how to move a table an earlier release made.
+--
+-- Columns that need a word (the rest are the record's fields of the same name,
+-- docs/records.md):
+--   StartTime: the flow's first sample
+--   EndTime: its end, as the monitor saw it
+--   Duration: ns
+--   Partial: 1: an interim record of a flow still open
+--   RTTSummary: ms at 2, 9, 25, 50, 75, 91, 98 % ([4] is the median)
+--   RTTVarSummary: ms, the same seven
+--   CwndSummary: bytes (cwnd x mss), the same seven
+--   Close: clean, reset, or '' when not told
+--   Cookie: the kernel's socket cookie
+--   Service: 'unknown' when not named
+--   DestService: 'unknown' when not named
+--   Comm: the program; 'unknown' when not found
+--   Pid: 0 when not found
+--   Host: --host-name
+--   BatchId: HOST/RUN/SEQ: exactly-once delivery
+--   Verdict: what limited the flow
+--   Cause: why; 'none' when no rule fired
+--   ReceiverWindowPct: % of the time
+--   SendBufferPct: % of the time
+--   NetworkPct: % of the time
+--   ApplicationPct: % of the time
+--   SrcIP: the local end
+--   DstIP: the peer
+CREATE DATABASE IF NOT EXISTS `cgmon`;
+
+-- A sharded fleet: run this on every server (ON CLUSTER would need ZooKeeper or
+-- ClickHouse Keeper). Each shard holds its part in the _local table; the
+-- Distributed table over them is what the monitors insert into (synchronously:
+-- they set insert_distributed_sync=1) and what queries read. The shard key is
+-- the batch id, so a batch lands whole on one shard and the lookup after a lost
+-- reply sees all of it or none. The cluster is named in each server's
+-- <remote_servers>. For replication, make the _local table a
+-- ReplicatedMergeTree('/clickhouse/tables/{shard}/DB/TABLE_local', '{replica}')
+-- with {shard} and {replica} macros on each server, give each shard several
+-- <replica>s with <internal_replication>true</internal_replication>, and run a
+-- Keeper ensemble.
+CREATE TABLE IF NOT EXISTS `cgmon`.`flows_local`
+(
+    `StartTime` DateTime64(9, 'UTC'),
+    `EndTime` DateTime64(9, 'UTC'),
+    `Duration` Int64,
+    `Samples` UInt32,
+    `Partial` UInt8,
+    `MinRTTKernelms` Nullable(Float64),
+    `MinRTTObservedms` Nullable(Float64),
+    `RTTSummary` Array(Float64),
+    `RTTVarSummary` Array(Float64),
+    `CwndSummary` Array(Float64),
+    `TotalRetransmits` UInt32,
+    `BytesAcked` UInt64,
+    `SendThroughputMbps` Float64,
+    `RecvThroughputMbps` Float64,
+    `BytesSent` UInt64,
+    `BytesRetrans` UInt64,
+    `BytesReceived` UInt64,
+    `EndReason` LowCardinality(String),
+    `Close` LowCardinality(String),
+    `CongestionControl` LowCardinality(String),
+    `Family` LowCardinality(String),
+    `FinalState` LowCardinality(String),
+    `Cookie` UInt64,
+    `CgroupID` Nullable(UInt64),
+    `Service` LowCardinality(String),
+    `DestService` LowCardinality(String),
+    `Comm` LowCardinality(String),
+    `Pid` UInt32,
+    `Host` LowCardinality(String),
+    `BatchId` String,
+    `Verdict` LowCardinality(String),
+    `Cause` LowCardinality(String),
+    `Finding` String,
+    `ReceiverWindowPct` Float64,
+    `SendBufferPct` Float64,
+    `NetworkPct` Float64,
+    `ApplicationPct` Float64,
+    `SrcIP` String,
+    `SrcPort` UInt16,
+    `DstIP` String,
+    `DstPort` UInt16,
+    INDEX batch_id BatchId TYPE bloom_filter GRANULARITY 4
+)
+ENGINE = MergeTree
+PARTITION BY toDate(EndTime)
+ORDER BY (Host, Service, EndTime)
+TTL toDateTime(EndTime) + INTERVAL 30 DAY;
+
+CREATE TABLE IF NOT EXISTS `cgmon`.`flows` AS `cgmon`.`flows_local`
 ENGINE = Distributed(cgmon_fleet, cgmon, flows_local, cityHash64(BatchId));

@@ -1,19 +1,42 @@
--- The fleet's table for current ClickHouse (20.1 and later; tried on 26.9), created once
--- before the hosts' monitors point at it (they create a flat one themselves when it is
--- missing: src/sink/ddl.rs). Rows are cgmon-rs records as JSONEachRow: the nested parts map
--- onto the named tuples below as they are; the flat columns after them are what the fleet
--- filters and groups by, and what ClickHouse 18.16 (which skips nested objects) keeps.
-CREATE DATABASE IF NOT EXISTS cgmon;
+-- Made by `cgmon-rs clickhouse-ddl`: the fleet's table for current ClickHouse (20.1 and later).
+-- The monitors create the same table themselves at first contact (src/sink/ddl.rs):
+-- create it by hand to choose its place, its user, or a cluster. docs/clickhouse.md
+-- says what each column holds and how to move a table an earlier release made.
+--
+-- Columns that need a word (the rest are the record's fields of the same name,
+-- docs/records.md):
+--   StartTime: the flow's first sample
+--   EndTime: its end, as the monitor saw it
+--   Duration: ns
+--   Partial: 1: an interim record of a flow still open
+--   RTTSummary: ms at 2, 9, 25, 50, 75, 91, 98 % ([4] is the median)
+--   RTTVarSummary: ms, the same seven
+--   CwndSummary: bytes (cwnd x mss), the same seven
+--   Close: clean, reset, or '' when not told
+--   Cookie: the kernel's socket cookie
+--   Service: 'unknown' when not named
+--   DestService: 'unknown' when not named
+--   Comm: the program; 'unknown' when not found
+--   Pid: 0 when not found
+--   Host: --host-name
+--   BatchId: HOST/RUN/SEQ: exactly-once delivery
+--   Verdict: what limited the flow
+--   Cause: why; 'none' when no rule fired
+--   ReceiverWindowPct: % of the time
+--   SendBufferPct: % of the time
+--   NetworkPct: % of the time
+--   ApplicationPct: % of the time
+--   SrcIP: the local end
+--   DstIP: the peer
+CREATE DATABASE IF NOT EXISTS `cgmon`;
 
-CREATE TABLE IF NOT EXISTS cgmon.flows
+CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
 (
-    -- The record (docs/records.md; schema/flow-record.schema.json).
-    `ID` Tuple(SrcIP String, SrcPort UInt16, DstIP String, DstPort UInt16, TstampStartNs UInt64),
     `StartTime` DateTime64(9, 'UTC'),
     `EndTime` DateTime64(9, 'UTC'),
     `Duration` Int64,
     `Samples` UInt32,
-    `Partial` Bool,
+    `Partial` UInt8,
     `MinRTTKernelms` Nullable(Float64),
     `MinRTTObservedms` Nullable(Float64),
     `RTTSummary` Array(Float64),
@@ -37,22 +60,6 @@ CREATE TABLE IF NOT EXISTS cgmon.flows
     `DestService` LowCardinality(String),
     `Comm` LowCardinality(String),
     `Pid` UInt32,
-    `Sampling` Tuple(FromDumps UInt32, FromExact UInt32, FromDestroyEvent Bool, MaxGapms Float64),
-    `Diagnosis` Tuple(
-        TimeShares Tuple(ReceiverWindowPct Float64, SendBufferPct Float64, NetworkPct Float64,
-                         ApplicationPct Float64, Basis String),
-        Caps Tuple(PeerWindowBytes UInt32, TypicalWindowBytes Nullable(UInt32),
-                   WindowCapMbps Nullable(Float64),
-                   SendBufferBytes Nullable(UInt32), SendBufferCapMbps Nullable(Float64),
-                   LossCapMbps Nullable(Float64), BDPBytes Nullable(Float64), CwndBytes Float64),
-        Signals Tuple(LossPct Float64, WindowClosedPct Nullable(Float64),
-                      ReorderingEvents UInt32, SpuriousRetransmits UInt32,
-                      CEMarkedPct Nullable(Float64), RTOs UInt32),
-        AchievedMbps Float64,
-        Verdict String,
-        Cause Nullable(String),
-        Finding String),
-    -- The flat columns every row carries (src/sink/row.rs).
     `Host` LowCardinality(String),
     `BatchId` String,
     `Verdict` LowCardinality(String),
@@ -66,10 +73,9 @@ CREATE TABLE IF NOT EXISTS cgmon.flows
     `SrcPort` UInt16,
     `DstIP` String,
     `DstPort` UInt16,
-    -- The lost-reply check looks batches up by id.
     INDEX batch_id BatchId TYPE bloom_filter GRANULARITY 4
 )
 ENGINE = MergeTree
 PARTITION BY toDate(EndTime)
-ORDER BY (Service, Host, EndTime)
+ORDER BY (Host, Service, EndTime)
 TTL toDateTime(EndTime) + INTERVAL 30 DAY;

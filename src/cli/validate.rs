@@ -93,7 +93,7 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         adjust,
         realtime_offset_ns: 0,
     };
-    let sink = sink_config(&cli, &env)?;
+    let sink = super::sink_flags::sink_config(&cli, &env)?;
     // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
     if let Some(p) = &cli.dest_map {
         crate::writer::dests::Dests::load(p.clone())
@@ -110,44 +110,6 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         resolve::Parts { filter, bytecode, analyzer, file_name, summary, sink },
     );
     Ok(Config { settings, log, serial: cli.serial, env })
-}
-
-/// `--clickhouse` and its flags as the sink's settings. The password comes from
-/// `--clickhouse-password-file` or `CGMON_CLICKHOUSE_PASSWORD`, never from a flag.
-fn sink_config(cli: &Cli, env: &EnvOrigins) -> Result<Option<crate::sink::SinkConfig>, UsageError> {
-    let Some(url) = &cli.clickhouse else { return Ok(None) };
-    let from = env.suffix(&["clickhouse", "clickhouse_table"]);
-    let mut target = crate::sink::client::Target::parse(url, &cli.clickhouse_table)
-        .map_err(|e| UsageError(format!("--clickhouse: {e}{from}")))?;
-    target.password = match &cli.clickhouse_password_file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| {
-                UsageError(format!(
-                    "--clickhouse-password-file: cannot read {}: {e}{}",
-                    crate::units::clip(&p.display().to_string()),
-                    env.suffix(&["clickhouse_password_file"])
-                ))
-            })?;
-            Some(text.lines().next().unwrap_or("").to_string())
-        }
-        None => std::env::var("CGMON_CLICKHOUSE_PASSWORD").ok(),
-    };
-    if cli.spool_max < 1 << 20 {
-        return Err(UsageError(format!(
-            "invalid value '{}' for '--spool-max': at least 1M bytes{}",
-            cli.spool_max,
-            env.suffix(&["spool_max"])
-        )));
-    }
-    Ok(Some(crate::sink::SinkConfig {
-        target,
-        host: cli.host_name.clone().unwrap_or_else(hostname),
-        limits: crate::sink::batch::Limits::default(),
-        spool_dir: cli.spool_dir.clone(),
-        spool_max: cli.spool_max,
-        backoff: crate::sink::delivery::Backoff::default(),
-        compress: cli.clickhouse_compress,
-    }))
 }
 
 /// One line per setting that matters, for the start-up log.

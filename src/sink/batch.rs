@@ -35,6 +35,10 @@ pub struct Batch {
     pub rows: Vec<u8>,
     /// How many rows.
     pub count: usize,
+    /// The earliest and latest `EndTime` of its rows, in seconds since the epoch: the
+    /// lookup after a lost reply reads only that stretch of the host's rows. `None` for a
+    /// batch an earlier release spooled (the lookup is then scoped by host alone).
+    pub ends: Option<(i64, i64)>,
 }
 
 /// Collects rows into the batch being filled.
@@ -46,6 +50,7 @@ pub struct Batcher {
     rows: Vec<u8>,
     count: usize,
     since: Option<Instant>,
+    ends: Option<(i64, i64)>,
 }
 
 impl Batcher {
@@ -58,12 +63,18 @@ impl Batcher {
             rows: Vec::new(),
             count: 0,
             since: None,
+            ends: None,
         }
     }
 
     /// The id the batch being filled will have: rows written now carry it.
     pub fn next_id(&self) -> String {
         format!("{}/{}", self.prefix, self.seq)
+    }
+
+    /// Notes the `EndTime` (seconds since the epoch) of a row about to be pushed.
+    pub fn note_end(&mut self, secs: i64) {
+        self.ends = Some(self.ends.map_or((secs, secs), |(a, b)| (a.min(secs), b.max(secs))));
     }
 
     /// Takes the rows `write` appends (one or more, each ending in a newline) into the
@@ -98,8 +109,12 @@ impl Batcher {
     }
 
     fn cut(&mut self) -> Batch {
-        let b =
-            Batch { id: self.next_id(), rows: std::mem::take(&mut self.rows), count: self.count };
+        let b = Batch {
+            id: self.next_id(),
+            rows: std::mem::take(&mut self.rows),
+            count: self.count,
+            ends: self.ends.take(),
+        };
         self.seq += 1;
         self.count = 0;
         self.since = None;
@@ -123,14 +138,17 @@ mod tests {
         assert!(b.push(t0, 1, row).is_none());
         assert!(b.push(t0, 1, row).is_none());
         let full = b.push(t0, 1, row).unwrap();
-        assert_eq!((full.id.as_str(), full.count), ("h/9/0", 3));
+        assert_eq!((full.id.as_str(), full.count, full.ends), ("h/9/0", 3, None));
         assert_eq!(String::from_utf8(full.rows).unwrap().matches("\"h/9/0\"").count(), 3);
-        // Age: the first row's.
+        // Age: the first row's. The rows' end times travel with their batch.
+        b.note_end(1_700_000_100);
+        b.note_end(1_700_000_050);
         assert!(b.push(t0, 1, row).is_none());
         assert_eq!(b.deadline(), Some(t0 + Duration::from_secs(1)));
         assert!(b.due(t0 + Duration::from_millis(999)).is_none());
         let old = b.due(t0 + Duration::from_secs(1)).unwrap();
         assert_eq!((old.id.as_str(), old.count), ("h/9/1", 1));
+        assert_eq!(old.ends, Some((1_700_000_050, 1_700_000_100)));
         assert!(b.due(t0 + Duration::from_secs(5)).is_none(), "nothing waits");
         // Bytes.
         let mut b =

@@ -4,99 +4,13 @@
 //! Credentials go in ClickHouse's `X-ClickHouse-User` and `X-ClickHouse-Key` headers, never
 //! in the URL, so no log line or error that names the URL carries them.
 
-use crate::units::ValueError;
 use std::time::Duration;
 
 use super::batch::Batch;
 use super::ddl::{self, Version};
 use super::delivery::{Failure, Store};
 
-/// Where the rows go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// `http://host:port/`, with the trailing slash.
-    pub base: String,
-    /// The database.
-    pub db: String,
-    /// The table.
-    pub table: String,
-    /// The user (`default` when none is given).
-    pub user: Option<String>,
-    /// The password (from a file or the environment; never the command line).
-    pub password: Option<String>,
-}
-
-impl Target {
-    /// Parses `--clickhouse URL` and `--clickhouse-table [DB.]TABLE`: the database comes
-    /// from the table flag, else the URL's `?database=`, else `cgmon`.
-    ///
-    /// # Errors
-    /// Not an `http://host[:port][/][?database=NAME]` URL (https needs TLS, which this
-    /// build does not carry), a password in the URL (it would sit in the process list and
-    /// in unit files: use the file or the variable), or a bad name.
-    pub fn parse(url: &str, table: &str) -> Result<Self, ValueError> {
-        let clipped = crate::units::clip(url);
-        let rest = match url.split_once("://") {
-            Some(("http", rest)) => rest,
-            Some((scheme, _)) => {
-                return Err(ValueError(format!(
-                    "{clipped:?}: unknown scheme {:?} (only http:// is supported)",
-                    crate::units::clip(scheme)
-                )));
-            }
-            None => return Err(ValueError(format!("{clipped:?}: not a URL (http://host:8123/)"))),
-        };
-        let (authority, tail) = match rest.find(['/', '?']) {
-            Some(i) => rest.split_at(i),
-            None => (rest, ""),
-        };
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let user = match userinfo {
-            Some(u) if u.contains(':') => {
-                return Err(ValueError(format!(
-                    "{:?}: a password in the URL; give it in --clickhouse-password-file or \
-                     CGMON_CLICKHOUSE_PASSWORD",
-                    crate::units::clip(&format!("http://…@{hostport}{tail}"))
-                )));
-            }
-            Some(u) if !u.is_empty() => Some(u.to_string()),
-            _ => None,
-        };
-        let host_ok = !hostport.is_empty()
-            && match hostport.rsplit_once(':') {
-                Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-                    !h.is_empty()
-                        && (p.parse::<u16>().is_ok()
-                            || h.starts_with('[') && hostport.ends_with(']'))
-                }
-                _ => true,
-            };
-        if !host_ok {
-            return Err(ValueError(format!("{clipped:?}: no host, or a bad port")));
-        }
-        let query = tail.split_once('?').map_or("", |(_, q)| q);
-        let url_db = query.split('&').find_map(|kv| kv.strip_prefix("database="));
-        let (db, table) = match table.split_once('.') {
-            Some((d, t)) => (d.to_string(), t.to_string()),
-            None => (url_db.unwrap_or("cgmon").to_string(), table.to_string()),
-        };
-        for (what, name) in [("database", &db), ("table", &table)] {
-            let ok = !name.is_empty()
-                && name.len() <= 200
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !ok {
-                return Err(ValueError(format!(
-                    "invalid {what} name {:?}: letters, digits and _",
-                    crate::units::clip(name)
-                )));
-            }
-        }
-        Ok(Self { base: format!("http://{hostport}/"), db, table, user, password: None })
-    }
-}
+pub use super::target::Target;
 
 /// The HTTP client and what first contact learned.
 pub struct Client {
@@ -117,6 +31,10 @@ impl Client {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(REQUEST_TIMEOUT))
             .http_status_as_error(false)
+            // A redirect is never followed: ureq would turn the POST into a GET without
+            // its body (nothing stored, yet a 200) and carry the credential headers to
+            // whatever host the Location names. A 3xx is a failure, retried and reported.
+            .max_redirects(0)
             .build()
             .into();
         Self { agent, target, ready: None, exactly_once: true }
@@ -134,14 +52,32 @@ impl Client {
     }
 
     fn post(&self, query: &str, body: &[u8], gz: bool) -> Result<String, Failure> {
-        let mut url = self.target.base.clone();
+        self.post_with_id(query, body, gz, None)
+    }
+
+    fn post_with_id(
+        &self,
+        query: &str,
+        body: &[u8],
+        gz: bool,
+        id: Option<&str>,
+    ) -> Result<String, Failure> {
+        let mut params = Vec::new();
+        if let Some(id) = id {
+            params.push(format!("query_id={}", encode(id)));
+        }
         if !query.is_empty() {
-            url.push_str("?query=");
-            url.push_str(&encode(query));
-            url.push_str(
-                "&input_format_skip_unknown_fields=1&date_time_input_format=best_effort\
-                 &insert_distributed_sync=1",
+            params.push(format!("query={}", encode(query)));
+            params.push(
+                "input_format_skip_unknown_fields=1&date_time_input_format=best_effort\
+                 &insert_distributed_sync=1"
+                    .into(),
             );
+        }
+        let mut url = self.target.base.clone();
+        if !params.is_empty() {
+            url.push('?');
+            url.push_str(&params.join("&"));
         }
         let mut req = self.agent.post(&url);
         if let Some(u) = &self.target.user {
@@ -163,9 +99,24 @@ impl Client {
             .map_err(|e| Failure::Uncertain(format!("reading the reply: {e}")))?;
         match status {
             200 => Ok(text),
+            300..=399 => {
+                let to = resp.headers().get("location").and_then(|l| l.to_str().ok());
+                Err(Failure::NotStored(format!(
+                    "HTTP {status}: a redirect{}, not followed (point --clickhouse at the \
+                     server itself)",
+                    to.map_or(String::new(), |l| format!(
+                        " to {:?}",
+                        crate::units::clip(&super::target::redacted(l))
+                    ))
+                )))
+            }
             // The server refused the request before doing it (a bad query, a table that
             // does not fit, authentication): nothing was stored.
             400..=499 => Err(Failure::NotStored(format!("HTTP {status}: {}", first_line(&text)))),
+            // The body does not inflate: sending it again cannot help.
+            _ if text.starts_with("Code: 354,") => {
+                Err(Failure::Malformed(format!("HTTP {status}: {}", first_line(&text))))
+            }
             _ => Err(Failure::Uncertain(format!("HTTP {status}: {}", first_line(&text)))),
         }
     }
@@ -176,7 +127,12 @@ impl Client {
 
     /// First contact: the version, the database and the table (created when missing, in
     /// the DDL the version takes), and the columns this monitor writes added to a table
-    /// an earlier one created. A table without `BatchId` is the user's: left as it is.
+    /// an earlier one created (logged once, by name). A table without `BatchId` is the
+    /// user's: left as it is, delivered at least once. A table without the columns that
+    /// say which flow a row is ([`REQUIRED`]) is not written to at all: a typo in
+    /// `--clickhouse-table` that names another application's table would otherwise take
+    /// every record as a row of defaults. Nothing is kept of a failed set-up, so it is
+    /// checked again at each retry.
     fn set_up(&mut self) -> Result<Version, Failure> {
         if let Some(v) = self.ready {
             return Ok(v);
@@ -190,10 +146,24 @@ impl Client {
             "SELECT name FROM system.columns WHERE database = '{db}' AND table = '{t}' FORMAT TSV"
         ))?;
         let have: Vec<&str> = cols.lines().collect();
+        let missing: Vec<&str> = REQUIRED.iter().copied().filter(|c| !have.contains(c)).collect();
+        if !missing.is_empty() {
+            return Err(Failure::NotStored(format!(
+                "table {db}.{t} lacks the columns {}: not written to (is --clickhouse-table \
+                 right? `cgmon-rs clickhouse-ddl` prints the table the monitor makes)",
+                missing.join(", ")
+            )));
+        }
         self.exactly_once = have.contains(&"BatchId");
         if self.exactly_once {
-            for alter in ddl::add_columns(v, db, t, &have) {
-                self.sql(&alter)?;
+            let alters = ddl::add_columns(v, db, t, &have);
+            for (_, alter) in &alters {
+                self.sql(alter)?;
+            }
+            if !alters.is_empty() {
+                let names: Vec<&str> = alters.iter().map(|(n, _)| *n).collect();
+                tracing::info!(target: "cgmon_rs::sink", table = %format!("{db}.{t}"),
+                    added = %names.join(","), "columns this release writes added to the table");
             }
         } else {
             tracing::warn!(target: "cgmon_rs::sink", table = %format!("{db}.{t}"),
@@ -207,6 +177,21 @@ impl Client {
     }
 }
 
+/// The columns a table must have to be written to: which host and flow a row is, and when.
+pub const REQUIRED: [&str; 7] =
+    ["EndTime", "Host", "SrcIP", "SrcPort", "DstIP", "DstPort", "Cookie"];
+
+/// The `query_id` of a batch's inserts: the server refuses a second query with the same id
+/// while the first runs, and the lookup after a lost reply waits until none runs.
+pub fn query_id(b: &Batch) -> String {
+    format!("cgmon:{}", b.id)
+}
+
+/// `s` as the inside of a ClickHouse string literal.
+fn quote(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\'', "\\'")
+}
+
 impl Store for Client {
     fn insert(&mut self, b: &Batch) -> Result<(), Failure> {
         self.set_up()?;
@@ -215,18 +200,48 @@ impl Store for Client {
         // A gzip body (the default; `--clickhouse-compress=false` sends plain rows) is told
         // by its magic bytes, so spooled batches of either kind are sent right.
         let gz = b.rows.starts_with(&[0x1f, 0x8b]);
-        self.post(&q, &b.rows, gz).map(drop)
+        self.post_with_id(&q, &b.rows, gz, Some(&query_id(b))).map(drop)
     }
 
-    fn landed(&mut self, batch_id: &str) -> Result<u64, Failure> {
+    /// Whether the batch landed, asked only once no insert of it runs on the server: a
+    /// request that timed out on our side may still be running there (a slow disk, or a
+    /// server that stores late), and a count taken meanwhile would say 0 and have it sent
+    /// twice. The count reads only this host's rows within the batch's `EndTime` range,
+    /// which the table's sort key (host first, then time) and its day partitions find
+    /// without reading the whole `BatchId` column.
+    fn landed(&mut self, b: &Batch) -> Result<u64, Failure> {
         self.set_up()?;
         if !self.exactly_once {
             return Ok(0); // at-least-once: send again
         }
-        let id = batch_id.replace('\\', "\\\\").replace('\'', "\\'");
+        let running = self.sql(&format!(
+            "SELECT count() FROM system.processes WHERE query_id = '{}' FORMAT TSV",
+            quote(&query_id(b))
+        ))?;
+        if running.trim() != "0" {
+            return Err(Failure::Uncertain(format!(
+                "an insert of batch {} still runs on the server; it is waited for before \
+                 the batch is looked up",
+                b.id
+            )));
+        }
+        // HOST/RUN/SEQ: the host is all before the last two parts.
+        let host = b.id.rsplitn(3, '/').nth(2).unwrap_or(&b.id);
+        let within = match b.ends {
+            Some((lo, hi)) => format!(
+                " AND EndTime >= toDateTime({}) AND EndTime < toDateTime({})",
+                lo.saturating_sub(1).max(0),
+                hi.saturating_add(2).max(0)
+            ),
+            None => String::new(),
+        };
         let text = self.sql(&format!(
-            "SELECT count() FROM `{}`.`{}` WHERE BatchId = '{id}' FORMAT TSV",
-            self.target.db, self.target.table
+            "SELECT count() FROM `{}`.`{}` WHERE Host = '{}'{within} AND BatchId = '{}' \
+             FORMAT TSV",
+            self.target.db,
+            self.target.table,
+            quote(host),
+            quote(&b.id)
         ))?;
         text.trim()
             .parse()
@@ -238,17 +253,13 @@ fn first_line(s: &str) -> String {
     crate::units::clip(s.lines().next().unwrap_or("").trim()).into_owned()
 }
 
+/// What a query string leaves as it is: RFC 3986's unreserved characters.
+const QUERY: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
 /// Percent-encodes a query for the URL.
 fn encode(q: &str) -> String {
-    let mut out = String::with_capacity(q.len() * 3 / 2);
-    for b in q.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(q, QUERY).to_string()
 }
 
 /// A failure that happened before anything reached the server is `NotStored`; anything
@@ -274,37 +285,6 @@ fn classify(e: ureq::Error) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_and_tables_parse_or_say_why_not() {
-        let t = Target::parse("http://ch.example:8123/", "flows").unwrap();
-        assert_eq!(
-            (t.base.as_str(), t.db.as_str(), t.table.as_str()),
-            ("http://ch.example:8123/", "cgmon", "flows")
-        );
-        let t = Target::parse("http://10.0.0.1:8123/?database=fleet", "flows").unwrap();
-        assert_eq!(t.db, "fleet");
-        let t = Target::parse("http://10.0.0.1:8123/?database=fleet", "other.t").unwrap();
-        assert_eq!((t.db.as_str(), t.table.as_str()), ("other", "t"));
-        let t = Target::parse("http://writer@[::1]:8123", "flows").unwrap();
-        assert_eq!((t.base.as_str(), t.user.as_deref()), ("http://[::1]:8123/", Some("writer")));
-        for (bad, says) in [
-            ("https://ch:8443/", "unknown scheme"),
-            ("ftp://ch/", "unknown scheme"),
-            ("ch:8123", "not a URL"),
-            ("http://", "no host"),
-            ("http://ch:99999/", "bad port"),
-            ("http://u:secret@ch:8123/", "password in the URL"),
-        ] {
-            let e = Target::parse(bad, "flows").unwrap_err().0;
-            assert!(e.contains(says), "{bad}: {e}");
-            assert!(!e.contains("secret"), "{e}");
-        }
-        assert!(Target::parse("http://ch/", "a;b").unwrap_err().0.contains("invalid table name"));
-        assert!(
-            Target::parse("http://ch/", "d-b.t").unwrap_err().0.contains("invalid database name")
-        );
-    }
 
     #[test]
     fn queries_are_percent_encoded() {

@@ -29,13 +29,17 @@ pub enum Failure {
     NotStored(String),
     /// It may have been stored (the reply was lost, a timeout, a 5xx): ask first.
     Uncertain(String),
+    /// The body itself is broken (a spool file that does not inflate, or the server says
+    /// so): sending it again cannot help, and it would hold up every batch behind it. It
+    /// is set aside and its rows counted lost.
+    Malformed(String),
 }
 
 impl Failure {
     /// The failure's text, for the log and the status page.
     pub fn text(&self) -> &str {
         match self {
-            Failure::NotStored(s) | Failure::Uncertain(s) => s,
+            Failure::NotStored(s) | Failure::Uncertain(s) | Failure::Malformed(s) => s,
         }
     }
 }
@@ -48,11 +52,12 @@ pub trait Store {
     /// Why it did not get a success reply.
     fn insert(&mut self, b: &Batch) -> Result<(), Failure>;
 
-    /// How many rows with `batch_id` the table holds.
+    /// How many rows of the batch `b` (by its id) the table holds.
     ///
     /// # Errors
-    /// The question got no answer.
-    fn landed(&mut self, batch_id: &str) -> Result<u64, Failure>;
+    /// The question got no answer, or cannot be answered yet (an insert of it may still be
+    /// running).
+    fn landed(&mut self, b: &Batch) -> Result<u64, Failure>;
 }
 
 /// Backoff between failed attempts: doubling from `min` to `max`, with up to a quarter of
@@ -78,12 +83,16 @@ pub struct Tally {
     pub sent_batches: u64,
     /// Rows delivered.
     pub sent_rows: u64,
-    /// Rows dropped because the queue was full.
+    /// Rows dropped: the queue was full, a spooled batch's file went, or it was malformed.
     pub dropped_rows: u64,
     /// Failed attempts.
     pub failures: u64,
     /// Batches found stored when asked after an uncertain failure (a lost reply).
     pub found_stored: u64,
+    /// Rows of batches set aside as malformed (also in `dropped_rows`).
+    pub rejected_rows: u64,
+    /// Rows dropped because the queue was over its bound (also in `dropped_rows`).
+    pub full_rows: u64,
 }
 
 struct Queued {
@@ -115,7 +124,7 @@ pub struct Attempt {
 /// # Errors
 /// Why it got no success reply.
 pub fn attempt(store: &mut dyn Store, a: &Attempt) -> Result<bool, Failure> {
-    if a.uncertain && store.landed(&a.batch.id)? > 0 {
+    if a.uncertain && store.landed(&a.batch)? > 0 {
         return Ok(true);
     }
     store.insert(&a.batch).map(|()| false)
@@ -138,6 +147,9 @@ pub struct Delivery {
     /// Ids of the batches that left the queue (delivered or dropped) since
     /// [`take_done`](Self::take_done): their spool files go.
     done: Vec<String>,
+    /// Ids of the batches set aside as malformed since [`take_rejected`](Self::take_rejected),
+    /// with why: their spool files are kept aside.
+    rejected: Vec<(String, String)>,
     /// How long each delivered batch's successful call took, since the last take.
     latencies: Vec<Duration>,
 }
@@ -156,7 +168,52 @@ impl Delivery {
             last_error: None,
             tally: Tally::default(),
             done: Vec::new(),
+            rejected: Vec::new(),
             latencies: Vec::new(),
+        }
+    }
+
+    /// Ids of the batches set aside as malformed since the last call, with why.
+    pub fn take_rejected(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.rejected)
+    }
+
+    /// Batches whose rows wait in memory only (their spooling failed), oldest first,
+    /// except the one out with the sender: to spool again when the disk has room.
+    pub fn unspooled(&self) -> Vec<Arc<Batch>> {
+        self.queue
+            .iter()
+            .filter(|q| !q.on_disk && !q.sending)
+            .map(|q| Arc::clone(&q.batch))
+            .collect()
+    }
+
+    /// The batch `id` is now in the spool: its rows leave memory.
+    pub fn mark_spooled(&mut self, id: &str) {
+        if let Some(q) = self.queue.iter_mut().find(|q| q.batch.id == id && !q.sending) {
+            let b = &q.batch;
+            q.batch = Arc::new(Batch {
+                id: b.id.clone(),
+                rows: Vec::new(),
+                count: b.count,
+                ends: b.ends,
+            });
+            q.on_disk = true;
+        }
+    }
+
+    /// Rows waiting in memory only, not in the spool.
+    pub fn waiting_in_memory(&self) -> usize {
+        self.queue.iter().filter(|q| !q.on_disk).map(|q| q.batch.count).sum()
+    }
+
+    /// The batch out with the sender holds `rows` rows, not what its head said (a spool
+    /// file cut short): counted by what it holds from now on.
+    pub fn recount(&mut self, rows: usize) {
+        if let Some(q) = self.queue.front_mut().filter(|q| q.sending) {
+            let b = &q.batch;
+            q.batch =
+                Arc::new(Batch { id: b.id.clone(), rows: Vec::new(), count: rows, ends: b.ends });
         }
     }
 
@@ -204,6 +261,7 @@ impl Delivery {
             let old = self.queue.remove(i).expect("within the queue");
             self.bytes -= old.size;
             self.tally.dropped_rows += old.batch.count as u64;
+            self.tally.full_rows += old.batch.count as u64;
             self.done.push(old.batch.id.clone());
         }
     }
@@ -223,14 +281,26 @@ impl Delivery {
         Some(Attempt { batch: Arc::clone(&q.batch), on_disk: q.on_disk, uncertain: q.uncertain })
     }
 
-    /// The batch of the attempt out could not be read back from the spool (its file went
-    /// or broke): dropped, its rows counted so.
+    /// The batch of the attempt out could not be read back from the spool (its file went):
+    /// dropped, its rows counted so.
     pub fn lost(&mut self) {
         if self.queue.front().is_some_and(|q| q.sending) {
             let q = self.queue.pop_front().expect("front exists");
             self.bytes -= q.size;
             self.tally.dropped_rows += q.batch.count as u64;
             self.done.push(q.batch.id.clone());
+        }
+    }
+
+    /// The batch of the attempt out is malformed (`why`): set aside, its rows counted lost,
+    /// and the batches behind it go on.
+    pub fn reject(&mut self, why: &str) {
+        if self.queue.front().is_some_and(|q| q.sending) {
+            let q = self.queue.pop_front().expect("front exists");
+            self.bytes -= q.size;
+            self.tally.dropped_rows += q.batch.count as u64;
+            self.tally.rejected_rows += q.batch.count as u64;
+            self.rejected.push((q.batch.id.clone(), why.to_string()));
         }
     }
 
@@ -244,6 +314,11 @@ impl Delivery {
         };
         q.sending = false;
         match r {
+            Err(Failure::Malformed(why)) => {
+                q.sending = true;
+                self.reject(&why);
+                self.next_try = None;
+            }
             Ok(found) => {
                 let q = self.queue.pop_front().expect("front exists");
                 self.bytes -= q.size;
@@ -321,6 +396,8 @@ mod tests {
         StoredReplyLost,
         /// Fails before storing, in a way that looks the same as a lost reply.
         Timeout,
+        /// Refuses the body as broken.
+        Malformed,
     }
 
     impl Store for Fake {
@@ -337,17 +414,18 @@ mod tests {
                     Err(Failure::Uncertain("connection closed mid-reply".into()))
                 }
                 Step::Timeout => Err(Failure::Uncertain("timed out".into())),
+                Step::Malformed => Err(Failure::Malformed("inflate failed".into())),
             }
         }
 
-        fn landed(&mut self, id: &str) -> Result<u64, Failure> {
+        fn landed(&mut self, b: &Batch) -> Result<u64, Failure> {
             self.questions += 1;
-            Ok(self.rows.iter().filter(|r| r.0 == id).map(|r| r.1 as u64).sum())
+            Ok(self.rows.iter().filter(|r| r.0 == b.id).map(|r| r.1 as u64).sum())
         }
     }
 
     fn batch(i: usize) -> Batch {
-        Batch { id: format!("h/1/{i}"), rows: vec![b'x'; 100], count: 2 }
+        Batch { id: format!("h/1/{i}"), rows: vec![b'x'; 100], count: 2, ends: None }
     }
 
     fn run(script: &[Step], batches: usize) -> (Fake, Delivery) {
@@ -393,6 +471,19 @@ mod tests {
         // A refusal: sent again without asking.
         let (f, _) = run(&[Refused], 1);
         assert_eq!((f.inserts, f.questions), (2, 0));
+    }
+
+    /// A batch the server refuses as broken is set aside at once, counted, and the batches
+    /// behind it are sent: one bad spool file does not stop delivery.
+    #[test]
+    fn a_malformed_batch_is_set_aside_and_the_rest_flow_on() {
+        let (f, mut d) = run(&[Step::Timeout, Step::Malformed], 3);
+        let ids: Vec<&str> = f.rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(ids, ["h/1/1", "h/1/2"]);
+        assert_eq!((d.tally.sent_rows, d.tally.dropped_rows, d.tally.rejected_rows), (4, 2, 2));
+        assert_eq!(d.take_rejected(), [("h/1/0".to_string(), "inflate failed".to_string())]);
+        assert!(d.take_done().iter().all(|id| id != "h/1/0"), "its file is kept aside");
+        assert!(d.last_error.is_none());
     }
 
     #[test]

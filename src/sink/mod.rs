@@ -25,9 +25,11 @@
 pub mod batch;
 pub mod client;
 pub mod ddl;
+pub mod ddl_cmd;
 pub mod delivery;
 pub mod row;
 pub mod spool;
+pub mod target;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -63,6 +65,9 @@ pub struct SinkConfig {
     pub backoff: delivery::Backoff,
     /// Gzip batches (`--clickhouse-compress`, on by default).
     pub compress: bool,
+    /// What the flags' checks found worth a warning (a password file every user can
+    /// read), logged when the sink starts.
+    pub warnings: Vec<String>,
 }
 
 /// How the sink ended.
@@ -97,6 +102,9 @@ pub fn spawn(
         Some(d) => Some(spool::Spool::open(d)?),
         None => None,
     };
+    for w in &cfg.warnings {
+        tracing::warn!(target: "cgmon_rs::sink", "{w}");
+    }
     metrics.sink.enabled.set(1);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -106,6 +114,9 @@ pub fn spawn(
         spool: None,
         metrics,
         dropped_before: 0,
+        full_before: 0,
+        spool_error: None,
+        respooled: Instant::now(),
         closing: None,
     };
     if let Some((sp, old)) = spool {
@@ -156,6 +167,12 @@ struct State {
     metrics: Arc<Metrics>,
     /// Rows counted dropped by the queue so far (its tally is cumulative).
     dropped_before: u64,
+    /// Rows dropped past the bound so far, likewise.
+    full_before: u64,
+    /// Why the last batch could not be spooled, while batches wait in memory only.
+    spool_error: Option<String>,
+    /// When spooling the batches that wait in memory only was last tried.
+    respooled: Instant,
     /// Set at the end: the sender stops once nothing is due before this.
     closing: Option<Instant>,
 }
@@ -174,6 +191,9 @@ const SENDER_GRACE: Duration = Duration::from_secs(1);
 /// How often the intake wakes when idle, to cut aged batches.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How often batches that could not be spooled (a full or read-only disk) are tried again.
+const RESPOOL: Duration = Duration::from_secs(1);
+
 impl Intake {
     fn run(&mut self, rx: &Receiver<SinkMsg>) {
         loop {
@@ -189,12 +209,25 @@ impl Intake {
             if let Some(b) = self.batcher.due(Instant::now()) {
                 self.enqueue(b);
             }
+            let mut st = self.shared.lock();
+            if st.spool_error.is_some() && st.respooled.elapsed() >= RESPOOL
+                || st.spool.is_some()
+                    && st.delivery.waiting_in_memory() > 0
+                    && st.respooled.elapsed() >= RESPOOL
+            {
+                st.respool();
+                st.publish();
+            }
         }
     }
 
     fn take(&mut self, msg: SinkMsg) {
         let now = Instant::now();
         for (json, r) in msg {
+            // The rows' EndTime range scopes the lookup after a lost reply (client.rs).
+            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&r.end_time) {
+                self.batcher.note_end(t.timestamp());
+            }
             let host = &self.host;
             let full = self.batcher.push(now, 1, |out, id| {
                 // A record's JSON is always an object: the writer made it.
@@ -219,17 +252,7 @@ impl Intake {
             b.rows = gz.finish().expect("writing to memory");
         }
         let mut st = self.shared.lock();
-        let spooled = match &mut st.spool {
-            Some(sp) => match sp.save(&b) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(target: "cgmon_rs::sink", error = %e,
-                        "cannot spool a batch; it waits in memory only");
-                    false
-                }
-            },
-            None => false,
-        };
+        let spooled = st.save(&b);
         if spooled {
             let size = b.rows.len();
             st.delivery.offer_spooled(b, size, false);
@@ -266,14 +289,24 @@ impl Intake {
         } else if sender.join().is_err() {
             tracing::error!(target: "cgmon_rs::sink", "the sink's sending thread panicked");
         }
-        let st = self.shared.lock();
+        let mut st = self.shared.lock();
+        // Batches that could not be spooled get a last try (the disk may have room by
+        // now); what is still only in memory is lost, and said so.
+        st.respool();
         let (rows, _) = st.delivery.waiting();
-        if rows > 0 {
-            if st.spool.is_some() {
-                tracing::warn!(target: "cgmon_rs::sink", records = rows,
+        let in_memory = st.delivery.waiting_in_memory();
+        if st.spool.is_none() {
+            st.metrics.sink.dropped.add(rows as u64);
+        } else {
+            if rows > in_memory {
+                tracing::warn!(target: "cgmon_rs::sink", records = rows - in_memory,
                     "records not delivered by the stop stay in the spool for the next run");
-            } else {
-                st.metrics.sink.dropped.add(rows as u64);
+            }
+            if in_memory > 0 {
+                tracing::error!(target: "cgmon_rs::sink", records = in_memory,
+                    error = st.spool_error.as_deref().unwrap_or(""),
+                    "records neither delivered nor spooled by the stop are lost");
+                st.metrics.sink.dropped.add(in_memory as u64);
             }
         }
         let dropped = st.metrics.sink.dropped.get();
@@ -306,13 +339,7 @@ fn send_loop(shared: &Shared, mut store: client::Client) {
                     .0;
             }
         };
-        let a = match read_back(shared, a) {
-            Some(a) => a,
-            None => {
-                shared.lock().publish();
-                continue;
-            }
-        };
+        let Some(a) = read_back(shared, a) else { continue };
         let t = Instant::now();
         let r = delivery::attempt(&mut store, &a);
         let mut st = shared.lock();
@@ -329,31 +356,102 @@ fn send_loop(shared: &Shared, mut store: client::Client) {
     }
 }
 
-/// The attempt with its body: a spooled batch's read back from its file (outside the lock).
-/// `None` when the file is gone or broken: the batch is dropped and counted.
+/// The attempt with its body: a spooled batch's read back from its file (outside the lock),
+/// its rows counted by what the body holds. `None` when the file is gone (the batch is
+/// dropped and counted) or broken (set aside and counted): either way the next goes on.
 fn read_back(shared: &Shared, a: delivery::Attempt) -> Option<delivery::Attempt> {
     if !a.on_disk {
         return Some(a);
     }
     let path = shared.lock().spool.as_ref().and_then(|sp| sp.path_of(&a.batch.id));
-    match path.as_deref().and_then(spool::read) {
-        Some(b) => Some(delivery::Attempt { batch: Arc::new(b), ..a }),
-        None => {
-            tracing::error!(target: "cgmon_rs::sink", batch = %a.batch.id,
-                records = a.batch.count, file = ?path,
-                "a spooled batch cannot be read back; its records are lost");
-            shared.lock().delivery.lost();
+    let Some(path) = path else {
+        gone(shared, &a, "its spool file is not known");
+        return None;
+    };
+    if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
+        gone(shared, &a, "its spool file is gone");
+        return None;
+    }
+    let read = spool::read(&path).and_then(|b| spool::rows_in(&b.rows).map(|n| (b, n)));
+    match read {
+        Ok((b, n)) => {
+            if n != b.count {
+                tracing::warn!(target: "cgmon_rs::sink", batch = %a.batch.id, head = b.count,
+                    rows = n, file = %path.display(),
+                    "a spooled batch holds other than its head says; counted by what it holds");
+                shared.lock().delivery.recount(n);
+            }
+            let b = batch::Batch { count: n, ..b };
+            Some(delivery::Attempt { batch: Arc::new(b), ..a })
+        }
+        Err(why) => {
+            let mut st = shared.lock();
+            st.delivery.reject(&why);
+            st.publish();
             None
         }
     }
 }
 
+/// The spooled batch of `a` cannot be found: its records are lost, counted.
+fn gone(shared: &Shared, a: &delivery::Attempt, why: &str) {
+    tracing::error!(target: "cgmon_rs::sink", batch = %a.batch.id, records = a.batch.count,
+        reason = why, "a spooled batch cannot be read back; its records are lost");
+    let mut st = shared.lock();
+    st.delivery.lost();
+    st.publish();
+}
+
 impl State {
+    /// Spools `b`: true when it is on disk. A failure is logged once while it lasts; the
+    /// batch then waits in memory, and [`respool`](Self::respool) tries again.
+    fn save(&mut self, b: &batch::Batch) -> bool {
+        let Some(sp) = &mut self.spool else { return false };
+        match sp.save(b) {
+            Ok(()) => true,
+            Err(e) => {
+                if self.spool_error.is_none() {
+                    tracing::error!(target: "cgmon_rs::sink", error = %e,
+                        "cannot spool batches; they wait in memory only, and are spooled \
+                         when the disk takes them again");
+                }
+                self.spool_error = Some(e.to_string());
+                self.respooled = Instant::now();
+                false
+            }
+        }
+    }
+
+    /// Spools the batches that wait in memory only, oldest first, until one fails.
+    fn respool(&mut self) {
+        let Some(sp) = &mut self.spool else { return };
+        self.respooled = Instant::now();
+        for b in self.delivery.unspooled() {
+            if let Err(e) = sp.save(&b) {
+                self.spool_error = Some(e.to_string());
+                return;
+            }
+            self.delivery.mark_spooled(&b.id);
+        }
+        if self.spool_error.take().is_some() {
+            tracing::warn!(target: "cgmon_rs::sink",
+                "spooling again: the batches that waited in memory are on disk");
+        }
+    }
+
     /// Spool files of batches gone, and the metrics.
     fn publish(&mut self) {
         for id in self.delivery.take_done() {
             if let Some(sp) = &mut self.spool {
                 sp.remove(&id);
+            }
+        }
+        for (id, why) in self.delivery.take_rejected() {
+            tracing::error!(target: "cgmon_rs::sink", batch = %id, reason = %why,
+                "a batch that cannot be sent is set aside (SEQ.rejected in the spool); its \
+                 records are lost to ClickHouse, the batches behind it go on");
+            if let Some(sp) = &mut self.spool {
+                sp.reject(&id, &why);
             }
         }
         let m = &self.metrics.sink;
@@ -366,9 +464,12 @@ impl State {
         m.found_stored.mirror(t.found_stored);
         if t.dropped_rows > self.dropped_before {
             m.dropped.add(t.dropped_rows - self.dropped_before);
-            tracing::warn!(target: "cgmon_rs::sink", dropped = t.dropped_rows,
-                "ClickHouse queue full (--spool-max): oldest records dropped");
+            if t.full_rows > self.full_before {
+                tracing::warn!(target: "cgmon_rs::sink", dropped = t.full_rows,
+                    "ClickHouse queue full (--spool-max): oldest records dropped");
+            }
             self.dropped_before = t.dropped_rows;
+            self.full_before = t.full_rows;
         }
         let (rows, bytes) = self.delivery.waiting();
         m.waiting_records.set(rows as u64);
@@ -421,6 +522,7 @@ mod tests {
                 max: Duration::from_millis(50),
             },
             compress: true,
+            warnings: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let sink = spawn(cfg, rx, Arc::clone(&metrics), Duration::from_millis(300)).unwrap();
@@ -477,6 +579,7 @@ mod tests {
             spool_max: 8 << 10,
             backoff: delivery::Backoff::default(),
             compress: true,
+            warnings: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
         let sink = spawn(cfg, rx, Arc::clone(&metrics), Duration::from_millis(200)).unwrap();

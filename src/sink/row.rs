@@ -51,9 +51,12 @@ pub fn append(
     out.extend_from_slice(open);
     // A record always has fields, so a comma follows the last one.
     let q = |s: &str| serde_json::to_string(s).expect("a string serialises");
+    // One spelling everywhere a fleet looks (ClickHouse, /metrics, the pages): a value
+    // the record leaves out is `unknown` (who) or `none` (no cause), never blank. The
+    // record itself keeps leaving the field out, so its parsers do not change.
     let (verdict, cause, finding, shares) = match &r.diagnosis {
-        Some(d) => (d.verdict, d.cause.unwrap_or(""), d.finding.as_str(), Some(&d.shares)),
-        None => ("", "", "", None),
+        Some(d) => (d.verdict, d.cause.unwrap_or(NO_CAUSE), d.finding.as_str(), Some(&d.shares)),
+        None => (UNKNOWN, NO_CAUSE, "", None),
     };
     // Through serde_json, as the record's own numbers are (98.0, not 98).
     let pct = |f: fn(&crate::record::TimeShares) -> f64| {
@@ -80,8 +83,30 @@ pub fn append(
         r.id.dst_port,
     )
     .expect("writing to a Vec cannot fail");
+    // Only where the record has none: a key written twice is refused by some servers.
+    let named = [
+        ("Service", r.service.is_some()),
+        ("DestService", r.dest_service.is_some()),
+        ("Comm", r.comm.is_some()),
+    ];
+    if named.iter().any(|(_, has)| !has) {
+        out.truncate(out.len() - 2); // "}\n"
+        for (k, has) in named {
+            if !has {
+                write!(out, ",\"{k}\":\"{UNKNOWN}\"").expect("writing to a Vec cannot fail");
+            }
+        }
+        out.extend_from_slice(b"}\n");
+    }
     Ok(())
 }
+
+/// A name the monitor could not find (service, destination, program), in ClickHouse and
+/// on every page and label.
+pub const UNKNOWN: &str = "unknown";
+
+/// The cause of a flow no rule explained.
+pub const NO_CAUSE: &str = "none";
 
 /// A record that cannot become a row.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,7 +147,34 @@ mod tests {
         for (k, want) in record.as_object().unwrap() {
             assert_eq!(&v[k], want, "{k}: the record is whole");
         }
+        // No key twice (serde_json keeps the last of two).
+        let first = std::str::from_utf8(out.split(|&b| b == b'\n').next().unwrap()).unwrap();
+        let text = std::str::from_utf8(&json).unwrap();
+        for k in FLAT_COLUMNS.iter().chain(&["Service", "DestService", "Comm"]) {
+            let key = format!("\"{k}\":");
+            // Once more than the record holds it (nested, as Diagnosis.Verdict).
+            assert_eq!(first.matches(&key).count(), text.matches(&key).count() + 1, "{k}");
+        }
+        // A named flow keeps its names.
+        let mut named = r.clone();
+        named.service = Some("web".into());
+        named.comm = Some("nginx".into());
+        let nj = serde_json::to_vec(&named).unwrap();
+        let mut o = Vec::new();
+        append(&mut o, &nj, &named, "h", "b").unwrap();
+        let n: serde_json::Value = serde_json::from_slice(&o).unwrap();
+        assert_eq!(
+            (n["Service"].as_str(), n["Comm"].as_str(), n["DestService"].as_str()),
+            (Some("web"), Some("nginx"), Some("unknown"))
+        );
         assert_eq!(v["Host"], "web-1 \"eu\"");
+        // Unnamed, the record leaves them out; the row says unknown.
+        assert!(record.get("Service").is_none() && record.get("Comm").is_none());
+        assert_eq!(
+            (v["Service"].as_str(), v["DestService"].as_str(), v["Comm"].as_str()),
+            (Some("unknown"), Some("unknown"), Some("unknown"))
+        );
+        assert_eq!(v["Cause"], record["Diagnosis"]["Cause"].as_str().unwrap_or("none"));
         assert_eq!(v["BatchId"], "web-1/42");
         assert_eq!(v["Verdict"], "receiver-window");
         assert_eq!(v["Finding"], record["Diagnosis"]["Finding"]);
