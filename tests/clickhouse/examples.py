@@ -1,28 +1,39 @@
-"""Runs every DDL and query in examples/clickhouse/ with chdb (current ClickHouse SQL, in
-process) over rows a cgmon-rs monitor sent to its sink, and checks each answer against
-the same question answered here in Python from the rows themselves.
+"""Runs every query in examples/clickhouse/queries/ (and, given Grafana dashboards, every
+SQL query of theirs) over the table a cgmon-rs monitor filled, and checks each answer
+against the same question answered here in Python from the monitor's gzip record files.
 
-Usage: python3 examples.py ROWS.ndjson EXAMPLES_DIR [DASHBOARD.json ...]
+Usage:
+  python3 examples.py --files DIR --host NAME --chdb ROWS.ndjson EXAMPLES_DIR [DASH.json ...]
+  python3 examples.py --files DIR --host NAME --server URL EXAMPLES_DIR [DASH.json ...]
+
+--chdb: current ClickHouse SQL in process (chdb has no HTTP listener, so no monitor can
+talk to it): the table is examples/clickhouse/flows.sql (what `cgmon-rs clickhouse-ddl`
+prints for a current server; a Rust test keeps the file equal to it), loaded with ROWS,
+the rows the monitor's sink sent. --server: a real server (ClickHouse 18.16 in CI) whose
+table cgmon.flows the monitor created itself and filled.
+
+Either way the table's rows of host NAME must be the files' records, flattened here as
+the sink should flatten them (the flat columns, 'unknown' for an unnamed service or
+program, 'none' for no cause). Besides them, the table gets a copy of them under a second
+host (a third of them made receiver-window-limited bulk flows), and a copy dated a day
+earlier with half the RTT (so that "worse than yesterday" has an answer). Prints one line
+per query; exits 1 on a mismatch.
+
 With Grafana dashboards (examples/grafana/), every SQL query of theirs (panels and
 template variables) runs too, with the ClickHouse plugin's macros expanded as the plugin
 expands them for a fixed range (the last two days): each must return rows with every
 host and service ("All"), and run with one of each selected.
-The rows are the sink's (records plus flat columns). Besides them, the table gets a copy
-of them under a second host (a third of them made receiver-window-limited bulk flows),
-and a copy dated a day earlier with half the RTT (so that "worse than yesterday" has an
-answer). Prints one line per query; exits 1 on a mismatch.
-Statements that need a cluster (cluster.sql's Distributed table) run against two real
-servers in tests/it/sink.rs instead: chdb has no clusters.
 """
 import copy
 import datetime as dt
+import glob
+import gzip
 import json
-import math
 import os
 import sys
 import tempfile
-
-import chdb.session
+import urllib.parse
+import urllib.request
 
 
 def statements(path):
@@ -43,14 +54,109 @@ def qexact(level, values):
     return v[min(int(level * len(v)), len(v) - 1)]
 
 
+def flatten(r, host):
+    """A record as the sink's row should hold it: its top-level fields, the flat columns,
+    and one spelling for what it leaves out."""
+    d = r.get("Diagnosis") or {}
+    shares = d.get("TimeShares") or {}
+    row = {k: v for k, v in r.items() if not isinstance(v, dict)}
+    row.update(
+        Host=host, Verdict=d.get("Verdict", "unknown"), Cause=d.get("Cause") or "none",
+        Finding=d.get("Finding", ""),
+        ReceiverWindowPct=shares.get("ReceiverWindowPct", 0.0),
+        SendBufferPct=shares.get("SendBufferPct", 0.0), NetworkPct=shares.get("NetworkPct", 0.0),
+        ApplicationPct=shares.get("ApplicationPct", 0.0),
+        SrcIP=r["ID"]["SrcIP"], SrcPort=r["ID"]["SrcPort"], DstIP=r["ID"]["DstIP"],
+        DstPort=r["ID"]["DstPort"])
+    for k in ("Service", "DestService", "Comm"):
+        row.setdefault(k, "unknown")
+    row.setdefault("Close", "")
+    row.setdefault("RTTSummary", [])
+    return row
+
+
+def file_records(d):
+    out = []
+    for p in sorted(glob.glob(os.path.join(d, "*.gz"))):
+        with gzip.open(p, "rt") as f:
+            out += [json.loads(l) for l in f if l.strip()]
+    return out
+
+
+class Chdb:
+    def __init__(self, ex, sent):
+        import chdb.session
+        self.tmp = tempfile.mkdtemp()
+        self.s = chdb.session.Session(os.path.join(self.tmp, "db"))
+        for st in statements(os.path.join(ex, "flows.sql")):
+            self.s.query(st)
+        self.insert(sent)
+
+    def query(self, sql, fmt):
+        return self.s.query(sql, fmt).data()
+
+    def insert(self, rows):
+        data = os.path.join(self.tmp, "rows%d.ndjson" % len(os.listdir(self.tmp)))
+        with open(data, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        self.s.query(f"INSERT INTO cgmon.flows SELECT * FROM file('{data}', JSONEachRow) "
+                     "SETTINGS input_format_skip_unknown_fields=1")
+
+
+class Server:
+    """A real server over HTTP, with the settings the monitor inserts with."""
+    def __init__(self, url):
+        self.url = url.rstrip("/") + "/"
+
+    def post(self, params, body):
+        q = urllib.parse.urlencode(params)
+        req = urllib.request.Request(self.url + "?" + q, data=body.encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.read().decode()
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(e.read().decode()[:400])
+
+    def query(self, sql, fmt):
+        return self.post({"output_format_json_quote_64bit_integers": "0"}, f"{sql} FORMAT {fmt}")
+
+    def insert(self, rows):
+        self.post({"query": "INSERT INTO cgmon.flows FORMAT JSONEachRow",
+                   "input_format_skip_unknown_fields": "1",
+                   "date_time_input_format": "best_effort"},
+                  "".join(json.dumps(r) + "\n" for r in rows))
+
+
 def main():
-    rows_path, ex = sys.argv[1], sys.argv[2]
-    base = [json.loads(l) for l in open(rows_path) if l.strip()]
-    assert base, "no rows"
+    args = sys.argv[1:]
+    opts = {}
+    while args and args[0].startswith("--"):
+        opts[args[0]] = args[1]
+        args = args[2:]
+    ex, dashboards = args[0], args[1:]
+    host = opts["--host"]
+    base = [flatten(r, host) for r in file_records(opts["--files"])]
+    assert base, "no records in the files"
+    if "--chdb" in opts:
+        sent = [json.loads(l) for l in open(opts["--chdb"]) if l.strip()]
+        db = Chdb(ex, sent)
+    else:
+        db = Server(opts["--server"])
+    # The table's rows are the files' records, flattened as the sink should.
+    cols = ["Cookie", "Service", "DestService", "Comm", "Verdict", "Cause", "SrcPort",
+            "DstPort", "BytesAcked", "Close"]
+    got = sorted(db.query(f"SELECT {', '.join(cols)} FROM cgmon.flows WHERE Host = '{host}'",
+                          "TSV").splitlines())
+    want = sorted("\t".join(str(r[c]) for c in cols) for r in base)
+    if got != want:
+        print("MISMATCH the table's rows against the files' records")
+        print("\n".join(sorted(set(got) ^ set(want))[:10]))
+        sys.exit(1)
+    print(f"ok the table holds the files' {len(base)} records, flattened")
     now = dt.datetime.now(dt.timezone.utc)
-    rows = []
+    rows, extra = list(base), []
     for r in base:
-        rows.append(r)
         h2 = copy.deepcopy(r)
         h2["Host"] = "other-host"
         h2["Cookie"] = r["Cookie"] + (1 << 40)
@@ -61,31 +167,16 @@ def main():
             h2.update(Verdict="receiver-window", ReceiverWindowPct=80.0 + r["Cookie"] % 7,
                       BytesAcked=r["BytesAcked"] + 1_000_000,
                       SendThroughputMbps=1.0 + (r["Cookie"] % 100) / 10)
-        rows.append(h2)
+        extra.append(h2)
         y = copy.deepcopy(r)
         y["Cookie"] = r["Cookie"] + (2 << 40)
         y["StartTime"] = iso(ts(r["StartTime"]) - dt.timedelta(days=1, minutes=5))
         y["EndTime"] = iso(ts(r["EndTime"]) - dt.timedelta(days=1, minutes=5))
-        if r.get("RTTSummary"):
-            y["RTTSummary"] = [v / 2 for v in r["RTTSummary"]]
-        rows.append(y)
-    tmp = tempfile.mkdtemp()
-    data = os.path.join(tmp, "rows.ndjson")
-    with open(data, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-
-    s = chdb.session.Session(os.path.join(tmp, "db"))
-    for st in statements(os.path.join(ex, "flows.sql")):
-        s.query(st)
-    # cluster.sql's first step: flows.sql with the table renamed.
-    for st in statements(os.path.join(ex, "flows.sql")):
-        s.query(st.replace("cgmon.flows\n", "cgmon.flows_local\n"))
-    s.query(
-        f"INSERT INTO cgmon.flows SELECT * FROM file('{data}', JSONEachRow) "
-        "SETTINGS input_format_skip_unknown_fields=1"
-    )
-    n = int(s.query("SELECT count() FROM cgmon.flows", "TSV").data().strip())
+        y["RTTSummary"] = [v / 2 for v in r["RTTSummary"]]
+        extra.append(y)
+    db.insert(extra)
+    rows += extra
+    n = int(db.query("SELECT count() FROM cgmon.flows", "TSV").strip())
     assert n == len(rows), (n, len(rows))
 
     in_day = [r for r in rows if ts(r["EndTime"]) > now - dt.timedelta(days=1)]
@@ -99,7 +190,7 @@ def main():
         return out
 
     def rtt_by_service_and_host(got):
-        g = group(has_rtt, lambda r: (r.get("Service", ""), r["Host"]))
+        g = group(has_rtt, lambda r: (r["Service"], r["Host"]))
         want = {
             k: (len(v), qexact(0.5, [r["RTTSummary"][3] for r in v]),
                 qexact(0.98, [r["RTTSummary"][3] for r in v]))
@@ -108,7 +199,7 @@ def main():
         return {(x["Service"], x["Host"]): (x["flows"], x["p50_ms"], x["p98_ms"]) for x in got} == want
 
     def service_pairs(got):
-        g = group(in_day, lambda r: (r.get("Service", ""), r["DestService"]))
+        g = group(in_day, lambda r: (r["Service"], r["DestService"]))
         want = {}
         for k, v in g.items():
             br, bs = sum(r["BytesRetrans"] for r in v), sum(r["BytesSent"] for r in v)
@@ -117,7 +208,7 @@ def main():
                 for x in got} == want
 
     def programs(got):
-        g = group(in_day, lambda r: (r["Host"], r.get("Comm", ""), r["DestService"]))
+        g = group(in_day, lambda r: (r["Host"], r["Comm"], r["DestService"]))
         want = {}
         for k, v in g.items():
             rtts = [r["RTTSummary"][3] for r in v if r.get("RTTSummary")]
@@ -128,8 +219,8 @@ def main():
         got_ = {(x["Host"], x["Comm"], x["DestService"]):
                 (x["flows"], x["bytes_sent"], x["bytes_received"], x["p50_ms"], x["bytes_retrans"],
                  x["network_limited"]) for x in got}
-        # The monitor's own rows name their program: at least one row is not ''.
-        return got_ == want and any(k[1] for k in want)
+        # The monitor's own rows name their program: at least one is not 'unknown'.
+        return got_ == want and any(k[1] != "unknown" for k in want)
 
     def retransmits_by_destination(got):
         g = group(in_day, lambda r: r["DstIP"])
@@ -142,13 +233,13 @@ def main():
                              x["retrans_pct"]) for x in got} == want
 
     def verdicts_by_service_and_host(got):
-        g = group(in_day, lambda r: (r.get("Service", ""), r["Host"], r["Verdict"]))
-        tot = group(in_day, lambda r: (r.get("Service", ""), r["Host"]))
+        g = group(in_day, lambda r: (r["Service"], r["Host"], r["Verdict"]))
+        tot = group(in_day, lambda r: (r["Service"], r["Host"]))
         want = {k: (len(v), round(100 * len(v) / len(tot[k[:2]]), 1)) for k, v in g.items()}
         return {(x["Service"], x["Host"], x["Verdict"]): (x["flows"], x["pct"]) for x in got} == want
 
     def time_limited_by_service(got):
-        g = group([r for r in in_day if r["Duration"] > 0], lambda r: r.get("Service", ""))
+        g = group([r for r in in_day if r["Duration"] > 0], lambda r: r["Service"])
         want = {}
         for k, v in g.items():
             d = sum(r["Duration"] for r in v)
@@ -179,19 +270,19 @@ def main():
     def receiver_window_limited_today(got):
         midnight = now.astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
         sel = [r for r in rows if r["Verdict"] == "receiver-window" and ts(r["EndTime"]) >= midnight]
-        g = group(sel, lambda r: (r["Host"], r.get("Service", ""), r["DstIP"]))
+        g = group(sel, lambda r: (r["Host"], r["Service"], r["DstIP"]))
         want = {k: (len(v), round(sum(r["ReceiverWindowPct"] for r in v) / len(v), 1)) for k, v in g.items()}
         return {(x["Host"], x["Service"], x["DstIP"]): (x["flows"], x["avg_limited_pct"]) for x in got} == want
 
     def bytes_by_service_per_hour(got):
-        g = group(in_day, lambda r: (ts(r["EndTime"]).strftime("%Y-%m-%d %H:00:00"), r.get("Service", "")))
+        g = group(in_day, lambda r: (ts(r["EndTime"]).strftime("%Y-%m-%d %H:00:00"), r["Service"]))
         want = {k: (len(v), sum(r["BytesAcked"] for r in v), sum(r["BytesReceived"] for r in v))
                 for k, v in g.items()}
         return {(x["hour"][:19], x["Service"]): (x["flows"], x["bytes_sent"], x["bytes_received"])
                 for x in got} == want
 
     def resets_by_service(got):
-        g = group(in_day, lambda r: r.get("Service", ""))
+        g = group(in_day, lambda r: r["Service"])
         want = {}
         for k, v in g.items():
             c = lambda what: sum(1 for r in v if r.get("Close", "") == what)
@@ -211,7 +302,12 @@ def main():
     for name in names:
         q = statements(os.path.join(qdir, name))
         assert len(q) == 1, name
-        text = s.query(q[0] + " FORMAT JSONEachRow", "JSONEachRow").data()
+        try:
+            text = db.query(q[0], "JSONEachRow")
+        except Exception as e:  # a query the server refuses
+            print(f"FAILED {name}: {e}")
+            failed += 1
+            continue
         got = [json.loads(l) for l in text.splitlines() if l.strip()]
         check = checks.get(name[:-4])
         ok = check is not None and check(got)
@@ -220,8 +316,8 @@ def main():
             failed += 1
             print(json.dumps(got[:5], indent=1))
     print(f"{len(names) - failed} passed, {failed} failed")
-    for path in sys.argv[3:]:
-        failed += dashboard(s, path, now)
+    for path in dashboards:
+        failed += dashboard(db, path, now)
     sys.exit(1 if failed else 0)
 
 
@@ -249,7 +345,7 @@ def expand(sql, frm, to, values):
     return sql
 
 
-def dashboard(s, path, now):
+def dashboard(db, path, now):
     """Runs every SQL query of the dashboard at `path`; returns how many failed."""
     d = json.load(open(path))
     frm, to = int((now - dt.timedelta(days=2)).timestamp()), int(now.timestamp()) + 300
@@ -259,13 +355,13 @@ def dashboard(s, path, now):
     assert len(queries) >= 8, queries
     one = {}
     for name in ("host", "service"):
-        got = s.query(expand(dict(queries)[f"variable {name}"], frm, to, {}), "TSV").data().split()
+        got = db.query(expand(dict(queries)[f"variable {name}"], frm, to, {}), "TSV").split()
         one[name] = got[:1]
     failed = 0
     for name, sql in queries:
         for label, values in (("all", {"host": None, "service": None}), ("one each", one)):
             try:
-                text = s.query(expand(sql, frm, to, values) + " FORMAT JSONEachRow", "JSONEachRow").data()
+                text = db.query(expand(sql, frm, to, values), "JSONEachRow")
                 n = len([l for l in text.splitlines() if l.strip()])
                 # With All, rows; with one host and service selected, the query runs (the
                 # rows that answer a panel may be another host's).

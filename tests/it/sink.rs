@@ -30,6 +30,14 @@ pub enum Insert {
     ClosedMidBatch,
     /// Stores it after 2 s, then answers 200.
     Slow,
+    /// Stores it only after `Fake::late` (a server or buffering proxy that stores late),
+    /// then answers 200 (by then the client has long given up). While it waits, the
+    /// insert is listed in `system.processes` under its query_id, as a server lists it.
+    StoresLate,
+    /// Answers 302 to another address (a proxy or an ingress), storing nothing.
+    Redirect,
+    /// Answers 500 `Code: 354` (the body does not inflate), storing nothing.
+    Inflate,
 }
 
 /// A fake ClickHouse: `SELECT version()`, DDL, `system.columns`, inserts (gzip bodies)
@@ -42,6 +50,14 @@ pub struct Fake {
     pub script: VecDeque<Insert>,
     /// Inserts tried.
     pub inserts: usize,
+    /// How late a `StoresLate` insert is stored.
+    pub late: Duration,
+    /// query_ids of inserts that are running (`StoresLate`).
+    pub running: Vec<String>,
+    /// The columns `system.columns` lists; the monitor's own table's when empty.
+    pub columns: Vec<String>,
+    /// Every request's target and headers, as received.
+    pub requests: Vec<String>,
 }
 
 /// Starts the fake on a loopback port; its base URL.
@@ -68,11 +84,13 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
         let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let mut len = 0usize;
         let mut gz = false;
+        let mut seen = line.clone();
         loop {
             let mut h = String::new();
             if r.read_line(&mut h).unwrap_or(0) == 0 {
                 return;
             }
+            seen.push_str(&h);
             let h = h.trim_end();
             if h.is_empty() {
                 break;
@@ -84,7 +102,13 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
                 _ => {}
             }
         }
-        let query = target.split_once("?query=").map(|(_, q)| decode(q.split('&').next().unwrap()));
+        f.lock().unwrap().requests.push(seen);
+        let param = |name: &str| {
+            let (_, q) = target.split_once('?')?;
+            q.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')).map(decode)
+        };
+        let query = param("query");
+        let query_id = param("query_id").unwrap_or_default();
         let is_insert = query.as_deref().is_some_and(|q| q.starts_with("INSERT"));
         let step = if is_insert {
             let mut g = f.lock().unwrap();
@@ -95,6 +119,12 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
         };
         if matches!(step, Insert::ClosedMidBatch) {
             return; // the body unread: nothing stored
+        }
+        if matches!(step, Insert::Redirect) {
+            let head = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.2:9/steal\r\n\
+                        Content-Length: 0\r\n\r\n";
+            let _ = w.write_all(head.as_bytes());
+            return;
         }
         let mut body = vec![0u8; len];
         if r.read_exact(&mut body).is_err() {
@@ -108,9 +138,20 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
         let (status, answer) = if is_insert {
             if matches!(step, Insert::Error500) {
                 (500, "Code: 999, e.displayText() = fake failure".to_string())
+            } else if matches!(step, Insert::Inflate) {
+                (500, "Code: 354, e.displayText() = inflate failed: buffer error".to_string())
             } else {
                 if matches!(step, Insert::Slow) {
                     std::thread::sleep(Duration::from_secs(2));
+                }
+                if matches!(step, Insert::StoresLate) {
+                    let late = {
+                        let mut g = f.lock().unwrap();
+                        g.running.push(query_id.clone());
+                        g.late
+                    };
+                    std::thread::sleep(late);
+                    f.lock().unwrap().running.retain(|q| *q != query_id);
                 }
                 let mut g = f.lock().unwrap();
                 for l in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
@@ -127,7 +168,14 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
             let a = if q.starts_with("SELECT version()") {
                 "18.16.1\n".to_string()
             } else if q.contains("system.columns") {
-                "BatchId\nHost\nVerdict\n".to_string()
+                if g.columns.is_empty() {
+                    cgmon_rs::sink::ddl::names().map(|c| format!("{c}\n")).collect()
+                } else {
+                    g.columns.iter().map(|c| format!("{c}\n")).collect()
+                }
+            } else if q.contains("system.processes") {
+                let id = q.split("query_id = '").nth(1).unwrap().split('\'').next().unwrap();
+                format!("{}\n", g.running.iter().filter(|r| *r == id).count())
             } else if let Some(id) = q.split("BatchId = '").nth(1) {
                 let id = id.split('\'').next().unwrap();
                 format!("{}\n", g.rows.iter().filter(|r| r["BatchId"] == id).count())
@@ -368,7 +416,8 @@ fn a_table_that_does_not_fit_keeps_the_records_until_it_is_fixed() {
     ch.query("CREATE DATABASE cgmon").unwrap();
     ch.query(
         "CREATE TABLE cgmon.flows (Host String, BatchId String, Cookie UInt64, \
-         BytesAcked UInt64, Verdict UInt8, EndTime DateTime) ENGINE = MergeTree \
+         BytesAcked UInt64, Verdict UInt8, EndTime DateTime, SrcIP String, SrcPort UInt16, \
+         DstIP String, DstPort UInt16) ENGINE = MergeTree \
          PARTITION BY toDate(EndTime) ORDER BY Host",
     )
     .unwrap();
@@ -520,24 +569,21 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
     let (ta, tb) = (free_port(), free_port());
     let Some(a) = ChServer::start(Some((ta, tb)), Some(ta)) else { return };
     let Some(b) = ChServer::start(Some((ta, tb)), Some(tb)) else { return };
-    // The shard's table as the monitor would make it on 18.16, and the Distributed table
-    // over both exactly as examples/clickhouse/cluster.sql gives it (its cluster named
-    // cgmon_fleet in each server's config).
-    let v18 = cgmon_rs::sink::ddl::Version(18, 16);
-    let ddl = cgmon_rs::sink::ddl::create_table(v18, "cgmon", "flows_local");
-    let cluster = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/clickhouse/cluster.sql"
-    ))
-    .unwrap();
-    let distributed: Vec<&str> =
-        cluster.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
-    let distributed = distributed.join("\n");
-    let distributed = distributed.trim().trim_end_matches(';');
+    // What `cgmon-rs clickhouse-ddl --cluster` prints for 18.16 (examples/clickhouse/
+    // cluster.sql is the same for current servers), run on each server: the shard's table
+    // and the Distributed table over both (the cluster named cgmon_fleet in each config).
+    let out = Command::new(BIN)
+        .args(["clickhouse-ddl", "--server-version", "18.16", "--cluster", "cgmon_fleet"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+    let text = text.join("\n");
     for s in [&a, &b] {
-        s.query("CREATE DATABASE cgmon").unwrap();
-        s.query(&ddl).unwrap();
-        s.query(distributed).unwrap();
+        for st in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            s.query(st).unwrap();
+        }
     }
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -586,12 +632,60 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
     assert_eq!(rows, 80, "split over the shards: {on_a:?} + {on_b:?}");
 }
 
-/// Every DDL and query in examples/clickhouse/ runs with chdb (current ClickHouse SQL) over
-/// the rows this monitor's sink sent, and each answer is checked against the same question
-/// answered from the rows (tests/clickhouse/examples.py). Needs PyPI's chdb-core (CI
-/// installs it); elsewhere it skips.
+/// Loopback traffic for the shipped queries to answer: 30 short exchanges and four flows
+/// that live across several samples (so that time-weighted questions have flows with a
+/// Duration).
+fn query_traffic(l: &TcpListener) {
+    connections(l, 30);
+    let a = l.local_addr().unwrap();
+    for _ in 0..4 {
+        let mut c = TcpStream::connect(a).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        for _ in 0..6 {
+            c.write_all(&[3u8; 20_000]).unwrap();
+            let mut b = vec![0u8; 20_000];
+            s.read_exact(&mut b).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Runs tests/clickhouse/examples.py with `backend` (`--chdb ROWS` or `--server URL`) over
+/// the records in `dir`; its output, after asserting that every query and dashboard
+/// query passed with rows to check.
+fn run_examples(dir: &std::path::Path, backend: [&str; 2]) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new("python3")
+        .arg(format!("{root}/tests/clickhouse/examples.py"))
+        .args(["--files", dir.to_str().unwrap(), "--host", "test-host"])
+        .args(backend)
+        .arg(format!("{root}/examples/clickhouse"))
+        .arg(format!("{root}/examples/grafana/cgmon-fleet.json"))
+        .output()
+        .unwrap();
+    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{so}\n{se}");
+    let queries = std::fs::read_dir(format!("{root}/examples/clickhouse/queries")).unwrap().count();
+    assert!(so.contains("ok the table holds the files'"), "{so}");
+    assert!(so.contains(&format!("{queries} passed, 0 failed")), "{so}");
+    // The fleet dashboard's 8 panels and 2 variables, with All and with one of each.
+    assert!(so.contains("dashboard cgmon-rs-fleet: 20 passed, 0 failed"), "{so}");
+    // Every question has an answer in these rows, not only an empty one that matches.
+    // (With one host and one service selected, a dashboard's query need only run.)
+    for line in so.lines().filter(|l| l.starts_with("ok ") && !l.contains("(one each)")) {
+        assert!(!line.ends_with(": 0 rows"), "{line}");
+    }
+    so.into_owned()
+}
+
+/// Every query in examples/clickhouse/ and every query of the fleet dashboard runs with
+/// chdb (current ClickHouse SQL) on the table `cgmon-rs clickhouse-ddl` prints for a
+/// current server (examples/clickhouse/flows.sql), loaded with the rows this monitor's sink
+/// sent, and each answer is checked against the same question answered from the monitor's
+/// gzip files (tests/clickhouse/examples.py). Needs PyPI's chdb-core (CI installs it);
+/// elsewhere it skips.
 #[test]
-fn the_example_ddl_and_queries_run_on_current_clickhouse_with_the_right_answers() {
+fn the_shipped_queries_run_on_current_clickhouse_with_the_right_answers() {
     let has_chdb = Command::new("python3")
         .args(["-c", "import chdb"])
         .output()
@@ -609,20 +703,7 @@ fn the_example_ddl_and_queries_run_on_current_clickhouse_with_the_right_answers(
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
-    connections(&l, 30);
-    // Four that live across several samples, so that time-weighted questions have
-    // flows with a Duration.
-    let a = l.local_addr().unwrap();
-    for _ in 0..4 {
-        let mut c = TcpStream::connect(a).unwrap();
-        let (mut s, _) = l.accept().unwrap();
-        for _ in 0..6 {
-            c.write_all(&[3u8; 20_000]).unwrap();
-            let mut b = vec![0u8; 20_000];
-            s.read_exact(&mut b).unwrap();
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    query_traffic(&l);
     let end = Instant::now() + Duration::from_secs(30);
     while f.lock().unwrap().rows.len() < 68 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
@@ -630,26 +711,61 @@ fn the_example_ddl_and_queries_run_on_current_clickhouse_with_the_right_answers(
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(30));
     assert!(st.success(), "{log}");
-    let rows = dir.path().join("rows.ndjson");
+    let rows = dir.path().join("rows.ndjson.txt");
     let text: String = f.lock().unwrap().rows.iter().map(|r| format!("{r}\n")).collect();
     std::fs::write(&rows, text).unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("python3")
-        .arg(format!("{root}/tests/clickhouse/examples.py"))
-        .arg(&rows)
-        .arg(format!("{root}/examples/clickhouse"))
-        .arg(format!("{root}/examples/grafana/cgmon-fleet.json"))
-        .output()
-        .unwrap();
-    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{so}\n{se}");
-    assert!(so.contains("11 passed, 0 failed"), "{so}");
-    // The fleet dashboard's 8 panels and 2 variables, with All and with one of each.
-    assert!(so.contains("dashboard cgmon-rs-fleet: 20 passed, 0 failed"), "{so}");
-    // Every question has an answer in these rows, not only an empty one that matches.
-    // (With one host and one service selected, a dashboard's query need only run.)
-    for line in so.lines().filter(|l| l.starts_with("ok ") && !l.contains("(one each)")) {
-        assert!(!line.ends_with(": 0 rows"), "{line}");
-    }
+    let so = run_examples(dir.path(), ["--chdb", rows.to_str().unwrap()]);
     eprintln!("{so}");
+}
+
+/// The same on a real ClickHouse 18.16, on the table the monitor created there itself: every
+/// shipped query and dashboard query runs, with answers checked against the gzip files.
+#[test]
+fn the_shipped_queries_run_on_the_monitors_own_table_on_clickhouse_18_16() {
+    let Some(ch) = ChServer::start(None, None) else { return };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    query_traffic(&l);
+    let end = Instant::now() + Duration::from_secs(30);
+    let count = || {
+        ch.query("SELECT count() FROM cgmon.flows")
+            .ok()
+            .and_then(|t| t.trim().parse::<usize>().ok())
+    };
+    while count().unwrap_or(0) < 68 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    assert_eq!(count(), Some(file_cookies(dir.path()).len()), "{log}");
+    let so = run_examples(dir.path(), ["--server", &ch.url()]);
+    eprintln!("{so}");
+}
+
+/// `examples/clickhouse/flows.sql`, `flows-18.16.sql` and `cluster.sql` are what
+/// `cgmon-rs clickhouse-ddl` prints, byte for byte: the files people run are the table the
+/// monitor makes.
+#[test]
+fn the_shipped_ddl_files_are_the_ddl_commands_output() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (file, args) in [
+        ("flows.sql", &[][..]),
+        ("flows-18.16.sql", &["--server-version", "18.16"][..]),
+        ("cluster.sql", &["--cluster", "cgmon_fleet"][..]),
+    ] {
+        let out = Command::new(BIN).arg("clickhouse-ddl").args(args).output().unwrap();
+        assert!(out.status.success());
+        let kept = std::fs::read(format!("{root}/examples/clickhouse/{file}")).unwrap();
+        assert!(
+            kept == out.stdout,
+            "examples/clickhouse/{file} is not `cgmon-rs clickhouse-ddl {}`: regenerate it",
+            args.join(" ")
+        );
+    }
+    let out = Command::new(BIN).args(["clickhouse-ddl", "--server-version", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -1,5 +1,5 @@
 -- Which program talks to which service, how much, and what limits it, over the last day:
--- for each host, program (Comm: the process that owned the socket; '' when none was
+-- for each host, program (Comm: the process that owned the socket; 'unknown' when none was
 -- found) and destination (DestService), the flows, bytes each way, the median of the
 -- flows' median RTTs (ms), retransmitted bytes and how many flows the network limited.
 SELECT
