@@ -157,6 +157,8 @@ fn phase(ch: &clickhouse::ChServer, recs: &[(Vec<u8>, FlowStats)], set: &Setup) 
         spool_max,
         backoff: sink::delivery::Backoff::default(),
         compress,
+        timeout: Duration::from_secs(30),
+        warnings: Vec::new(),
     };
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = sync_channel(SINK_CHANNEL_CAPACITY);

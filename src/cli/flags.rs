@@ -18,6 +18,8 @@ pub(super) const EXAMPLES: &str = "\
 SUBCOMMANDS (each has its own --help):
   cgmon-rs diagnose [--seconds N] [--json] [FILTER]   watch flows for a while, say what limited each
   cgmon-rs report RECORDS... [--samples F] -o F       one HTML report of a run's records
+  cgmon-rs clickhouse-ddl [--server-version V] [--cluster NAME]
+                                                    print the ClickHouse table the sink makes
   cgmon-rs plot --samples F --cookie C [-o F]         one flow's charts as an SVG
 
 HTTP PATHS (with --http ADDR):
@@ -541,6 +543,12 @@ pub struct Cli {
     #[arg(long = "spool-max", env = "CGMON_SPOOL_MAX", value_name = "SIZE", value_parser = size,
           default_value = "256M", help_heading = "ClickHouse")]
     pub spool_max: u64,
+
+    /// How long one request to ClickHouse may take before it is given up (and the batch
+    /// looked up, once no insert of it runs there, before it is sent again)
+    #[arg(long = "clickhouse-timeout", env = "CGMON_CLICKHOUSE_TIMEOUT", value_name = "DURATION",
+          value_parser = positive_duration, default_value = "30s", help_heading = "ClickHouse")]
+    pub clickhouse_timeout: Duration,
 
     /// Send batches gzip-compressed; -clickhouse-compress=false sends plain JSON rows
     #[arg(

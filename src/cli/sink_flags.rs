@@ -76,6 +76,7 @@ pub(super) fn sink_config(
         spool_max: cli.spool_max,
         backoff: crate::sink::delivery::Backoff::default(),
         compress: cli.clickhouse_compress,
+        timeout: cli.clickhouse_timeout,
         warnings,
     }))
 }

@@ -22,14 +22,13 @@ pub struct Client {
     exactly_once: bool,
 }
 
-/// How long one request may take; a batch of 8 MiB takes well under a second on loopback.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
 impl Client {
     /// A client; nothing is sent until the first batch.
-    pub fn new(target: Target) -> Self {
+    /// `timeout`: how long one request may take (`--clickhouse-timeout`; a batch of 8 MiB
+    /// takes well under a second on loopback).
+    pub fn new(target: Target, timeout: Duration) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(REQUEST_TIMEOUT))
+            .timeout_global(Some(timeout))
             .http_status_as_error(false)
             // A redirect is never followed: ureq would turn the POST into a GET without
             // its body (nothing stored, yet a 200) and carry the credential headers to

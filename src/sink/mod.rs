@@ -65,6 +65,8 @@ pub struct SinkConfig {
     pub backoff: delivery::Backoff,
     /// Gzip batches (`--clickhouse-compress`, on by default).
     pub compress: bool,
+    /// `--clickhouse-timeout`: one request's longest.
+    pub timeout: Duration,
     /// What the flags' checks found worth a warning (a password file every user can
     /// read), logged when the sink starts.
     pub warnings: Vec<String>,
@@ -130,7 +132,7 @@ pub fn spawn(
         state.spool = Some(sp);
     }
     let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new() });
-    let store = client::Client::new(cfg.target.clone());
+    let store = client::Client::new(cfg.target.clone(), cfg.timeout);
     let to_send = Arc::clone(&shared);
     let sender = std::thread::Builder::new()
         .name("cgmon-sink-send".into())
@@ -522,6 +524,7 @@ mod tests {
                 max: Duration::from_millis(50),
             },
             compress: true,
+            timeout: Duration::from_secs(30),
             warnings: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
@@ -579,6 +582,7 @@ mod tests {
             spool_max: 8 << 10,
             backoff: delivery::Backoff::default(),
             compress: true,
+            timeout: Duration::from_secs(30),
             warnings: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(2);

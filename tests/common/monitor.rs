@@ -32,8 +32,11 @@ impl Monitor {
     }
 
     fn start(mut cmd: Command, gate: Option<Receiver<()>>) -> Monitor {
+        // The test's environment's RUST_LOG is not the monitor's, unless the test set one.
+        if !cmd.get_envs().any(|(k, v)| k == "RUST_LOG" && v.is_some()) {
+            cmd.env_remove("RUST_LOG");
+        }
         let mut child = cmd
-            .env_remove("RUST_LOG")
             .env_remove("JOURNAL_STREAM")
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())

@@ -22,6 +22,7 @@ mod processes;
 mod program;
 mod robustness;
 mod sink;
+mod sink_defects;
 
 use std::io::Read;
 use std::path::PathBuf;

@@ -361,13 +361,13 @@ fn a_full_disk_is_logged_with_the_file_counted_and_fails_the_exit_status() {
 
 /// A 64 KiB tmpfs in a temporary directory, unmounted on drop. `None` (the test skips)
 /// when not root; under CI=true it must run.
-struct SmallDisk {
-    mnt: PathBuf,
+pub struct SmallDisk {
+    pub mnt: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl SmallDisk {
-    fn mount() -> Option<Self> {
+    pub fn mount() -> Option<Self> {
         if unsafe { libc::geteuid() } != 0 {
             assert!(std::env::var("CI").is_err(), "CI=true: this test needs root to mount a tmpfs");
             eprintln!("skipped: mounting a tmpfs needs root");
@@ -386,7 +386,7 @@ impl SmallDisk {
     }
 
     /// Fills the filesystem to the last byte; returns the filler's path.
-    fn fill(&self) -> PathBuf {
+    pub fn fill(&self) -> PathBuf {
         let filler = self.mnt.join("filler");
         let mut f = std::fs::File::create(&filler).unwrap();
         let chunk = vec![0u8; 4096];

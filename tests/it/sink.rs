@@ -58,6 +58,10 @@ pub struct Fake {
     pub columns: Vec<String>,
     /// Every request's target and headers, as received.
     pub requests: Vec<String>,
+    /// Where a `Redirect` points.
+    pub redirect_to: String,
+    /// Lookups answered "still running" (a `StoresLate` insert had not landed yet).
+    pub asked_while_running: usize,
 }
 
 /// Starts the fake on a loopback port; its base URL.
@@ -121,8 +125,8 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
             return; // the body unread: nothing stored
         }
         if matches!(step, Insert::Redirect) {
-            let head = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.2:9/steal\r\n\
-                        Content-Length: 0\r\n\r\n";
+            let to = f.lock().unwrap().redirect_to.clone();
+            let head = format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
             let _ = w.write_all(head.as_bytes());
             return;
         }
@@ -164,7 +168,7 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
             }
         } else {
             let q = String::from_utf8_lossy(&body).to_string();
-            let g = f.lock().unwrap();
+            let mut g = f.lock().unwrap();
             let a = if q.starts_with("SELECT version()") {
                 "18.16.1\n".to_string()
             } else if q.contains("system.columns") {
@@ -175,7 +179,9 @@ fn serve(c: TcpStream, f: &Mutex<Fake>) {
                 }
             } else if q.contains("system.processes") {
                 let id = q.split("query_id = '").nth(1).unwrap().split('\'').next().unwrap();
-                format!("{}\n", g.running.iter().filter(|r| *r == id).count())
+                let n = g.running.iter().filter(|r| *r == id).count();
+                g.asked_while_running += usize::from(n > 0);
+                format!("{n}\n")
             } else if let Some(id) = q.split("BatchId = '").nth(1) {
                 let id = id.split('\'').next().unwrap();
                 format!("{}\n", g.rows.iter().filter(|r| r["BatchId"] == id).count())
@@ -246,7 +252,7 @@ pub fn file_cookies(dir: &std::path::Path) -> Vec<u64> {
     v
 }
 
-fn sink_monitor(url: &str, dir: &std::path::Path, port: u16, extra: &[&str]) -> Monitor {
+pub fn sink_monitor(url: &str, dir: &std::path::Path, port: u16, extra: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
     c.args(["-writer-dir", dir.to_str().unwrap(), "-writer-file", "f.json.gz"]);
