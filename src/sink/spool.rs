@@ -96,6 +96,17 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Creates `dir` (0700) when missing and checks it ([`check_dir`]): done before any output
+/// file is opened or rotated, so that a spool that cannot be had is a usage error that has
+/// touched nothing else.
+///
+/// # Errors
+/// It cannot be created, or is not fit to be the spool.
+pub fn prepare(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    check_dir(dir).map_err(std::io::Error::other)
+}
+
 fn writable(d: &Path) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(d.as_os_str().as_bytes()).map_err(|_| "a NUL in the path")?;
@@ -114,8 +125,7 @@ impl Spool {
     /// # Errors
     /// The directory cannot be created or read, or is not fit to be the spool.
     pub fn open(dir: &Path) -> std::io::Result<(Self, Vec<(Batch, usize)>)> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        check_dir(dir).map_err(std::io::Error::other)?;
+        prepare(dir)?;
         let mut names: Vec<(u64, PathBuf)> = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();

@@ -45,8 +45,14 @@ impl Keep {
     }
 }
 
+/// This process's effective user.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// Deletes the oldest of `name`'s rotated files in `dir` (the monitor's own pattern,
-/// `stem.N.ext`, gzipped or not; nothing else is touched) until at most `keep.files`
+/// `stem.N.ext`, gzipped or not, owned by this user; nothing else is touched) until at most `keep.files`
 /// remain and they hold at most `keep.bytes`. The live file is not counted. Returns each
 /// deleted file and its size, oldest first.
 ///
@@ -69,8 +75,9 @@ pub fn prune(dir: &Path, name: &str, keep: Keep) -> io::Result<Vec<(PathBuf, u64
         let Some(n) = [name, other.as_str()].iter().find_map(|b| rotated_number(b, &entry)) else {
             continue;
         };
+        // Only the monitor's own files: a file of that name another user owns is theirs.
         match e.metadata() {
-            Ok(m) if m.is_file() => files.push((n, e.path(), m.len())),
+            Ok(m) if m.is_file() && m.uid() == euid() => files.push((n, e.path(), m.len())),
             _ => {}
         }
     }
@@ -283,7 +290,9 @@ impl OutFile {
     fn move_aside(&self) -> io::Result<PathBuf> {
         let mut n = highest_rotated(&self.cfg.dir, &self.cfg.name)?;
         for _ in 0..100 {
-            n = n.checked_add(1).ok_or_else(|| io::Error::other("no free rotated file name"))?;
+            n = n.checked_add(1).filter(|&n| n <= MAX_ROTATED).ok_or_else(|| {
+                io::Error::other(format!("no rotated file name under {MAX_ROTATED} is free"))
+            })?;
             let to = self.cfg.dir.join(rotated_name(&self.cfg.name, n));
             match rename_noreplace(&self.path(), &to) {
                 Ok(()) => return Ok(to),
@@ -340,7 +349,15 @@ impl OutFile {
             let ours = std::fs::symlink_metadata(self.path())
                 .is_ok_and(|m| m.is_file() && m.ino() == self.inode && m.len() > 0);
             if ours {
-                to = Some(self.move_aside()?);
+                match self.move_aside() {
+                    Ok(p) => to = Some(p),
+                    // No name is worth holding records back for: the stream is ended, so
+                    // the records go on into the live file as a new gzip member after it
+                    // (every gzip reader takes both), and the next rotation tries again.
+                    Err(e) => tracing::warn!(target: "cgmon_rs::writer",
+                        file = %self.path().display(), error = %e,
+                        "cannot move the output file aside; writing on into it"),
+                }
             }
             self.pending = Some(Rotation::Reopen);
         }
@@ -579,14 +596,20 @@ pub fn rotated_name(name: &str, n: u32) -> String {
     format!("{stem}.{n}{suffix}")
 }
 
-/// N when `entry` is `rotated_name(name, N)`.
+/// The highest rotation number the monitor writes: a file rotated every second for thirty
+/// years stays under it. A larger one was put there by someone else (a planted
+/// `r.4294967295.json` once left no number to rotate to, and held every record back).
+pub const MAX_ROTATED: u32 = 999_999_999;
+
+/// N when `entry` is `rotated_name(name, N)`, written as the monitor writes it: no leading
+/// zero (`r.0001.json` is not ours) and at most [`MAX_ROTATED`].
 fn rotated_number(name: &str, entry: &str) -> Option<u32> {
     let (stem, suffix) = rotated_parts(name);
     let digits = entry.strip_prefix(stem)?.strip_prefix('.')?.strip_suffix(suffix.as_str())?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.starts_with('0') {
         return None;
     }
-    digits.parse().ok()
+    digits.parse().ok().filter(|&n| n <= MAX_ROTATED)
 }
 
 /// The name the next rotation of `name` in `dir` would take (after the highest existing N).

@@ -784,3 +784,64 @@ fn issue_32_prune_deletes_the_oldest_rotated_files_and_nothing_else() {
     assert!(names().contains(&"f.6.json.gz".to_string()));
     assert!(!names().contains(&"f.5.json.gz".to_string()));
 }
+
+/// Names the monitor never writes are not its own: a zero-padded number, one above
+/// `MAX_ROTATED` (a planted `r.4294967295.json` once left no number to rotate to and held
+/// every record back), or a file another user owns; retention deletes none of them.
+#[test]
+fn planted_rotated_names_neither_stop_rotation_nor_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for n in ["f.4294967295.json", "f.0001.json", "f.1000000000.json"] {
+        std::fs::write(d.join(n), b"{}\n").unwrap();
+    }
+    std::fs::write(d.join("f.2.json"), b"{}\n").unwrap();
+    assert_eq!(file::highest_rotated(d, "f.json").unwrap(), 2);
+    let m = Arc::new(Metrics::default());
+    let mut w = Writer::open(cfg(Target::File(file_cfg(d, "f.json"))), m.clone()).unwrap();
+    w.write_batch(batch(0..3)).unwrap();
+    w.reopen();
+    assert_eq!(cookies(&std::fs::read(d.join("f.3.json")).unwrap()), [1, 2, 3]);
+    assert_eq!(m.rotations.get(), 1);
+    let gone = file::prune(d, "f.json", file::Keep { files: 1, bytes: 0 }).unwrap();
+    assert_eq!(gone.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), [d.join("f.2.json")]);
+    for n in ["f.4294967295.json", "f.0001.json", "f.1000000000.json", "f.3.json"] {
+        assert!(d.join(n).exists(), "{n} kept");
+    }
+    // Another user's file of the monitor's pattern is theirs (as root, where it can chown).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::write(d.join("f.1.json"), b"{}\n").unwrap();
+        std::os::unix::fs::chown(d.join("f.1.json"), Some(65534), None).unwrap();
+        file::prune(d, "f.json", file::Keep { files: 1, bytes: 0 }).unwrap();
+        assert!(d.join("f.1.json").exists(), "not ours to delete");
+    }
+}
+
+/// When no rotated name can be had at all, records are not held back: they go on into the
+/// live file (a plain file appended to; for gzip, a new member after the ended one).
+#[test]
+fn a_rotation_that_cannot_rename_writes_on_into_the_live_file() {
+    for name in ["f.json", "f.json.gz"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let top = file::rotated_name(name, file::MAX_ROTATED);
+        std::fs::write(d.join(top), b"").unwrap();
+        let m = Arc::new(Metrics::default());
+        let mut w = Writer::open(cfg(Target::File(file_cfg(d, name))), m.clone()).unwrap();
+        w.write_batch(batch(0..2)).unwrap();
+        w.reopen();
+        w.write_batch(batch(2..4)).unwrap();
+        w.close(Duration::from_secs(1)).unwrap();
+        let raw = std::fs::read(d.join(name)).unwrap();
+        let text = if name.ends_with(".gz") {
+            let mut t = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&raw[..]), &mut t)
+                .unwrap();
+            t
+        } else {
+            raw
+        };
+        assert_eq!(cookies(&text), [1, 2, 3, 4], "{name}: every record, none held back");
+    }
+}

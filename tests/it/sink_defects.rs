@@ -296,7 +296,11 @@ fn a_table_without_the_flows_columns_is_not_written_to() {
     assert!(st.success(), "{log}");
     assert_eq!(f.lock().unwrap().rows.len(), 20, "{log}");
     let line = log.lines().find(|l| l.contains("lacks the columns")).unwrap();
-    assert!(line.contains("cgmon.flows") && line.contains("EndTime, Host, SrcIP, SrcPort, DstIP, DstPort, Cookie"), "{line}");
+    assert!(
+        line.contains("cgmon.flows")
+            && line.contains("EndTime, Host, SrcIP, SrcPort, DstIP, DstPort, Cookie"),
+        "{line}"
+    );
 }
 
 /// One corrupt batch file in the spool (cut short) does not hold up delivery: it is set
@@ -390,4 +394,29 @@ fn a_batch_the_server_cannot_inflate_does_not_stop_delivery() {
     assert_eq!(st.code(), Some(1), "{log}");
     assert_eq!(f.lock().unwrap().rows.len(), 10, "the second batch\n{log}");
     assert!(log.contains("set aside") && log.contains("10 records were not delivered"), "{log}");
+}
+
+/// A --spool-dir that cannot be had is a usage error found before any output file is
+/// touched: the last run's r.json is neither rotated aside nor replaced by an empty one.
+#[test]
+fn a_bad_spool_dir_touches_no_output_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.json"), "{\"Cookie\":1}\n").unwrap();
+    std::fs::write(dir.path().join("plain"), "").unwrap();
+    let under_a_file = dir.path().join("plain/spool");
+    for spool in [under_a_file.to_str().unwrap(), "/proc/cgmon-rs-spool"] {
+        let out = Command::new(BIN)
+            .args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "r.json"])
+            .args(["--clickhouse", "http://127.0.0.1:9/", "--spool-dir", spool])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{spool}: {err}");
+        assert!(err.contains("--spool-dir"), "{err}");
+        let mut names: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["plain", "r.json"], "{spool}: {err}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("r.json")).unwrap(), "{\"Cookie\":1}\n");
+    }
 }
