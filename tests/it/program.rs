@@ -1312,6 +1312,16 @@ fn dest_map_names_the_remote_end_and_is_read_again_on_sighup() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("dests.txt: line 1: \"40\": a prefix length of 0 to 32"), "{err}");
+    // A FIFO or /dev/zero as the map: refused at once, neither waited on nor read forever.
+    let fifo = map.with_file_name("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for bad in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let out = Command::new(BIN).args(["--dest-map", bad]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 }
 
 #[test]
