@@ -350,6 +350,7 @@ pub async fn run(
                 dests: dests.clone(),
                 recent,
                 analysis: acfg.analysis,
+                token: s.http_token.clone(),
             };
             match start_http(h, served) {
                 Ok(server) => Some(server),
@@ -395,6 +396,9 @@ pub async fn run(
     ));
     let analyzer_task = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
+    for w in &s.warnings {
+        tracing::warn!("{w}");
+    }
     let (tracker, analyzer, writer, stop) = (tracker_task, analyzer_task, writer_thread, stop_tx);
     let stage = Running { tracker, analyzer, writer, sink, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;

@@ -308,6 +308,7 @@ pub fn hostname() -> String {
 
 mod flags;
 mod resolve;
+mod secret;
 mod sink_flags;
 mod validate;
 mod values;

@@ -270,3 +270,14 @@ mod tests {
         }
     }
 }
+
+/// A password or token: its `Debug` never shows it, so a settings struct logged with `{:?}`
+/// cannot leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}

@@ -276,6 +276,16 @@ pub struct Cli {
         value_parser = crate::units::parse_addr, help_heading = "Run"
     )]
     pub http_server: Option<std::net::SocketAddr>,
+    /// A file whose first line is a token every HTTP request must carry (Authorization:
+    /// Bearer TOKEN, or Basic with the token as the password), but /healthz: the pages and
+    /// /metrics name every local user's programs, peers and pids
+    #[arg(
+        long = "http-token-file",
+        env = "CGMON_HTTP_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Run"
+    )]
+    pub http_token_file: Option<PathBuf>,
     /// Longest time an HTTP client may take to send a request's headers
     #[arg(long = "http-header-timeout", env = "CGMON_HTTP_HEADER_TIMEOUT", value_name = "DURATION",
           value_parser = positive_duration, default_value = "5s", help_heading = "Run")]

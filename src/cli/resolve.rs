@@ -24,6 +24,8 @@ pub(super) struct Parts {
     pub file_name: String,
     pub summary: String,
     pub sink: Option<crate::sink::SinkConfig>,
+    pub http_token: Option<crate::units::Secret>,
+    pub warnings: Vec<String>,
 }
 
 /// Every stage's settings, resolved once from the parsed command line; the raw options go
@@ -60,6 +62,10 @@ pub struct Settings {
     pub dest_map: Option<std::path::PathBuf>,
     /// Look for the process behind each flow (not `--no-process`).
     pub process: bool,
+    /// `--http-token-file`'s token: every HTTP request but /healthz must carry it.
+    pub http_token: Option<crate::units::Secret>,
+    /// Warnings the flags earned (a secret file every user can read), logged at the start.
+    pub warnings: Vec<String>,
 }
 
 /// `-run-http-server` and its bounds.
@@ -146,6 +152,8 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
         sink: parts.sink,
         dest_map: c.dest_map.clone(),
         process: !c.no_process,
+        http_token: parts.http_token,
+        warnings: parts.warnings,
     }
 }
 

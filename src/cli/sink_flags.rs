@@ -2,20 +2,9 @@
 //! URL, the host name every row carries, the password file and the spool directory. A
 //! value that can never work is a usage error here, not a sink that fails at every batch.
 
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
-use std::time::{Duration, Instant};
-
 use super::flags::Cli;
 use super::{EnvOrigins, UsageError, hostname};
 use crate::units::clip;
-
-/// The most of a password file read: a password is one line, far shorter.
-const PASSWORD_MAX: usize = 4096;
-
-/// How long a pipe given as the password file (`<(pass show ch)`) may take to write it.
-const PASSWORD_WAIT: Duration = Duration::from_secs(5);
 
 /// `--clickhouse` and its flags as the sink's settings. The password comes from
 /// `--clickhouse-password-file` or `CGMON_CLICKHOUSE_PASSWORD`, never from a flag.
@@ -30,17 +19,18 @@ pub(super) fn sink_config(
     let mut warnings = Vec::new();
     target.password = match &cli.clickhouse_password_file {
         Some(p) => {
-            let (pw, warn) = read_password(p).map_err(|e| {
-                UsageError(format!(
-                    "--clickhouse-password-file {:?}: {e}{}",
-                    clip(&p.display().to_string()),
-                    env.suffix(&["clickhouse_password_file"])
-                ))
-            })?;
+            let (pw, warn) = super::secret::read_first_line(p, "--clickhouse-password-file")
+                .map_err(|e| {
+                    UsageError(format!(
+                        "--clickhouse-password-file {:?}: {e}{}",
+                        clip(&p.display().to_string()),
+                        env.suffix(&["clickhouse_password_file"])
+                    ))
+                })?;
             warnings.extend(warn);
-            Some(pw)
+            Some(crate::units::Secret(pw))
         }
-        None => std::env::var("CGMON_CLICKHOUSE_PASSWORD").ok(),
+        None => std::env::var("CGMON_CLICKHOUSE_PASSWORD").ok().map(crate::units::Secret),
     };
     if cli.spool_max < 1 << 20 {
         return Err(UsageError(format!(
@@ -81,6 +71,30 @@ pub(super) fn sink_config(
     }))
 }
 
+/// `--http-token-file`: the token every HTTP request but `/healthz` must carry, and the
+/// warnings its file earned.
+pub(super) fn http_token(
+    cli: &Cli,
+    env: &EnvOrigins,
+) -> Result<(Option<crate::units::Secret>, Vec<String>), UsageError> {
+    let Some(p) = &cli.http_token_file else { return Ok((None, Vec::new())) };
+    let bad = |e: String| {
+        UsageError(format!(
+            "--http-token-file {:?}: {e}{}",
+            clip(&p.display().to_string()),
+            env.suffix(&["http_token_file"])
+        ))
+    };
+    if cli.http_server.is_none() {
+        return Err(bad("needs --run-http-server (there is no server to guard)".into()));
+    }
+    let (token, warnings) = super::secret::read_first_line(p, "--http-token-file").map_err(bad)?;
+    if token.len() < 16 {
+        return Err(bad("the token is shorter than 16 characters".into()));
+    }
+    Ok((Some(crate::units::Secret(token)), warnings))
+}
+
 /// The name every row's `Host` carries and every `BatchId` begins with: not empty, at most
 /// 255 bytes, no control character (a newline would split a spooled batch's head).
 pub fn check_host_name(h: &str) -> Result<String, String> {
@@ -96,78 +110,9 @@ pub fn check_host_name(h: &str) -> Result<String, String> {
     Ok(h.to_string())
 }
 
-/// The first line of a password file, and warnings (empty, or readable by every local
-/// user). Reads at most [`PASSWORD_MAX`] bytes and waits at most [`PASSWORD_WAIT`] for a
-/// pipe, so that `/dev/zero` or a FIFO nobody writes cannot hang or exhaust the start.
-fn read_password(p: &Path) -> Result<(String, Vec<String>), String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(p)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("cannot stat it: {e}"))?;
-    let mut warnings = Vec::new();
-    if meta.is_file() && meta.mode() & 0o004 != 0 {
-        warnings.push(format!(
-            "--clickhouse-password-file {}: readable by every local user (chmod o-r)",
-            p.display()
-        ));
-    }
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 512];
-    let end = Instant::now() + PASSWORD_WAIT;
-    let mut f = f;
-    loop {
-        match f.read(&mut chunk) {
-            // A FIFO reads as ended while no writer has it open: wait for one.
-            Ok(0) if buf.is_empty() && !meta.is_file() => {
-                if Instant::now() >= end {
-                    return Err(format!(
-                        "nothing to read within {} s (a pipe nobody writes?)",
-                        PASSWORD_WAIT.as_secs()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok(0) => break,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                if buf.contains(&b'\n') {
-                    break;
-                }
-                if buf.len() >= PASSWORD_MAX {
-                    return Err(format!("no line end within its first {PASSWORD_MAX} bytes"));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= end {
-                    return Err(format!(
-                        "nothing to read within {} s (a pipe nobody writes?)",
-                        PASSWORD_WAIT.as_secs()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("cannot read it: {e}")),
-        }
-    }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let pw = String::from_utf8(line.to_vec()).map_err(|_| "its first line is not UTF-8")?;
-    if pw.chars().any(char::is_control) {
-        return Err("its first line holds a control character".into());
-    }
-    if pw.is_empty() {
-        warnings.push(format!("--clickhouse-password-file {}: the password is empty", p.display()));
-    }
-    Ok((pw, warnings))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn host_names_that_would_break_a_batch_id_are_refused() {
@@ -175,36 +120,5 @@ mod tests {
         assert!(check_host_name("").unwrap_err().contains("empty"));
         assert!(check_host_name("web-1\n").unwrap_err().contains("control"));
         assert!(check_host_name(&"h".repeat(256)).unwrap_err().contains("over 255"));
-    }
-
-    #[test]
-    fn password_files_are_read_to_their_first_line_within_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("pw");
-        std::fs::write(&p, "s3cr/t?\nsecond line\n").unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_password(&p).unwrap(), ("s3cr/t?".to_string(), vec![]));
-        // No line end, CRLF: the whole text, or the line without its CR.
-        std::fs::write(&p, "abc\r\n").unwrap();
-        assert_eq!(read_password(&p).unwrap().0, "abc");
-        std::fs::write(&p, "").unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let (pw, w) = read_password(&p).unwrap();
-        assert_eq!(pw, "");
-        assert!(w.iter().any(|w| w.contains("every local user")), "{w:?}");
-        assert!(w.iter().any(|w| w.contains("is empty")), "{w:?}");
-        // /dev/zero: bounded, refused.
-        let e = read_password(Path::new("/dev/zero")).unwrap_err();
-        assert!(e.contains("no line end within its first 4096 bytes"), "{e}");
-        // A FIFO nobody writes: given up on, not waited for forever.
-        let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let t = Instant::now();
-        let e = read_password(&fifo).unwrap_err();
-        assert!(e.contains("nothing to read"), "{e}");
-        assert!(t.elapsed() < PASSWORD_WAIT + Duration::from_secs(2));
-        assert!(read_password(&dir.path().join("none")).unwrap_err().contains("cannot open"));
     }
 }

@@ -94,6 +94,7 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         realtime_offset_ns: 0,
     };
     let sink = super::sink_flags::sink_config(&cli, &env)?;
+    let (http_token, warnings) = super::sink_flags::http_token(&cli, &env)?;
     // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
     if let Some(p) = &cli.dest_map {
         crate::writer::dests::Dests::load(p.clone())
@@ -107,7 +108,16 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
     };
     let settings = resolve::resolve(
         &cli,
-        resolve::Parts { filter, bytecode, analyzer, file_name, summary, sink },
+        resolve::Parts {
+            filter,
+            bytecode,
+            analyzer,
+            file_name,
+            summary,
+            sink,
+            http_token,
+            warnings,
+        },
     );
     Ok(Config { settings, log, serial: cli.serial, env })
 }

@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
 
+pub mod auth;
 mod conn;
 pub mod flows;
 mod gather;
@@ -118,6 +119,8 @@ pub struct Served {
     /// How records are computed (for a live flow's provisional record, and the clock
     /// offset of its charts).
     pub analysis: crate::analysis::AnalyzerConfig,
+    /// `--http-token-file`: every request but /healthz must carry it ([`auth`]).
+    pub token: Option<crate::units::Secret>,
 }
 
 async fn flow_durations(State(c): State<Ctx>) -> String {
@@ -357,7 +360,8 @@ fn router(s: Served) -> Router {
     };
     let [root, health_, flow_page, flow_live, asset, metrics_, flows_, flow_, healthz_, durations] =
         PATHS;
-    Router::new()
+    let token = s.token.map(|t| Arc::<str>::from(t.0));
+    let app = Router::new()
         .route(root, get(gather::host))
         .route(health_, get(health))
         .route(flow_page, get(gather::flow_page))
@@ -368,7 +372,21 @@ fn router(s: Served) -> Router {
         .route(flow_, get(flow))
         .route(healthz_, get(healthz))
         .route(durations, get(flow_durations))
-        .with_state(ctx)
+        .with_state(ctx);
+    match token {
+        None => app,
+        Some(t) => app.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let refused = auth::check(&t, &req);
+                async move {
+                    match refused {
+                        Some(r) => r,
+                        None => next.run(req).await,
+                    }
+                }
+            },
+        )),
+    }
 }
 
 /// Every path the server answers; `--help` lists them all (checked in the CLI's tests).

@@ -83,7 +83,7 @@ impl Client {
             req = req.header("X-ClickHouse-User", u);
         }
         if let Some(p) = &self.target.password {
-            req = req.header("X-ClickHouse-Key", p);
+            req = req.header("X-ClickHouse-Key", &p.0);
         }
         if gz {
             req = req.header("Content-Encoding", "gzip");

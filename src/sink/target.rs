@@ -21,7 +21,7 @@ pub struct Target {
     /// The user (`default` when none is given), percent-decoded.
     pub user: Option<String>,
     /// The password (from a file or the environment; never the command line).
-    pub password: Option<String>,
+    pub password: Option<crate::units::Secret>,
 }
 
 /// The query parameters the URL may carry.

@@ -340,3 +340,57 @@ fn an_ended_flow_page_shows_its_record_as_written() {
         assert!(page.contains("<th>service</th>"), "{page}");
     }
 }
+
+/// GET `path` with an `Authorization` header (or none): the status line and the body.
+fn get_with(addr: &str, path: &str, auth: Option<&str>) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+/// With --http-token-file, the pages and /metrics (which name every local user's programs,
+/// peers and pids) answer only requests that carry the token, as a bearer token or as
+/// Basic's password; /healthz answers anyone. Without a server to guard, or with a short
+/// token, the flag is a usage error.
+#[test]
+fn a_token_file_closes_the_pages_to_everyone_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tf = dir.path().join("token");
+    std::fs::write(&tf, "s3cret-token-0123456789\n").unwrap();
+    let (_l, a) = crate::program::listener();
+    let (m, addr) =
+        monitor(&crate::program::port_filter(a), &["--http-token-file", tf.to_str().unwrap()]);
+    for path in ["/", "/metrics", "/flows", "/health", "/flow-duration-histogram"] {
+        let (status, _) = get_with(&addr, path, None);
+        assert!(status.contains(" 401 "), "{path}: {status}");
+        let (status, _) = get_with(&addr, path, Some("Bearer wrong-token-0123456789"));
+        assert!(status.contains(" 401 "), "{path}: {status}");
+        let (status, _) = get_with(&addr, path, Some("Bearer s3cret-token-0123456789"));
+        assert!(status.contains(" 200 "), "{path}: {status}");
+    }
+    // A browser's Basic credentials, any user name: "me:s3cret-token-0123456789".
+    let (status, body) =
+        get_with(&addr, "/metrics", Some("Basic bWU6czNjcmV0LXRva2VuLTAxMjM0NTY3ODk="));
+    assert!(status.contains(" 200 ") && body.contains("cgmon_"), "{status}");
+    let (status, _) = get_with(&addr, "/healthz", None);
+    assert!(status.contains(" 200 "), "{status}");
+    drop(m);
+    std::fs::write(&tf, "short\n").unwrap();
+    for args in [
+        vec!["--http-token-file", tf.to_str().unwrap(), "-run-http-server", "127.0.0.1:0"],
+        vec!["--http-token-file", tf.to_str().unwrap()],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cgmon-rs"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--http-token-file"), "{err}");
+    }
+}
