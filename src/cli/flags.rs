@@ -554,6 +554,16 @@ pub struct Cli {
           default_value = "256M", help_heading = "ClickHouse")]
     pub spool_max: u64,
 
+    /// A PEM file of the CA certificates an https:// server's certificate must chain to
+    /// (default: the system's bundle)
+    #[arg(
+        long = "clickhouse-ca",
+        env = "CGMON_CLICKHOUSE_CA",
+        value_name = "FILE",
+        help_heading = "ClickHouse"
+    )]
+    pub clickhouse_ca: Option<PathBuf>,
+
     /// How long one request to ClickHouse may take before it is given up (and the batch
     /// looked up, once no insert of it runs there, before it is sent again)
     #[arg(long = "clickhouse-timeout", env = "CGMON_CLICKHOUSE_TIMEOUT", value_name = "DURATION",

@@ -17,6 +17,8 @@ pub(super) fn sink_config(
     let mut target = crate::sink::client::Target::parse(url, &cli.clickhouse_table)
         .map_err(|e| UsageError(format!("--clickhouse: {e}{from}")))?;
     let mut warnings = Vec::new();
+    target.roots = roots(cli, target.tls)
+        .map_err(|e| UsageError(format!("{e}{}", env.suffix(&["clickhouse", "clickhouse_ca"]))))?;
     target.password = match &cli.clickhouse_password_file {
         Some(p) => {
             let (pw, warn) = super::secret::read_first_line(p, "--clickhouse-password-file")
@@ -69,6 +71,56 @@ pub(super) fn sink_config(
         timeout: cli.clickhouse_timeout,
         warnings,
     }))
+}
+
+/// Where the system keeps its CA bundle, by distribution (`SSL_CERT_FILE` first).
+const SYSTEM_BUNDLES: [&str; 4] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+    "/etc/ssl/ca-bundle.pem",
+];
+
+/// The CA certificates (DER) an https:// server must chain to: `--clickhouse-ca FILE`'s,
+/// else the system bundle's. None for http:// (where `--clickhouse-ca` is refused).
+fn roots(cli: &Cli, tls: bool) -> Result<Vec<Vec<u8>>, String> {
+    let (path, given) = match (&cli.clickhouse_ca, tls) {
+        (Some(_), false) => return Err("--clickhouse-ca needs an https:// --clickhouse".into()),
+        (None, false) => return Ok(Vec::new()),
+        (Some(p), true) => (p.clone(), true),
+        (None, true) => {
+            let env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+            let found =
+                env.into_iter().chain(SYSTEM_BUNDLES.iter().map(Into::into)).find(|p| p.is_file());
+            match found {
+                Some(p) => (p, false),
+                None => {
+                    return Err("https:// with no system CA bundle found (install \
+                                ca-certificates, or give --clickhouse-ca FILE)"
+                        .into());
+                }
+            }
+        }
+    };
+    let name = if given { "--clickhouse-ca" } else { "the system CA bundle" };
+    let shown = clip(&path.display().to_string()).into_owned();
+    let meta = std::fs::metadata(&path).map_err(|e| format!("{name} {shown:?}: {e}"))?;
+    if !meta.is_file() || meta.len() > 16 << 20 {
+        return Err(format!("{name} {shown:?}: not a regular file of at most 16 MiB"));
+    }
+    let pem = std::fs::read(&path).map_err(|e| format!("{name} {shown:?}: {e}"))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c.der().to_vec()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("{name} {shown:?}: {e}")),
+        }
+    }
+    if certs.is_empty() {
+        return Err(format!("{name} {shown:?}: no PEM certificate in it"));
+    }
+    Ok(certs)
 }
 
 /// `--http-token-file`: the token every HTTP request but `/healthz` must carry, and the

@@ -12,8 +12,13 @@ use crate::units::{ValueError, clip};
 /// Where the rows go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// `http://host:port/PATH/`, with the trailing slash (a proxy's prefix is kept).
+    /// `http[s]://host:port/PATH/`, with the trailing slash (a proxy's prefix is kept).
     pub base: String,
+    /// `https://`: the server's certificate is verified against [`roots`](Self::roots).
+    pub tls: bool,
+    /// The CA certificates (DER) a TLS server's chain must lead to: `--clickhouse-ca`'s,
+    /// else the system's bundle (filled in by the flags' checks).
+    pub roots: Vec<Vec<u8>>,
     /// The database.
     pub db: String,
     /// The table.
@@ -32,17 +37,18 @@ impl Target {
     /// from the table flag, else the URL's `?database=`, else `cgmon`.
     ///
     /// # Errors
-    /// Not an `http://[user@]host[:port][/path][?database=NAME&user=NAME]` URL: another
+    /// Not an `http[s]://[user@]host[:port][/path][?database=NAME&user=NAME]` URL: another
     /// scheme, a password (in the authority or `?password=`), a host that is not a name,
     /// an IPv4 address or a bracketed IPv6 one, a port outside 1-65535, a user with a
     /// control character, another parameter, or a bad database or table name.
     pub fn parse(url: &str, table: &str) -> Result<Self, ValueError> {
         let bad = |why: String| ValueError(format!("{:?}: {why}", clip(&redacted(url))));
-        let rest = match url.split_once("://") {
-            Some(("http", rest)) => rest,
+        let (tls, rest) = match url.split_once("://") {
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
             Some((scheme, _)) => {
                 return Err(bad(format!(
-                    "unknown scheme {:?} (only http:// is supported)",
+                    "unknown scheme {:?} (http:// or https://)",
                     clip(scheme)
                 )));
             }
@@ -112,7 +118,16 @@ impl Target {
             return Err(bad("a space or control character in the path".into()));
         }
         let port = port.map_or(String::new(), |p| format!(":{p}"));
-        Ok(Self { base: format!("http://{host}{port}{path}/"), db, table, user, password: None })
+        let scheme = if tls { "https" } else { "http" };
+        Ok(Self {
+            base: format!("{scheme}://{host}{port}{path}/"),
+            tls,
+            roots: Vec::new(),
+            db,
+            table,
+            user,
+            password: None,
+        })
     }
 
     /// The base URL as logs may show it: it never holds credentials.
@@ -220,10 +235,11 @@ mod tests {
             (t.base.as_str(), t.user.as_deref()),
             ("http://proxy:80/clickhouse/", Some("ops@eu"))
         );
+        let t = Target::parse("https://ch.example:8443/", "flows").unwrap();
+        assert!(t.tls && t.base == "https://ch.example:8443/");
         let t = Target::parse("http://proxy/ch?user=a%20b", "t").unwrap();
         assert_eq!((t.base.as_str(), t.user.as_deref()), ("http://proxy/ch/", Some("a b")));
         for (bad, says) in [
-            ("https://ch:8443/", "unknown scheme"),
             ("ftp://ch/", "unknown scheme"),
             ("ch:8123", "not a URL"),
             ("http://", "no host"),

@@ -13,6 +13,9 @@ pub struct ChServer {
     dir: tempfile::TempDir,
     /// HTTP port.
     pub http: u16,
+    /// HTTPS port, when started with a certificate ([`ChServer::start_tls`]).
+    #[allow(dead_code)] // the bench has no use for it
+    pub https: Option<u16>,
     child: Option<std::process::Child>,
 }
 
@@ -25,6 +28,21 @@ impl ChServer {
     /// Starts a server, or `None` (the test skips) when the package is not installed; under
     /// CI=true it must be. `cluster`: the native ports of a two-shard cluster `cgmon_fleet`.
     pub fn start(cluster: Option<(u16, u16)>, tcp: Option<u16>) -> Option<Self> {
+        Self::start_with(cluster, tcp, None)
+    }
+
+    /// A server that also answers HTTPS with `cert` and `key` (PEM files), on
+    /// [`https`](Self::https).
+    #[allow(dead_code)] // the bench has no use for it
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Option<Self> {
+        Self::start_with(None, None, Some((cert, key)))
+    }
+
+    fn start_with(
+        cluster: Option<(u16, u16)>,
+        tcp: Option<u16>,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> Option<Self> {
         if !std::path::Path::new("/usr/sbin/clickhouse-server").exists()
             && Command::new("clickhouse-server").arg("--version").output().is_err()
         {
@@ -61,8 +79,22 @@ impl ChServer {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        cfg = drop_line(&cfg, "https_port");
         cfg = drop_line(&cfg, "tcp_port_secure");
+        cfg = drop_line(&cfg, "dhParamsFile");
+        let https = tls.map(|(cert, key)| {
+            let port = free_port();
+            // The package's <https_port> sits in a comment: a port of our own goes beside
+            // the HTTP one.
+            cfg = cfg
+                .replace(
+                    &format!("<http_port>{http}</http_port>"),
+                    &format!("<http_port>{http}</http_port><https_port>{port}</https_port>"),
+                )
+                .replace("/etc/clickhouse-server/server.crt", &cert.display().to_string())
+                .replace("/etc/clickhouse-server/server.key", &key.display().to_string());
+            port
+        });
+        cfg = drop_line(&cfg, "https_port");
         if let Some((a, b)) = cluster {
             let shard = |p: u16| {
                 format!("<shard><replica><host>127.0.0.1</host><port>{p}</port></replica></shard>")
@@ -74,7 +106,7 @@ impl ChServer {
         }
         std::fs::write(dir.path().join("config.xml"), cfg).unwrap();
         std::fs::copy("/etc/clickhouse-server/users.xml", dir.path().join("users.xml")).unwrap();
-        let mut s = Self { dir, http, child: None };
+        let mut s = Self { dir, http, https, child: None };
         s.run();
         Some(s)
     }

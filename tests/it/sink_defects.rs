@@ -420,3 +420,112 @@ fn a_bad_spool_dir_touches_no_output_file() {
         assert_eq!(std::fs::read_to_string(dir.path().join("r.json")).unwrap(), "{\"Cookie\":1}\n");
     }
 }
+
+/// A CA, and a certificate it signed for localhost and 127.0.0.1, made with openssl in
+/// `dir`: (ca.crt, server.crt, server.key).
+fn make_ca(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").current_dir(dir).args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=cgmon-rs test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    (dir.join("ca.crt"), dir.join("server.crt"), dir.join("server.key"))
+}
+
+/// https:// to a real ClickHouse 18.16 whose certificate a CA the test made signed: with
+/// that CA (--clickhouse-ca) every record lands once; with the system's roots, which do not
+/// know it, nothing is sent and the sink says why.
+#[test]
+fn https_to_a_real_server_verifies_its_certificate() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        assert!(std::env::var("CI").is_err(), "CI=true: openssl is required");
+        eprintln!("skipped: no openssl to make a CA");
+        return;
+    }
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = make_ca(pki.path());
+    let Some(ch) = crate::clickhouse::ChServer::start_tls(&cert, &key) else { return };
+    let url = format!("https://127.0.0.1:{}/", ch.https.unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    // The system's roots: refused, and said so.
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&url, dir.path(), port, &[]);
+    connections(&l, 5);
+    m.wait_log("ClickHouse sink failing", Duration::from_secs(20));
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(1), "{log}");
+    let line = log.lines().find(|l| l.contains("ClickHouse sink failing")).unwrap();
+    assert!(
+        line.to_lowercase().contains("certificate") || line.contains("UnknownIssuer"),
+        "{line}"
+    );
+    assert!(ch.query("EXISTS TABLE cgmon.flows").unwrap_or_default().trim() != "1", "nothing sent");
+    // Its CA: every record once.
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&url, dir.path(), port, &["--clickhouse-ca", ca.to_str().unwrap()]);
+    connections(&l, 10);
+    let end = Instant::now() + Duration::from_secs(30);
+    while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("20\n") {
+        assert!(Instant::now() < end, "{}", m.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    assert!(st.success(), "{log}");
+    let stored = ch.query("SELECT Cookie FROM cgmon.flows ORDER BY Cookie FORMAT TSV").unwrap();
+    let stored: Vec<u64> = stored.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(stored, file_cookies(dir.path()));
+    // --clickhouse-ca with http:// says it has nothing to verify.
+    let out = Command::new(BIN)
+        .args(["--clickhouse", &ch.url(), "--clickhouse-ca", ca.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs an https://"));
+}
