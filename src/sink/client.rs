@@ -201,6 +201,29 @@ pub fn query_id(b: &Batch) -> String {
     format!("cgmon:{}", b.id)
 }
 
+/// The count of batch `b`'s rows in `db.table`, read from the batch's host's rows within
+/// its `EndTime` range (with a second's slack each way for the DateTime of 18.16), which
+/// the sort key `(Host, Service, EndTime)` and the day partitions narrow to a few granules.
+/// A batch an earlier release spooled has no range: its host's rows alone.
+pub fn lookup_sql(db: &str, table: &str, b: &Batch) -> String {
+    // HOST/RUN/SEQ: the host is all before the last two parts.
+    let host = b.id.rsplitn(3, '/').nth(2).unwrap_or(&b.id);
+    let within = match b.ends {
+        Some((lo, hi)) => format!(
+            " AND EndTime >= toDateTime({}) AND EndTime < toDateTime({})",
+            lo.saturating_sub(1).max(0),
+            hi.saturating_add(2).max(0)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "SELECT count() FROM `{db}`.`{table}` WHERE Host = '{}'{within} AND BatchId = '{}' \
+         FORMAT TSV",
+        quote(host),
+        quote(&b.id)
+    )
+}
+
 /// `s` as the inside of a ClickHouse string literal.
 fn quote(s: &str) -> String {
     s.replace('\\', "\\\\").replace('\'', "\\'")
@@ -239,24 +262,7 @@ impl Store for Client {
                 b.id
             )));
         }
-        // HOST/RUN/SEQ: the host is all before the last two parts.
-        let host = b.id.rsplitn(3, '/').nth(2).unwrap_or(&b.id);
-        let within = match b.ends {
-            Some((lo, hi)) => format!(
-                " AND EndTime >= toDateTime({}) AND EndTime < toDateTime({})",
-                lo.saturating_sub(1).max(0),
-                hi.saturating_add(2).max(0)
-            ),
-            None => String::new(),
-        };
-        let text = self.sql(&format!(
-            "SELECT count() FROM `{}`.`{}` WHERE Host = '{}'{within} AND BatchId = '{}' \
-             FORMAT TSV",
-            self.target.db,
-            self.target.table,
-            quote(host),
-            quote(&b.id)
-        ))?;
+        let text = self.sql(&lookup_sql(&self.target.db, &self.target.table, b))?;
         text.trim()
             .parse()
             .map_err(|_| Failure::Uncertain(format!("count: {:?}", first_line(&text))))

@@ -147,6 +147,7 @@ impl ChServer {
     }
 
     /// `http://127.0.0.1:PORT/`.
+    #[allow(dead_code)] // the lookup bench has no use for it
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/", self.http)
     }
