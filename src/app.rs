@@ -634,7 +634,7 @@ fn attributed(
 /// Binds and starts the HTTP server, with the `/metrics` exporter of `served`'s counters
 /// and accounts.
 fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate::http::Server, u8> {
-    let l = crate::http::bind(h.addr).map_err(|e| {
+    let l = crate::http::bind(h.addr, served.token.is_some()).map_err(|e| {
         eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
         EXIT_FAILURE
     })?;

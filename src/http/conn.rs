@@ -43,13 +43,15 @@ impl Default for Limits {
     }
 }
 
-/// Binds `addr` (warning when it is not loopback: there is no authentication).
+/// Binds `addr` (warning when it is not loopback and no token guards it: every local
+/// user's programs and peers would be anyone's).
 ///
 /// # Errors
 /// The address cannot be bound.
-pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    if !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "the HTTP server listens beyond loopback, without authentication");
+pub fn bind(addr: SocketAddr, guarded: bool) -> std::io::Result<std::net::TcpListener> {
+    if !addr.ip().is_loopback() && !guarded {
+        tracing::warn!(%addr, "the HTTP server listens beyond loopback, without \
+            authentication (--http-token-file)");
     }
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),

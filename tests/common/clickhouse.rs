@@ -13,6 +13,9 @@ pub struct ChServer {
     dir: tempfile::TempDir,
     /// HTTP port.
     pub http: u16,
+    /// Native port (clickhouse-client's).
+    #[allow(dead_code)] // the benches have no use for it
+    pub tcp: u16,
     /// HTTPS port, when started with a certificate ([`ChServer::start_tls`]).
     #[allow(dead_code)] // the bench has no use for it
     pub https: Option<u16>,
@@ -28,20 +31,27 @@ impl ChServer {
     /// Starts a server, or `None` (the test skips) when the package is not installed; under
     /// CI=true it must be. `cluster`: the native ports of a two-shard cluster `cgmon_fleet`.
     pub fn start(cluster: Option<(u16, u16)>, tcp: Option<u16>) -> Option<Self> {
-        Self::start_with(cluster, tcp, None)
+        Self::start_with(cluster, tcp, None, None)
+    }
+
+    /// A server with a user `name` whose password is `password`, beside `default`.
+    #[allow(dead_code)] // the benches have no use for it
+    pub fn start_with_user(name: &str, password: &str) -> Option<Self> {
+        Self::start_with(None, None, None, Some((name, password)))
     }
 
     /// A server that also answers HTTPS with `cert` and `key` (PEM files), on
     /// [`https`](Self::https).
     #[allow(dead_code)] // the bench has no use for it
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Option<Self> {
-        Self::start_with(None, None, Some((cert, key)))
+        Self::start_with(None, None, Some((cert, key)), None)
     }
 
     fn start_with(
         cluster: Option<(u16, u16)>,
         tcp: Option<u16>,
         tls: Option<(&std::path::Path, &std::path::Path)>,
+        user: Option<(&str, &str)>,
     ) -> Option<Self> {
         if !std::path::Path::new("/usr/sbin/clickhouse-server").exists()
             && Command::new("clickhouse-server").arg("--version").output().is_err()
@@ -105,8 +115,16 @@ impl ChServer {
             );
         }
         std::fs::write(dir.path().join("config.xml"), cfg).unwrap();
-        std::fs::copy("/etc/clickhouse-server/users.xml", dir.path().join("users.xml")).unwrap();
-        let mut s = Self { dir, http, https, child: None };
+        let mut users = std::fs::read_to_string("/etc/clickhouse-server/users.xml").unwrap();
+        if let Some((name, password)) = user {
+            let entry = format!(
+                "<{name}><password>{password}</password><networks><ip>::/0</ip></networks>\
+                 <profile>default</profile><quota>default</quota></{name}>"
+            );
+            users = users.replacen("<users>", &format!("<users>{entry}"), 1);
+        }
+        std::fs::write(dir.path().join("users.xml"), users).unwrap();
+        let mut s = Self { dir, http, tcp, https, child: None };
         s.run();
         Some(s)
     }

@@ -770,8 +770,90 @@ fn the_shipped_ddl_files_are_the_ddl_commands_output() {
             args.join(" ")
         );
     }
+    // examples/clickhouse/README.md lists every query, and counts them right.
+    let readme = std::fs::read_to_string(format!("{root}/examples/clickhouse/README.md")).unwrap();
+    let files: Vec<String> = std::fs::read_dir(format!("{root}/examples/clickhouse/queries"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for f in &files {
+        assert!(readme.contains(&format!("| `{f}` |")), "{f} is not in the README's table");
+    }
+    let words = [
+        "", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve", "thirteen", "fourteen", "fifteen",
+    ];
+    assert!(readme.contains(&format!("{} fleet questions", words[files.len()])), "the count");
     let out = Command::new(BIN).args(["clickhouse-ddl", "--server-version", "x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// The README's "Fleet" block, run as written against a real ClickHouse 18.16: its monitor
+/// line (the server's address and the spool's path put in, and a run of a few seconds) and
+/// its clickhouse-client line (the native port put in). The user `cgmon` with the README's
+/// password exists on the server, so the credentials are the README's own.
+#[test]
+fn the_readmes_fleet_example_runs() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = readme.split("#### Fleet: every record in ClickHouse").nth(1).unwrap();
+    let block = block.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let lines: Vec<String> = block
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 2, "a monitor line and a query line: {lines:?}");
+    let Some(ch) = ChServer::start_with_user("cgmon", "secret") else { return };
+    if Command::new("clickhouse-client").arg("--version").output().is_err() {
+        assert!(std::env::var("CI").is_err(), "CI=true: clickhouse-client is required");
+        eprintln!("skipped: no clickhouse-client");
+        return;
+    }
+    let spool = tempfile::tempdir().unwrap();
+    let monitor = lines[0]
+        .replace("cgmon-rs ", &format!("{BIN} "))
+        .replace("ch.example:8123", &format!("127.0.0.1:{}", ch.http))
+        .replace("/var/lib/cgmon-rs/spool", spool.path().join("spool").to_str().unwrap());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let run = std::thread::spawn(move || {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{monitor} -run-duration 6s -run-interval 100ms >/dev/null"))
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    connections(&l, 20);
+    let out = run.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let n: u64 = ch
+        .query("SELECT count() FROM cgmon.flows WHERE DstPort = 0 OR 1")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(n >= 40, "the monitor's records landed: {n}");
+    let query =
+        lines[1].replace("--host ch.example", &format!("--host 127.0.0.1 --port {}", ch.tcp));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&query)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{query}: {}", String::from_utf8_lossy(&out.stderr));
+    // Service, Host, Verdict, flows, pct: the monitor's host, every flow counted.
+    let host = cgmon_rs::cli::hostname();
+    let flows: u64 = text
+        .lines()
+        .map(|l| l.split('\t').collect::<Vec<_>>())
+        .filter(|f| f.len() == 5 && f[1] == host)
+        .map(|f| f[3].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(flows, n, "{text}");
 }
