@@ -200,15 +200,12 @@ async fn run_main(cfg: Config) -> u8 {
     let metrics = Arc::new(Metrics::new(s.task.interval));
     // The spool before the files: a --spool-dir that cannot be had is a usage error that
     // has not yet moved the last run's output aside.
-    if let Some(d) = s.sink.as_ref().and_then(|c| c.spool_dir.as_ref()) {
-        if let Err(e) = crate::sink::spool::prepare(d) {
-            eprintln!(
-                "cgmon-rs: --spool-dir {}: {e}{}",
-                d.display(),
-                cfg.env.suffix(&["spool_dir"])
-            );
-            return EXIT_USAGE;
-        }
+    if let Some(d) = s.sink.as_ref().and_then(|c| c.spool_dir.as_ref())
+        && let Err(e) = crate::sink::spool::prepare(d)
+    {
+        let from = cfg.env.suffix(&["spool_dir"]);
+        eprintln!("cgmon-rs: --spool-dir {}: {e}{from}", d.display());
+        return EXIT_USAGE;
     }
     // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
     let w = match Writer::open(s.writer.clone(), metrics.clone()) {

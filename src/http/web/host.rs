@@ -286,7 +286,7 @@ fn flow_row(b: &mut String, h: &Host, r: &Row) {
         r.cookie,
         esc(&r.tuple),
         r.state,
-        esc(r.dest.as_deref().unwrap_or("–")),
+        esc(r.dest.as_deref().unwrap_or(crate::sink::row::UNKNOWN)),
     );
     if h.netns {
         let _ = write!(b, "<td>{}</td>", esc(r.netns.as_deref().unwrap_or("")));
