@@ -565,6 +565,7 @@ pub fn keep_heap_for_reuse() {
 pub mod diagnosis;
 pub mod samples;
 pub mod stage;
+pub mod tick;
 
 #[cfg(test)]
 mod tests;

@@ -174,6 +174,19 @@ impl Retained {
         }
     }
 
+    /// The peer's windows this sample may have seen: the step it was kept in, `(lowest,
+    /// highest)` bytes, both inclusive ([`snd_wnd`](Self::snd_wnd) is its middle).
+    #[inline]
+    pub fn snd_wnd_range(&self) -> (u32, u32) {
+        if self.wnd8 == 0 {
+            return (0, 1);
+        }
+        let (e, frac) = (u32::from(self.wnd8 / 8), u64::from(self.wnd8 % 8));
+        let lo = ((8 + frac) << e) >> 3;
+        let step = ((1u64 << e) >> 3).max(1);
+        (lo.min(u64::from(u32::MAX)) as u32, (lo + step - 1).min(u64::from(u32::MAX)) as u32)
+    }
+
     /// Keeps the peer's window `w` (bytes): its highest set bit and the three bits below.
     #[inline]
     pub fn set_snd_wnd(&mut self, w: u32) {

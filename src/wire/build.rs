@@ -87,6 +87,11 @@ impl SockBuilder {
         self.info[off..off + 8].copy_from_slice(&v.to_ne_bytes());
         self
     }
+    /// tcpi_snd_ssthresh, segments (`0x7fffffff`: still in slow start).
+    pub fn ssthresh(mut self, v: u32) -> Self {
+        self.set32(76, v);
+        self
+    }
     /// tcpi_busy_time, tcpi_rwnd_limited and tcpi_sndbuf_limited, µs.
     pub fn chrono_us(mut self, busy: u64, rwnd: u64, sndbuf: u64) -> Self {
         self.set64(168, busy).set64(176, rwnd).set64(184, sndbuf);
