@@ -358,10 +358,12 @@ async fn a_cap_on_the_full_dump_interval_costs_the_budget_and_says_so() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_cap_the_budget_alone_sets_the_pace() {
-    // 1,000 sockets at 200 µs: 200 ms a dump, at 1 % 20 s apart: past the 10 s that
-    // used to be the longest, and within the budget.
-    let r = host(1000, 0, Duration::from_millis(100), 0.01, |st| {
-        st.cost_per_socket = Duration::from_micros(200);
+    // 100 sockets at 2 ms: 200 ms a dump, at 1 % 20 s apart: past the 10 s that used to
+    // be the longest, and within the budget. Few sockets, each dear: the real decoding
+    // adds to the simulated cost (each of its ms is 0.1 s of the plan at 1 %), and on a
+    // loaded machine 1,000 sockets' decoding put the plan at 21.03 s.
+    let r = host(100, 0, Duration::from_millis(100), 0.01, |st| {
+        st.cost_per_socket = Duration::from_millis(2);
     });
     tokio::time::sleep(Duration::from_secs(45)).await;
     let m = r.metrics.clone();
