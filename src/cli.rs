@@ -306,6 +306,7 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+pub mod ddl_cmd;
 mod flags;
 mod resolve;
 mod secret;

@@ -1,7 +1,7 @@
 //! `cgmon-rs`: the program. Everything lives in the library: the monitor is
 //! `cgmon_rs::app`, `cgmon-rs diagnose` is `cgmon_rs::diagnose`, `cgmon-rs plot` and
 //! `cgmon-rs report` are `cgmon_rs::report`, `cgmon-rs clickhouse-ddl` is
-//! `cgmon_rs::sink::ddl_cmd`.
+//! `cgmon_rs::cli::ddl_cmd`.
 
 use std::process::ExitCode;
 
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Some("diagnose") => cgmon_rs::diagnose::main(args[1..].to_vec()),
         Some("plot") => cgmon_rs::report::plot_main(args[1..].to_vec()),
         Some("report") => cgmon_rs::report::report_main(args[1..].to_vec()),
-        Some("clickhouse-ddl") => cgmon_rs::sink::ddl_cmd::main(args[1..].to_vec()),
+        Some("clickhouse-ddl") => cgmon_rs::cli::ddl_cmd::main(args[1..].to_vec()),
         _ => cgmon_rs::app::main(args),
     }
 }

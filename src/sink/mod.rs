@@ -25,7 +25,6 @@
 pub mod batch;
 pub mod client;
 pub mod ddl;
-pub mod ddl_cmd;
 pub mod delivery;
 pub mod row;
 pub mod spool;

@@ -252,6 +252,35 @@ pub fn file_cookies(dir: &std::path::Path) -> Vec<u64> {
     v
 }
 
+/// Waits up to `secs` for the fake to hold `n` rows (the test's own asserts say what then).
+pub fn wait_rows(f: &Mutex<Fake>, n: usize, secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while f.lock().unwrap().rows.len() < n && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits up to 30 s for the real server's `cgmon.flows` to hold `n` rows.
+pub fn wait_table(ch: &ChServer, n: usize, m: &Monitor) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while ch.query("SELECT count() FROM cgmon.flows").ok() != Some(format!("{n}\n")) {
+        assert!(
+            Instant::now() < end,
+            "{n} rows: {:?}\n{}",
+            ch.query("SELECT count() FROM cgmon.flows"),
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// SIGTERM, and the exit: its status and the log.
+pub fn stop(m: Monitor) -> (std::process::ExitStatus, String) {
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(30));
+    (st, log)
+}
+
 pub fn sink_monitor(url: &str, dir: &std::path::Path, port: u16, extra: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
@@ -287,8 +316,7 @@ fn a_failing_server_gets_every_record_exactly_once() {
     }
     let text = http_get(&http_addr(&m), "/metrics");
     let health = http_get(&http_addr(&m), "/healthz");
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let files = file_cookies(dir.path());
     assert_eq!(files.len(), 120, "{log}");
@@ -312,7 +340,7 @@ fn a_failing_server_gets_every_record_exactly_once() {
 #[test]
 fn bad_sink_flags_are_one_line_and_exit_2() {
     for (args, says) in [
-        (vec!["--clickhouse", "https://ch:8443/"], "unknown scheme"),
+        (vec!["--clickhouse", "ftp://ch:8443/"], "unknown scheme"),
         (vec!["--clickhouse", "ch:8123"], "not a URL"),
         (vec!["--clickhouse", "http://u:hunter2@ch:8123/"], "password in the URL"),
         (vec!["--clickhouse", "http://ch/", "--clickhouse-table", "a;b"], "invalid table name"),
@@ -351,8 +379,7 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
     std::thread::sleep(Duration::from_millis(2500));
     let health = http_get(&http_addr(&m), "/healthz");
     assert!(health.starts_with("HTTP/1.1 200") && health.contains("degraded"), "{health}");
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "spooled, not dropped: exit 0\n{log}");
     assert!(log.contains("stay in the spool"), "{log}");
     let spooled = std::fs::read_dir(spool.path()).unwrap().count();
@@ -367,8 +394,7 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_millis(500));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let mut table: Vec<u64> =
         f.lock().unwrap().rows.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
@@ -406,8 +432,7 @@ fn records_dropped_past_the_bound_make_healthz_503_and_the_exit_status_1() {
     assert!(metric(&text, "cgmon_sink_waiting_bytes") <= f64::from(1u32 << 20), "{text}");
     let health = http_get(&http_addr(&m), "/healthz");
     assert!(health.starts_with("HTTP/1.1 503") && health.contains("dropping"), "{health}");
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert_eq!(st.code(), Some(1), "records were dropped\n{log}");
     assert!(log.contains("not delivered to ClickHouse and are lost"), "{log}");
     assert_eq!(log.matches("ClickHouse sink failing").count(), 1, "one line, not one a retry");
@@ -447,8 +472,7 @@ fn a_table_that_does_not_fit_keeps_the_records_until_it_is_fixed() {
         assert!(Instant::now() < end, "40 rows after the fix\n{}", m.log());
         std::thread::sleep(Duration::from_millis(200));
     }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     assert_eq!(log.matches("ClickHouse sink failing").count(), 1, "logged once\n{log}");
     assert!(log.contains("delivering again"), "{log}");
@@ -520,8 +544,7 @@ fn real_server_killed_and_restarted_holds_every_record_once() {
     ch.kill();
     connections(&l, 20);
     std::thread::sleep(Duration::from_millis(1500));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     assert!(std::fs::read_dir(spool.path()).unwrap().count() >= 1, "{log}");
     // Server and monitor back: the spool goes first.
@@ -538,8 +561,7 @@ fn real_server_killed_and_restarted_holds_every_record_once() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let files = file_rows(dir.path(), "test-host");
     assert_eq!(files.len(), 240);
@@ -609,8 +631,7 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let files = file_rows(dir.path(), "test-host");
     assert_eq!(table_rows(&a, "cgmon.flows"), files);
@@ -710,12 +731,8 @@ fn the_shipped_queries_run_on_current_clickhouse_with_the_right_answers() {
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
     query_traffic(&l);
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.lock().unwrap().rows.len() < 68 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_rows(&f, 68, 30);
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let rows = dir.path().join("rows.ndjson.txt");
     let text: String = f.lock().unwrap().rows.iter().map(|r| format!("{r}\n")).collect();
@@ -742,8 +759,7 @@ fn the_shipped_queries_run_on_the_monitors_own_table_on_clickhouse_18_16() {
     while count().unwrap_or(0) < 68 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     assert_eq!(count(), Some(file_cookies(dir.path()).len()), "{log}");
     let so = run_examples(dir.path(), ["--server", &ch.url()]);
@@ -856,4 +872,47 @@ fn the_readmes_fleet_example_runs() {
         .map(|f| f[3].parse::<u64>().unwrap())
         .sum();
     assert_eq!(flows, n, "{text}");
+}
+
+/// A table the previous release made on 18.16 (flat columns only: no RTTSummary, no
+/// FinalState, `DateTime` without a zone, ordered by host, service and time) keeps taking
+/// records: at first contact the monitor adds the columns it lacks, says once which, and
+/// every record lands once with its summaries.
+#[test]
+fn a_table_the_previous_release_made_gains_the_new_columns() {
+    let Some(ch) = ChServer::start(None, None) else { return };
+    let old_columns = "StartTime DateTime, EndTime DateTime, Duration Int64, Samples UInt32, \
+        Partial UInt8, MinRTTKernelms Nullable(Float64), MinRTTObservedms Nullable(Float64), \
+        TotalRetransmits UInt32, BytesAcked UInt64, SendThroughputMbps Float64, \
+        RecvThroughputMbps Float64, BytesSent UInt64, BytesRetrans UInt64, BytesReceived UInt64, \
+        EndReason String, Close String, CongestionControl String, Family String, Cookie UInt64, \
+        Service String, DestService String, Comm String, Pid UInt32, Host String, \
+        BatchId String, Verdict String, Cause String, Finding String, \
+        ReceiverWindowPct Float64, SendBufferPct Float64, NetworkPct Float64, \
+        ApplicationPct Float64, SrcIP String, SrcPort UInt16, DstIP String, DstPort UInt16";
+    ch.query("CREATE DATABASE cgmon").unwrap();
+    ch.query(&format!(
+        "CREATE TABLE cgmon.flows ({old_columns}) ENGINE = MergeTree \
+         PARTITION BY toDate(EndTime) ORDER BY (Host, Service, EndTime)"
+    ))
+    .unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    connections(&l, 10);
+    wait_table(&ch, 20, &m);
+    let (st, log) = stop(m);
+    assert!(st.success(), "{log}");
+    let added: Vec<&str> =
+        log.lines().filter(|l| l.contains("columns this release writes added")).collect();
+    assert_eq!(added.len(), 1, "said once: {log}");
+    assert!(added[0].contains("RTTSummary") && added[0].contains("FinalState"), "{}", added[0]);
+    assert!(!added[0].contains("Cookie,"), "only the missing: {}", added[0]);
+    let stored = ch
+        .query("SELECT Cookie, length(RTTSummary), Service FROM cgmon.flows ORDER BY Cookie FORMAT TSV")
+        .unwrap();
+    let rows: Vec<Vec<&str>> = stored.lines().map(|l| l.split('\t').collect()).collect();
+    let cookies: Vec<u64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(cookies, file_cookies(dir.path()), "every record once");
+    assert!(rows.iter().all(|r| r[1] == "7" && r[2] == "unknown"), "{stored}");
 }

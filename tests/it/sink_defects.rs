@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::monitor::Monitor;
 use crate::program::{SmallDisk, http_addr, http_get, metric};
-use crate::sink::{Fake, Insert, connections, fake, file_cookies, sink_monitor};
+use crate::sink::{
+    Fake, Insert, connections, fake, file_cookies, sink_monitor, stop, wait_rows, wait_table,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
@@ -107,8 +109,7 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
     m.wait_log("spooling again", Duration::from_secs(20));
     connections(&l, 10);
     std::thread::sleep(Duration::from_millis(2500));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let files = file_cookies(dir.path());
     assert_eq!(files.len(), 60, "{log}");
@@ -117,12 +118,8 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
     let f = Arc::new(Mutex::new(Fake::default()));
     let live = fake(f.clone());
     let m = sink_monitor(&live, dir.path(), port, &["--spool-dir", &sp]);
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.lock().unwrap().rows.len() < 60 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_rows(&f, 60, 30);
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let mut table: Vec<u64> =
         f.lock().unwrap().rows.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
@@ -135,8 +132,7 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
         sink_monitor(&url, dir.path(), port, &["--spool-dir", &sp, "-run-shutdown-timeout", "2s"]);
     connections(&l, 10);
     m.wait_log("cannot spool batches", Duration::from_secs(20));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert_eq!(st.code(), Some(1), "{log}");
     assert!(log.contains("records neither delivered nor spooled by the stop are lost"), "{log}");
     assert!(log.contains("records=20"), "{log}");
@@ -166,13 +162,9 @@ fn an_insert_stored_late_is_not_stored_twice() {
     connections(&l, 10);
     std::thread::sleep(Duration::from_millis(1500));
     connections(&l, 10);
-    let end = Instant::now() + Duration::from_secs(40);
-    while f.lock().unwrap().rows.len() < 40 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_rows(&f, 40, 40);
     std::thread::sleep(Duration::from_millis(500));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let g = f.lock().unwrap();
     let mut table: Vec<u64> = g.rows.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
@@ -207,12 +199,8 @@ fn a_redirect_is_refused_and_the_password_stays_home() {
     c.env("CGMON_CLICKHOUSE_PASSWORD", "pa55word");
     let m = Monitor::spawn(c);
     connections(&l, 10);
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.lock().unwrap().rows.len() < 20 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_rows(&f, 20, 30);
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     assert!(thief.accept().is_err(), "the redirect was followed");
     assert!(log.contains("a redirect to") && log.contains("not followed"), "{log}");
@@ -250,12 +238,8 @@ fn the_password_is_in_no_log_line_at_trace_level() {
         }
         let m = Monitor::spawn(c);
         connections(&l, 5);
-        let end = Instant::now() + Duration::from_secs(20);
-        while f.lock().unwrap().rows.len() < 10 && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        m.signal(libc::SIGTERM);
-        let (st, log, _) = m.wait(Duration::from_secs(30));
+        wait_rows(&f, 10, 20);
+        let (st, log) = stop(m);
         assert!(st.success(), "{log}");
         assert_eq!(f.lock().unwrap().rows.len(), 10, "{log}");
         if rust_log.is_none_or(|v| v == "trace") {
@@ -287,12 +271,8 @@ fn a_table_without_the_flows_columns_is_not_written_to() {
     assert!(health.contains("degraded"), "{health}");
     assert_eq!(f.lock().unwrap().inserts, 0, "never inserted into");
     f.lock().unwrap().columns.clear(); // now the monitor's own table's
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.lock().unwrap().rows.len() < 20 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_rows(&f, 20, 30);
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     assert_eq!(f.lock().unwrap().rows.len(), 20, "{log}");
     let line = log.lines().find(|l| l.contains("lacks the columns")).unwrap();
@@ -327,13 +307,9 @@ fn a_broken_spool_file_is_set_aside_and_the_rest_flow_on() {
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &["--spool-dir", &sp]);
     connections(&l, 10);
-    let end = Instant::now() + Duration::from_secs(30);
-    while f.lock().unwrap().rows.len() < 22 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_rows(&f, 22, 30);
     let text = http_get(&http_addr(&m), "/metrics");
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert_eq!(st.code(), Some(1), "the cut batch's records are lost, and said so\n{log}");
     assert_eq!(f.lock().unwrap().rows.len(), 22, "2 old and 20 new\n{log}");
     assert_eq!(metric(&text, "cgmon_sink_records_total{result=\"sent\"}"), 22.0, "{text}");
@@ -365,8 +341,7 @@ fn spool_files_are_private() {
         let p = e.unwrap().path();
         assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600, "{}", p.display());
     }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
 }
 
@@ -385,12 +360,8 @@ fn a_batch_the_server_cannot_inflate_does_not_stop_delivery() {
     connections(&l, 5);
     std::thread::sleep(Duration::from_millis(1500));
     connections(&l, 5);
-    let end = Instant::now() + Duration::from_secs(20);
-    while f.lock().unwrap().rows.len() < 10 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_rows(&f, 10, 20);
+    let (st, log) = stop(m);
     assert_eq!(st.code(), Some(1), "{log}");
     assert_eq!(f.lock().unwrap().rows.len(), 10, "the second batch\n{log}");
     assert!(log.contains("set aside") && log.contains("10 records were not delivered"), "{log}");
@@ -497,8 +468,7 @@ fn https_to_a_real_server_verifies_its_certificate() {
     let m = sink_monitor(&url, dir.path(), port, &[]);
     connections(&l, 5);
     m.wait_log("ClickHouse sink failing", Duration::from_secs(20));
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    let (st, log) = stop(m);
     assert_eq!(st.code(), Some(1), "{log}");
     let line = log.lines().find(|l| l.contains("ClickHouse sink failing")).unwrap();
     assert!(
@@ -510,13 +480,8 @@ fn https_to_a_real_server_verifies_its_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&url, dir.path(), port, &["--clickhouse-ca", ca.to_str().unwrap()]);
     connections(&l, 10);
-    let end = Instant::now() + Duration::from_secs(30);
-    while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("20\n") {
-        assert!(Instant::now() < end, "{}", m.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    m.signal(libc::SIGTERM);
-    let (st, log, _) = m.wait(Duration::from_secs(30));
+    wait_table(&ch, 20, &m);
+    let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let stored = ch.query("SELECT Cookie FROM cgmon.flows ORDER BY Cookie FORMAT TSV").unwrap();
     let stored: Vec<u64> = stored.lines().map(|l| l.parse().unwrap()).collect();

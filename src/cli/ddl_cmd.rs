@@ -1,5 +1,5 @@
 //! `cgmon-rs clickhouse-ddl`: prints the fleet's table as the monitor would create it, for
-//! the people who create it by hand ([`super::ddl::script`]).
+//! the people who create it by hand ([`crate::sink::ddl::script`]).
 
 use std::process::ExitCode;
 
@@ -14,8 +14,8 @@ use std::process::ExitCode;
 pub struct DdlCli {
     /// The server's version (SELECT version()): 18.16 takes plainer types than 20.1 and later
     #[arg(long = "server-version", value_name = "V", default_value = "26.9",
-          value_parser = |s: &str| super::ddl::Version::parse(s).map_err(|e| e.0))]
-    pub server_version: super::ddl::Version,
+          value_parser = |s: &str| crate::sink::ddl::Version::parse(s).map_err(|e| e.0))]
+    pub server_version: crate::sink::ddl::Version,
     /// A sharded fleet: each server's TABLE_local and a Distributed table over the cluster
     /// NAME (as <remote_servers> names it)
     #[arg(long, value_name = "NAME", value_parser = cluster_name)]
@@ -34,18 +34,21 @@ fn cluster_name(s: &str) -> Result<String, String> {
 
 /// Runs `cgmon-rs clickhouse-ddl ARGS`.
 pub fn main(args: Vec<String>) -> ExitCode {
-    let cli: DdlCli = match crate::cli::parse_subcommand("clickhouse-ddl", args) {
+    let cli: DdlCli = match super::parse_subcommand("clickhouse-ddl", args) {
         Ok(c) => c,
         Err(code) => return code,
     };
     // The table's name is checked as the monitor checks --clickhouse-table.
-    let t = match super::target::Target::parse("http://localhost/", &cli.table) {
+    let t = match crate::sink::target::Target::parse("http://localhost/", &cli.table) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("cgmon-rs clickhouse-ddl: --table: {}", e.0);
-            return ExitCode::from(crate::cli::EXIT_USAGE);
+            return ExitCode::from(super::EXIT_USAGE);
         }
     };
-    print!("{}", super::ddl::script(cli.server_version, &t.db, &t.table, cli.cluster.as_deref()));
+    print!(
+        "{}",
+        crate::sink::ddl::script(cli.server_version, &t.db, &t.table, cli.cluster.as_deref())
+    );
     ExitCode::SUCCESS
 }
