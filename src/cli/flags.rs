@@ -502,8 +502,8 @@ pub struct Cli {
     pub backlog: u64,
 
     // ---- ClickHouse ----
-    /// Also send every record to ClickHouse over HTTP, exactly once: http[s]://HOST:PORT/
-    /// (a user as http://USER@HOST:PORT/; a proxy's path; ?database=NAME). The database and
+    /// Also send every record to ClickHouse over HTTP, exactly once: http://HOST:PORT/ or
+    /// https://HOST:PORT/ (a user as http://USER@HOST:PORT/; a proxy's path; ?database=NAME). The database and
     /// table are created when missing (cgmon-rs clickhouse-ddl prints it); a table without
     /// EndTime, Host, SrcIP, SrcPort, DstIP, DstPort and Cookie is not written to; redirects
     /// are not followed

@@ -89,6 +89,11 @@ const COLUMNS: &[(&str, &str, &str, &str)] = &[
     ("DstPort", "UInt16", "UInt16", ""),
 ];
 
+/// The columns a table must have to be written to: which host and flow a row is, and when
+/// (a table without them is another application's: the sink does not write to it).
+pub const REQUIRED: [&str; 7] =
+    ["EndTime", "Host", "SrcIP", "SrcPort", "DstIP", "DstPort", "Cookie"];
+
 /// How long a current server keeps rows (`TTL`); 18.16 keeps them until dropped by hand.
 pub const TTL_DAYS: u32 = 30;
 
@@ -237,7 +242,7 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.len(), COLUMNS.len());
         // Every flat column a row carries, and every column a flow's identity needs.
-        for c in crate::sink::row::FLAT_COLUMNS.iter().chain(&crate::sink::client::REQUIRED) {
+        for c in crate::sink::row::FLAT_COLUMNS.iter().chain(&REQUIRED) {
             assert!(a.iter().any(|n| n == c), "{c}");
         }
         for c in ["RTTSummary", "FinalState", "Comm", "DestService"] {
