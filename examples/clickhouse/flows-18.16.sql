@@ -28,6 +28,8 @@
 --   ApplicationPct: % of the time
 --   SrcIP: the local end
 --   DstIP: the peer
+--   ZeroWindowStalls: times the peer's window closed after being open
+--   ZeroWindowms: how long it stayed closed, ms
 CREATE DATABASE IF NOT EXISTS `cgmon`;
 
 CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
@@ -72,7 +74,9 @@ CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
     `SrcIP` String,
     `SrcPort` UInt16,
     `DstIP` String,
-    `DstPort` UInt16
+    `DstPort` UInt16,
+    `ZeroWindowStalls` UInt32,
+    `ZeroWindowms` Float64
 )
 ENGINE = MergeTree
 PARTITION BY toDate(EndTime)

@@ -28,6 +28,8 @@
 --   ApplicationPct: % of the time
 --   SrcIP: the local end
 --   DstIP: the peer
+--   ZeroWindowStalls: times the peer's window closed after being open
+--   ZeroWindowms: how long it stayed closed, ms
 CREATE DATABASE IF NOT EXISTS `cgmon`;
 
 CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
@@ -73,6 +75,8 @@ CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
     `SrcPort` UInt16,
     `DstIP` String,
     `DstPort` UInt16,
+    `ZeroWindowStalls` UInt32,
+    `ZeroWindowms` Float64,
     INDEX batch_id BatchId TYPE bloom_filter GRANULARITY 4
 )
 ENGINE = MergeTree

@@ -130,16 +130,18 @@ fn kb(b: f64) -> String {
 
 /// The peer's window over the samples: its time-weighted median while the flow was
 /// receiver-window limited (its rwnd-limited time grew; all samples when it never was),
-/// and the share of the span it was closed (under one MSS). Each sample's window holds
+/// the share of the span it was closed (under one MSS), and its zero-window stalls (each
+/// time it closed after being open) with their total time. Each sample's window holds
 /// until the next sample. `None` with fewer than two samples.
 ///
 /// A sample keeps its window to a step of 1/8 of a power of two; the window it stands for
 /// is `max` (the largest window seen, kept exactly) when that lies in its step, else the
 /// step's middle. Taking the step's middle alone put the typical window above the largest one
 /// (65,536 kept as 69,632) in half the records of a busy host.
-pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<(u32, f64)> {
+pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<WindowStats> {
     let (mut limited, mut all) = (Vec::new(), Vec::new());
-    let (mut closed, mut total) = (0u64, 0u64);
+    let (mut closed, mut total, mut stalls) = (0u64, 0u64, 0u32);
+    let mut was_open = false;
     for p in samples.windows(2) {
         let (a, b) = (&p[0], &p[1]);
         let dt = b.ts_ns.saturating_sub(a.ts_ns);
@@ -150,6 +152,10 @@ pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<(u3
         total += dt;
         if w < u32::from(a.snd_mss.max(1)) {
             closed += dt;
+            stalls += u32::from(was_open);
+            was_open = false;
+        } else {
+            was_open = true;
         }
         all.push((w, dt));
         if b.chrono16[1] != a.chrono16[1] {
@@ -164,7 +170,25 @@ pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<(u3
         acc += dt;
         acc >= half
     })?;
-    (total > 0).then(|| (typical.0, 100.0 * closed as f64 / total as f64))
+    (total > 0).then(|| WindowStats {
+        typical: typical.0,
+        closed_pct: 100.0 * closed as f64 / total as f64,
+        stalls,
+        closed_ms: closed as f64 / 1e6,
+    })
+}
+
+/// The peer's window over a flow's samples ([`window_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowStats {
+    /// Its typical size while it held the flow, bytes.
+    pub typical: u32,
+    /// The share of the span it was closed (under one MSS), percent.
+    pub closed_pct: f64,
+    /// How many times it closed after it had been open: zero-window stalls.
+    pub stalls: u32,
+    /// How long it stayed closed in all, ms.
+    pub closed_ms: f64,
 }
 
 fn signals(l: &Last) -> Signals {
@@ -183,6 +207,8 @@ fn signals(l: &Last) -> Signals {
             .then(|| 100.0 * f64::from(l.delivered_ce) / f64::from(l.delivered)),
         rtos: l.total_rto,
         window_closed_pct: None,
+        zero_window_stalls: None,
+        zero_window_ms: None,
     }
 }
 
@@ -259,15 +285,17 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
     let mut sig = signals(l);
     let window = window_stats(&f.samples, l.snd_wnd_max);
-    sig.window_closed_pct = window.map(|w| w.1);
+    sig.window_closed_pct = window.map(|w| w.closed_pct);
+    sig.zero_window_stalls = window.map(|w| w.stalls);
+    sig.zero_window_ms = window.map(|w| w.closed_ms);
     // The cap is the window the flow typically had while the window held it: a reader
     // that let it close is not capped by the largest window it ever offered.
-    let cap_window = window.map_or(l.snd_wnd_max, |w| w.0);
+    let cap_window = window.map_or(l.snd_wnd_max, |w| w.typical);
     let p = sig.loss_pct / 100.0;
     let srtt_s = if x.rtt_p50_ms > 0.0 { x.rtt_p50_ms / 1000.0 } else { x.min_rtt_ms / 1000.0 };
     let caps = Caps {
         peer_window_bytes: l.snd_wnd_max,
-        typical_window_bytes: window.map(|w| w.0),
+        typical_window_bytes: window.map(|w| w.typical),
         window_cap_mbps: (cap_window > 0).then(|| mbps_over(f64::from(cap_window))).flatten(),
         send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
         send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
@@ -1116,6 +1144,11 @@ mod tests {
         let mut e = ended_flow(&samples);
         let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
         assert_eq!(d.signals.window_closed_pct, Some(30.0));
+        // Closed three times, a second each: three stalls, 3 s in all.
+        assert_eq!(
+            (d.signals.zero_window_stalls, d.signals.zero_window_ms),
+            (Some(3), Some(3000.0))
+        );
         assert_eq!((d.verdict, d.cause), ("receiver-window", Some("slow-reader")), "{}", d.finding);
         assert!(
             d.finding.contains("it was typically 20.0 KB and closed 30 % of the time"),

@@ -396,6 +396,13 @@ pub struct Signals {
     /// absent with fewer than two samples.
     #[serde(rename = "WindowClosedPct", skip_serializing_if = "Option::is_none")]
     pub window_closed_pct: Option<f64>,
+    /// Zero-window stalls: the times the peer's window closed (under one MSS) after it had
+    /// been open, over the sampled span; absent with fewer than two samples.
+    #[serde(rename = "ZeroWindowStalls", skip_serializing_if = "Option::is_none")]
+    pub zero_window_stalls: Option<u32>,
+    /// Their total time, ms: how long the window stayed closed, sample to sample.
+    #[serde(rename = "ZeroWindowms", skip_serializing_if = "Option::is_none")]
+    pub zero_window_ms: Option<f64>,
     /// Reordering events (tcpi_reord_seen).
     #[serde(rename = "ReorderingEvents")]
     pub reordering: u32,

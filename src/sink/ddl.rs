@@ -87,6 +87,8 @@ const COLUMNS: &[(&str, &str, &str, &str)] = &[
     ("SrcPort", "UInt16", "UInt16", ""),
     ("DstIP", "String", "String", "the peer"),
     ("DstPort", "UInt16", "UInt16", ""),
+    ("ZeroWindowStalls", "UInt32", "UInt32", "times the peer's window closed after being open"),
+    ("ZeroWindowms", "Float64", "Float64", "how long it stayed closed, ms"),
 ];
 
 /// The columns a table must have to be written to: which host and flow a row is, and when

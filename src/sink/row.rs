@@ -13,7 +13,7 @@ use std::io::Write;
 use crate::record::FlowStats;
 
 /// The flat columns a row adds to its record, in order (the DDL declares each).
-pub const FLAT_COLUMNS: [&str; 13] = [
+pub const FLAT_COLUMNS: [&str; 15] = [
     "Host",
     "BatchId",
     "Verdict",
@@ -27,6 +27,8 @@ pub const FLAT_COLUMNS: [&str; 13] = [
     "SrcPort",
     "DstIP",
     "DstPort",
+    "ZeroWindowStalls",
+    "ZeroWindowms",
 ];
 
 /// Appends `r`'s row to `out`: its record JSON (`json`, as the writer serialised it,
@@ -67,7 +69,8 @@ pub fn append(
         ",\"Host\":{},\"BatchId\":{},\"Verdict\":{},\"Cause\":{},\"Finding\":{},\
          \"ReceiverWindowPct\":{},\
          \"SendBufferPct\":{},\"NetworkPct\":{},\"ApplicationPct\":{},\"SrcIP\":{},\
-         \"SrcPort\":{},\"DstIP\":{},\"DstPort\":{}}}",
+         \"SrcPort\":{},\"DstIP\":{},\"DstPort\":{},\"ZeroWindowStalls\":{},\
+         \"ZeroWindowms\":{}}}",
         q(host),
         q(batch_id),
         q(verdict),
@@ -81,6 +84,11 @@ pub fn append(
         r.id.src_port,
         q(&r.id.dst_ip),
         r.id.dst_port,
+        r.diagnosis.as_ref().and_then(|d| d.signals.zero_window_stalls).unwrap_or(0),
+        serde_json::to_string(
+            &r.diagnosis.as_ref().and_then(|d| d.signals.zero_window_ms).unwrap_or(0.0)
+        )
+        .expect("a float serialises"),
     )
     .expect("writing to a Vec cannot fail");
     // Only where the record has none: a key written twice is refused by some servers.

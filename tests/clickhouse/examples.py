@@ -59,6 +59,7 @@ def flatten(r, host):
     and one spelling for what it leaves out."""
     d = r.get("Diagnosis") or {}
     shares = d.get("TimeShares") or {}
+    sig = d.get("Signals") or {}
     row = {k: v for k, v in r.items() if not isinstance(v, dict)}
     row.update(
         Host=host, Verdict=d.get("Verdict", "unknown"), Cause=d.get("Cause") or "none",
@@ -67,7 +68,8 @@ def flatten(r, host):
         SendBufferPct=shares.get("SendBufferPct", 0.0), NetworkPct=shares.get("NetworkPct", 0.0),
         ApplicationPct=shares.get("ApplicationPct", 0.0),
         SrcIP=r["ID"]["SrcIP"], SrcPort=r["ID"]["SrcPort"], DstIP=r["ID"]["DstIP"],
-        DstPort=r["ID"]["DstPort"])
+        DstPort=r["ID"]["DstPort"], ZeroWindowStalls=sig.get("ZeroWindowStalls", 0),
+        ZeroWindowms=sig.get("ZeroWindowms", 0.0))
     for k in ("Service", "DestService", "Comm"):
         row.setdefault(k, "unknown")
     row.setdefault("Close", "")
@@ -145,7 +147,7 @@ def main():
         db = Server(opts["--server"])
     # The table's rows are the files' records, flattened as the sink should.
     cols = ["Cookie", "Service", "DestService", "Comm", "Verdict", "Cause", "SrcPort",
-            "DstPort", "BytesAcked", "Close"]
+            "DstPort", "BytesAcked", "Close", "ZeroWindowStalls"]
     got = sorted(db.query(f"SELECT {', '.join(cols)} FROM cgmon.flows WHERE Host = '{host}'",
                           "TSV").splitlines())
     want = sorted("\t".join(str(r[c]) for c in cols) for r in base)
