@@ -281,3 +281,33 @@ impl std::fmt::Debug for Secret {
         f.write_str("Secret(…)")
     }
 }
+
+/// Opens `p` to read a file the monitor is handed (a spool batch, a map): a regular file of
+/// at most `max` bytes, opened without blocking, so that a FIFO or `/dev/zero` in its place
+/// neither hangs nor fills memory; through a symbolic link only when `follow` (a Kubernetes
+/// ConfigMap is a link; a file in a directory others could write into must not be). Returns
+/// the file and its length.
+///
+/// # Errors
+/// Why it cannot be read so, in words for a log or usage line.
+pub fn open_regular(
+    p: &std::path::Path,
+    max: u64,
+    follow: bool,
+) -> Result<(std::fs::File, u64), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nofollow | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let m = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+    if !m.is_file() {
+        return Err("not a regular file".into());
+    }
+    if m.len() > max {
+        return Err(format!("{} bytes, over the {max} it may have", m.len()));
+    }
+    Ok((f, m.len()))
+}

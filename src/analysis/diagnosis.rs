@@ -120,7 +120,11 @@ pub(crate) fn ms_text(v: f64) -> String {
 /// A share of the time, percent, as a finding writes it: never "0 %" for a share that is
 /// not zero (a verdict must not seem to rest on a counter that did not move).
 fn pct(v: f64) -> String {
-    if v > 0.0 && v < 0.5 { format!("{v:.1}") } else { format!("{v:.0}") }
+    match v {
+        v if v > 0.0 && v < 0.05 => "<0.1".into(),
+        v if v > 0.0 && v < 0.5 => format!("{v:.1}"),
+        v => format!("{v:.0}"),
+    }
 }
 
 /// Bytes in SI units, as every page writes them.
@@ -687,6 +691,14 @@ pub fn verdict_index(verdict: Option<&str>) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_share_that_moved_never_reads_as_zero() {
+        assert_eq!(super::pct(0.0), "0");
+        assert_eq!(super::pct(0.01), "<0.1");
+        assert_eq!(super::pct(0.3), "0.3");
+        assert_eq!(super::pct(38.4), "38");
+    }
+
     #[test]
     fn verdicts_index_in_page_order_and_the_unknown_last() {
         assert_eq!(super::verdict_index(Some("network")), 2);

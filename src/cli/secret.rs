@@ -74,7 +74,7 @@ pub fn read_first_line(p: &Path, flag: &str) -> Result<(String, Vec<String>), St
         return Err("its first line holds a control character".into());
     }
     if pw.is_empty() {
-        warnings.push(format!("--clickhouse-password-file {}: the password is empty", p.display()));
+        warnings.push(format!("{flag} {}: the secret is empty", p.display()));
     }
     Ok((pw, warnings))
 }
@@ -98,8 +98,9 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let (pw, w) = read_first_line(&p, "--f").unwrap();
         assert_eq!(pw, "");
-        assert!(w.iter().any(|w| w.contains("every local user")), "{w:?}");
-        assert!(w.iter().any(|w| w.contains("is empty")), "{w:?}");
+        // Each warning names the flag it was read for.
+        assert!(w.iter().any(|w| w.starts_with("--f ") && w.contains("every local user")), "{w:?}");
+        assert!(w.iter().any(|w| w.starts_with("--f ") && w.contains("is empty")), "{w:?}");
         // /dev/zero: bounded, refused.
         let e = read_first_line(Path::new("/dev/zero"), "--f").unwrap_err();
         assert!(e.contains("no line end within its first 4096 bytes"), "{e}");

@@ -41,6 +41,13 @@ pub struct Batch {
     pub ends: Option<(i64, i64)>,
 }
 
+impl Batch {
+    /// The batch without its rows (which wait in the spool), holding `count` rows.
+    pub fn head(&self, count: usize) -> Batch {
+        Batch { id: self.id.clone(), rows: Vec::new(), count, ends: self.ends }
+    }
+}
+
 /// Collects rows into the batch being filled.
 #[derive(Debug)]
 pub struct Batcher {

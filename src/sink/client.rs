@@ -65,11 +65,9 @@ impl Client {
         self.exactly_once
     }
 
-    fn post(&self, query: &str, body: &[u8], gz: bool) -> Result<String, Failure> {
-        self.post_with_id(query, body, gz, None)
-    }
-
-    fn post_with_id(
+    /// POSTs `body` with `query` (none: the body is the query) and, for an insert, its
+    /// `query_id`.
+    fn post(
         &self,
         query: &str,
         body: &[u8],
@@ -136,7 +134,7 @@ impl Client {
     }
 
     fn sql(&self, q: &str) -> Result<String, Failure> {
-        self.post("", q.as_bytes(), false)
+        self.post("", q.as_bytes(), false, None)
     }
 
     /// First contact: the version, the database and the table (created when missing, in
@@ -237,7 +235,7 @@ impl Store for Client {
         // A gzip body (the default; `--clickhouse-compress=false` sends plain rows) is told
         // by its magic bytes, so spooled batches of either kind are sent right.
         let gz = b.rows.starts_with(&[0x1f, 0x8b]);
-        self.post_with_id(&q, &b.rows, gz, Some(&query_id(b))).map(drop)
+        self.post(&q, &b.rows, gz, Some(&query_id(b))).map(drop)
     }
 
     /// Whether the batch landed, asked only once no insert of it runs on the server: a

@@ -191,13 +191,7 @@ impl Delivery {
     /// The batch `id` is now in the spool: its rows leave memory.
     pub fn mark_spooled(&mut self, id: &str) {
         if let Some(q) = self.queue.iter_mut().find(|q| q.batch.id == id && !q.sending) {
-            let b = &q.batch;
-            q.batch = Arc::new(Batch {
-                id: b.id.clone(),
-                rows: Vec::new(),
-                count: b.count,
-                ends: b.ends,
-            });
+            q.batch = Arc::new(q.batch.head(q.batch.count));
             q.on_disk = true;
         }
     }
@@ -211,9 +205,7 @@ impl Delivery {
     /// file cut short): counted by what it holds from now on.
     pub fn recount(&mut self, rows: usize) {
         if let Some(q) = self.queue.front_mut().filter(|q| q.sending) {
-            let b = &q.batch;
-            q.batch =
-                Arc::new(Batch { id: b.id.clone(), rows: Vec::new(), count: rows, ends: b.ends });
+            q.batch = Arc::new(q.batch.head(rows));
         }
     }
 
@@ -309,16 +301,17 @@ impl Delivery {
     /// moments, not every retry).
     pub fn end(&mut self, now: Instant, r: Result<bool, Failure>, took: Duration) -> bool {
         let was_failing = self.last_error.is_some();
+        // A body that cannot be sent leaves the queue at once: no backoff, no failure.
+        if let Err(Failure::Malformed(why)) = &r {
+            self.reject(why);
+            self.next_try = None;
+            return false;
+        }
         let Some(q) = self.queue.front_mut().filter(|q| q.sending) else {
             return false; // no attempt was out
         };
         q.sending = false;
         match r {
-            Err(Failure::Malformed(why)) => {
-                q.sending = true;
-                self.reject(&why);
-                self.next_try = None;
-            }
             Ok(found) => {
                 let q = self.queue.pop_front().expect("front exists");
                 self.bytes -= q.size;

@@ -210,11 +210,11 @@ impl Intake {
             if let Some(b) = self.batcher.due(Instant::now()) {
                 self.enqueue(b);
             }
+            // Batches a full disk kept in memory are spooled once it takes them.
             let mut st = self.shared.lock();
-            if st.spool_error.is_some() && st.respooled.elapsed() >= RESPOOL
-                || st.spool.is_some()
-                    && st.delivery.waiting_in_memory() > 0
-                    && st.respooled.elapsed() >= RESPOOL
+            if st.spool.is_some()
+                && st.respooled.elapsed() >= RESPOOL
+                && st.delivery.waiting_in_memory() > 0
             {
                 st.respool();
                 st.publish();
@@ -369,7 +369,7 @@ fn read_back(shared: &Shared, a: delivery::Attempt) -> Option<delivery::Attempt>
         gone(shared, &a, "its spool file is not known");
         return None;
     };
-    if !path.exists() && std::fs::symlink_metadata(&path).is_err() {
+    if std::fs::symlink_metadata(&path).is_err() {
         gone(shared, &a, "its spool file is gone");
         return None;
     }

@@ -245,19 +245,7 @@ fn set_aside(p: &Path, why: &str) {
 /// Opens a spool file for reading: a regular file, not through a link, without blocking
 /// (a FIFO would), and not over [`MAX_FILE`].
 fn open_regular(p: &Path) -> Result<(std::fs::File, u64), String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(p)
-        .map_err(|e| format!("cannot open: {e}"))?;
-    let m = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
-    if !m.is_file() {
-        return Err("not a regular file".into());
-    }
-    if m.len() > MAX_FILE {
-        return Err(format!("{} bytes, over the {MAX_FILE} a batch can have", m.len()));
-    }
-    Ok((f, m.len()))
+    crate::units::open_regular(p, MAX_FILE, false)
 }
 
 /// A spooled batch, whole (its body read back to be sent).

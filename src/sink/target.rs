@@ -129,11 +129,6 @@ impl Target {
             password: None,
         })
     }
-
-    /// The base URL as logs may show it: it never holds credentials.
-    pub fn display(&self) -> &str {
-        &self.base
-    }
 }
 
 /// `url` with whatever stands before the last `@` of its authority replaced by `…`, and

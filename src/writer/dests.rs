@@ -112,21 +112,9 @@ const MAP_MAX: u64 = 64 << 20;
 /// A map file's text: a regular file (through links, as a Kubernetes ConfigMap mounts it)
 /// of at most [`MAP_MAX`] bytes, opened without blocking, so that a FIFO or `/dev/zero`
 /// given as the map neither hangs the start nor fills memory.
-fn read_bounded(path: &PathBuf) -> Result<String, String> {
+fn read_bounded(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let m = f.metadata().map_err(|e| e.to_string())?;
-    if !m.is_file() {
-        return Err("not a regular file".into());
-    }
-    if m.len() > MAP_MAX {
-        return Err(format!("{} bytes, over the {MAP_MAX} a map may have", m.len()));
-    }
+    let (f, _) = crate::units::open_regular(path, MAP_MAX, true)?;
     let mut text = String::new();
     f.take(MAP_MAX + 1).read_to_string(&mut text).map_err(|e| e.to_string())?;
     Ok(text)
