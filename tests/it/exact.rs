@@ -23,13 +23,28 @@ fn sampler() -> Sampler<NetlinkSource> {
         .unwrap()
 }
 
-/// The targets of the sockets on `ports` (either end), from a dump.
-async fn targets(s: &mut Sampler<NetlinkSource>, ports: &[u16]) -> Vec<(SocketTarget, u8)> {
+/// Both ends of each stream as (local, peer), to pick them out of a dump.
+fn ends(streams: &[&TcpStream]) -> Vec<(SocketAddr, SocketAddr)> {
+    streams.iter().map(|t| (t.local_addr().unwrap(), t.peer_addr().unwrap())).collect()
+}
+
+/// The targets of the sockets whose (local, peer) is one of `ends`, from a dump.
+///
+/// By whole 4-tuple, not by port: tests run in parallel, and a listener bound to port 0
+/// may share its number with another test's socket on another address, or with a
+/// TIME-WAIT socket (std listeners set SO_REUSEADDR), which a port match would pick up.
+async fn targets(
+    s: &mut Sampler<NetlinkSource>,
+    ends: &[(SocketAddr, SocketAddr)],
+) -> Vec<(SocketTarget, u8)> {
+    let canon = |a: SocketAddr| (a.ip().to_canonical(), a.port());
+    let want: Vec<_> = ends.iter().map(|(l, p)| (canon(*l), canon(*p))).collect();
     let mut out = Vec::new();
     let d = s
         .dump_with(|x| {
             let m = x.msg();
-            if ports.contains(&m.sport()) || ports.contains(&m.dport()) {
+            let here = ((m.src().to_canonical(), m.sport()), (m.dst().to_canonical(), m.dport()));
+            if want.contains(&here) {
                 out.push((SocketTarget::of(&m), m.state()));
             }
         })
@@ -67,9 +82,9 @@ async fn every_family_is_found_by_identity_including_v4_clients_of_dual_stack_li
     for p in &mut pairs {
         p.exchange(1000).unwrap();
     }
-    let ports: Vec<u16> = [&l4, &l6, &ld].iter().map(|l| l.local_addr().unwrap().port()).collect();
+    let streams: Vec<&TcpStream> = pairs.iter().flat_map(|p| [&p.client, &p.server]).collect();
     let mut s = sampler();
-    let t = targets(&mut s, &ports).await;
+    let t = targets(&mut s, &ends(&streams)).await;
     assert_eq!(t.len(), 6, "both ends of three pairs");
     let want: Vec<(u64, u8)> = t.iter().map(|(x, st)| (x.cookie(), *st)).collect();
     let only: Vec<SocketTarget> = t.iter().map(|x| x.0).collect();
@@ -95,7 +110,7 @@ async fn a_reset_socket_is_gone_and_a_reused_four_tuple_is_not_the_old_socket() 
     drop(probe);
     let (c, srv) = connect_from(port);
     let mut s = sampler();
-    let old = targets(&mut s, &[to.port()]).await;
+    let old = targets(&mut s, &ends(&[&c, &srv])).await;
     let old_client = old.iter().find(|(_, st)| *st == tcp::ESTABLISHED).map(|x| x.0);
     let old: Vec<SocketTarget> = old.iter().map(|x| x.0).collect();
     assert_eq!(old.len(), 2);
@@ -109,8 +124,9 @@ async fn a_reset_socket_is_gone_and_a_reused_four_tuple_is_not_the_old_socket() 
     assert!(gone.contains(&client_gone), "{found:?} {gone:?}");
     drop(srv);
     // The same 4-tuple again: a new socket, a new cookie; asking for the old one is refused.
-    let (_c2, _s2) = connect_from(port);
-    let new = targets(&mut s, &[to.port()]).await;
+    let (c2, s2) = connect_from(port);
+    let new = targets(&mut s, &ends(&[&c2, &s2])).await;
+    assert_eq!(new.len(), 2);
     assert!(new.iter().all(|(t, _)| !old.iter().any(|o| o.cookie() == t.cookie())));
     let (found, gone) = ask(&mut s, &old).await;
     assert!(found.is_empty(), "the old identity found {found:?}");
