@@ -33,7 +33,10 @@ use cold::Body;
 use decode::{Snap, decode_into, l_busy, refresh_attrs, snap};
 use fingerprint::{fingerprint, same_socket, tuple_hash};
 use flow::Rest;
-pub use flow::{CcName, Close, EndReason, EndedFlow, Flow, Last, RECENT_TAU_S, Sampling};
+pub use flow::{
+    CcName, Close, EndReason, EndedFlow, Flow, Last, RECENT_TAU_S, RTO_TIME_ABSENT,
+    RTO_TIME_SATURATED, Sampling,
+};
 use pool::STAGED;
 use pool::StagePool;
 pub use pool::StageRef;

@@ -521,6 +521,7 @@ fn verdict_of(r: &crate::record::FlowStats) -> crate::metrics::verdicts::Ended<'
         service: r.service.as_deref(),
         dest_service: r.dest_service.as_deref(),
         verdict: d.map(|d| d.verdict),
+        cause: d.and_then(|d| d.cause),
         limited_s,
     }
 }

@@ -22,11 +22,12 @@
 //! least [`SNDBUF_CAP_FRACTION`] of its send-buffer cap is called send-buffer limited rather
 //! than network limited.
 
+pub mod causes;
+mod findings;
 mod short;
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
 use crate::tracker::{EndedFlow, Last};
-use crate::units::si_rate_mbps;
 
 /// Mathis et al.'s constant for periodic loss with delayed ACKs off: sqrt(3/2).
 const MATHIS_C: f64 = 1.224_744_871_391_589;
@@ -103,8 +104,21 @@ pub const SLOW_READER_CLOSED_PCT: f64 = 10.0;
 pub const PACED_APP_SHARE_PCT: f64 = 10.0;
 
 /// The finer causes a diagnosis may name (`Cause`), and no others.
-pub const CAUSES: [&str; 6] =
-    ["small-buffer", "slow-reader", "queueing", "loss", "paced", "slow-start"];
+pub const CAUSES: [&str; 13] = [
+    "small-buffer",
+    "slow-reader",
+    "no-window-scaling",
+    "queueing",
+    "loss",
+    "timeouts",
+    "spurious",
+    "reordering",
+    "ecn",
+    "small-mss",
+    "slow-start",
+    "syn-retransmit",
+    "paced",
+];
 
 /// Milliseconds with as many decimals as they need to show (loopback RTTs are µs).
 pub(crate) fn ms_text(v: f64) -> String {
@@ -119,7 +133,7 @@ pub(crate) fn ms_text(v: f64) -> String {
 
 /// A share of the time, percent, as a finding writes it: never "0 %" for a share that is
 /// not zero (a verdict must not seem to rest on a counter that did not move).
-fn pct(v: f64) -> String {
+pub(crate) fn pct(v: f64) -> String {
     match v {
         v if v > 0.0 && v < 0.05 => "<0.1".into(),
         v if v > 0.0 && v < 0.5 => format!("{v:.1}"),
@@ -128,7 +142,7 @@ fn pct(v: f64) -> String {
 }
 
 /// Bytes in SI units, as every page writes them.
-fn kb(b: f64) -> String {
+pub(crate) fn kb(b: f64) -> String {
     crate::units::si_bytes(b.max(0.0) as u64)
 }
 
@@ -148,6 +162,10 @@ pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<Win
     let mut was_open = false;
     for p in samples.windows(2) {
         let (a, b) = (&p[0], &p[1]);
+        // Before the handshake ends there is no window to be closed.
+        if causes::connecting(a) {
+            continue;
+        }
         let dt = b.ts_ns.saturating_sub(a.ts_ns);
         let (lo, hi) = a.snd_wnd_range();
         // In the largest window's own step, the window most likely was the largest (a
@@ -195,27 +213,6 @@ pub struct WindowStats {
     pub closed_ms: f64,
 }
 
-fn signals(l: &Last) -> Signals {
-    // Retransmissions the peer reported twice (DSACK) were not lost: a retransmission
-    // timeout on a loaded host, or reordering, sent them again needlessly.
-    let lost = l.total_retrans.saturating_sub(l.dsack_dups);
-    Signals {
-        loss_pct: if l.segs_out > 0 {
-            100.0 * f64::from(lost) / f64::from(l.segs_out)
-        } else {
-            0.0
-        },
-        reordering: l.reord_seen,
-        spurious: l.dsack_dups,
-        ce_pct: (l.delivered > 0)
-            .then(|| 100.0 * f64::from(l.delivered_ce) / f64::from(l.delivered)),
-        rtos: l.total_rto,
-        window_closed_pct: None,
-        zero_window_stalls: None,
-        zero_window_ms: None,
-    }
-}
-
 /// The verdict the time shares give alone: the largest share (the application's on a tie
 /// with it, then the earlier in this order).
 pub fn largest(shares: &TimeShares) -> &'static str {
@@ -255,7 +252,10 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     if l.busy_ms == u32::MAX {
         return None;
     }
-    let span_ms = f.span_ns() as f64 / 1e6;
+    // From the connection's setup on, as web100's SndLim timers count: a flow first seen
+    // connecting spent its handshake neither busy nor idle, and counting it as the
+    // application's time made a short response's one round trip of SYN a fifth of it.
+    let span_ms = f.span_ns().saturating_sub(causes::handshake_ns(&f.samples)) as f64 / 1e6;
     let [b0, r0, s0] = f.first_chrono;
     let (busy, rwnd, sndbuf, elapsed, basis) = if f.samples.len() >= 2 && span_ms > 0.0 {
         let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
@@ -287,7 +287,11 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     };
     let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
     let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
-    let mut sig = signals(l);
+    let mut sig = causes::signals(l, f.options);
+    let setup = causes::setup(&f.samples, l);
+    if let Some((n, delay, _)) = setup {
+        (sig.syn_retransmits, sig.setup_delay_ms) = (n, Some(delay));
+    }
     let window = window_stats(&f.samples, l.snd_wnd_max);
     sig.window_closed_pct = window.map(|w| w.closed_pct);
     sig.zero_window_stalls = window.map(|w| w.stalls);
@@ -308,6 +312,19 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
+    // A setup that took longer than the flow then spent sending: whichever end sent, the
+    // lost SYNs are what it waited on.
+    if let Some((n, delay, exact)) = setup.filter(|s| s.1 >= f64::from(l.busy_ms)) {
+        return Some(Diagnosis {
+            shares,
+            caps,
+            signals: sig,
+            achieved_mbps: got,
+            verdict: "network",
+            cause: Some("syn-retransmit"),
+            finding: findings::setup(n, delay, exact, f64::from(l.busy_ms)),
+        });
+    }
     // Which end sent. A flow that mostly received was limited by its peer's sending, which
     // its own counters do not show; one that sent too little to leave slow start shows no
     // limit at all. Neither gets a sender's verdict.
@@ -332,9 +349,14 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         s0,
     ]);
     let in_slow_start = f.samples.last().is_some_and(|s| s.ssthresh_bytes().is_none());
-    if let Some((verdict, cause, finding)) =
-        short::judge(busy, f64::from(tick), l.bytes_acked, l.snd_mss, x.min_rtt_ms, in_slow_start)
-    {
+    if let Some((verdict, cause, finding)) = short::judge(
+        busy,
+        f64::from(tick),
+        l.bytes_acked,
+        l.snd_mss.into(),
+        x.min_rtt_ms,
+        in_slow_start,
+    ) {
         return Some(Diagnosis {
             shares,
             caps,
@@ -345,8 +367,8 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             finding,
         });
     }
-    let (verdict, cause) = judge(&shares, &caps, &sig, &x, got);
-    let finding = finding(verdict, cause, l, &x, &shares, &caps, &sig, got);
+    let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, elapsed);
+    let finding = findings::finding(verdict, cause, l, &x, &shares, &caps, &sig, got, elapsed);
     Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, cause, finding })
 }
 
@@ -359,6 +381,8 @@ fn judge(
     sig: &Signals,
     x: &Inputs,
     got: f64,
+    l: &Last,
+    elapsed_ms: f64,
 ) -> (&'static str, Option<&'static str>) {
     let mut verdict = largest(shares);
     let near_sndbuf_cap =
@@ -367,7 +391,7 @@ fn judge(
         verdict = "send-buffer";
     }
     let queue = queued(x);
-    let loss = sig.loss_pct > 0.0;
+    let loss = sig.loss_pct > 0.0 || causes::network_evidence(sig, l);
     let reached = |cap: Option<f64>| cap.is_some_and(|c| c > 0.0 && got >= CAP_REACHED * c);
     let mut paced = false;
     // The window's own evidence: the kernel's rwnd-limited time, or the window seen shut.
@@ -385,12 +409,9 @@ fn judge(
     let slow_reader = sig.window_closed_pct.is_some_and(|p| p >= SLOW_READER_CLOSED_PCT)
         || largest_cap.is_some_and(|c| got < SLOW_READER_FRACTION * c);
     let cause = match verdict {
-        "receiver-window" if slow_reader => Some("slow-reader"),
-        "receiver-window" => Some("small-buffer"),
+        "receiver-window" => Some(causes::receiver_window(sig, caps, slow_reader)),
         "send-buffer" => Some("small-buffer"),
-        "network" if loss && mathis_cap(caps, got).is_some() => Some("loss"),
-        "network" if queue => Some("queueing"),
-        "network" if loss => Some("loss"),
+        "network" => causes::network(sig, l, elapsed_ms, mathis_cap(caps, got).is_some(), queue),
         "application" if paced => Some("paced"),
         _ => None,
     };
@@ -398,7 +419,7 @@ fn judge(
 }
 
 /// `bytes` per `rtt_ms`, Mbit/s (None without an RTT).
-fn mbps_at(bytes: f64, rtt_ms: f64) -> Option<f64> {
+pub(crate) fn mbps_at(bytes: f64, rtt_ms: f64) -> Option<f64> {
     (rtt_ms > 0.0).then(|| bytes * 8.0 / (rtt_ms / 1000.0) / 1e6)
 }
 
@@ -412,12 +433,12 @@ fn queued(x: &Inputs) -> bool {
 
 /// The loss cap when it explains the rate: at or above what the flow reached (a cap), and
 /// not so far above that something else held it first.
-fn mathis_cap(caps: &Caps, got: f64) -> Option<f64> {
+pub(crate) fn mathis_cap(caps: &Caps, got: f64) -> Option<f64> {
     caps.loss_cap_mbps.filter(|&m| m >= got * (1.0 - CAP_TOLERANCE) && m <= 2.0 * got)
 }
 
 /// Whether `cap` bounds `got` (within `tolerance`).
-fn is_cap(cap: Option<f64>, got: f64, tolerance: f64) -> bool {
+pub(crate) fn is_cap(cap: Option<f64>, got: f64, tolerance: f64) -> bool {
     cap.is_some_and(|c| got <= c * (1.0 + tolerance))
 }
 
@@ -443,144 +464,6 @@ fn unjudged(l: &Last, x: &Inputs) -> Option<String> {
         .then(|| format!("too short to judge: {} sent", crate::units::si_bytes(sent)))
 }
 
-/// The finding that explains `verdict` in the flow's own figures. It names a cap only when
-/// the flow stayed within it ([`is_cap`]); otherwise it names the evidence, or says that the
-/// cause is unclear.
-#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
-fn finding(
-    verdict: &str,
-    cause: Option<&str>,
-    l: &Last,
-    x: &Inputs,
-    shares: &TimeShares,
-    caps: &Caps,
-    sig: &Signals,
-    got: f64,
-) -> String {
-    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
-    let got_t = si_rate_mbps(got);
-    let rtt = ms_text(x.min_rtt_ms);
-    let spurious = match sig.spurious {
-        0 => String::new(),
-        n => format!("; {n} retransmits were spurious (the peer had the data), not loss"),
-    };
-    let text = match (verdict, cause) {
-        ("receiver-window", Some("slow-reader")) => format!(
-            "the receiving application read only {got_t}: the peer's window, up to {}, \
-             would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
-             ({} % of the time receiver-window limited): fix the reader, a bigger buffer \
-             won't help",
-            kb(f64::from(l.snd_wnd_max)),
-            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
-            caps.typical_window_bytes.map_or("smaller".into(), |w| kb(f64::from(w))),
-            sig.window_closed_pct
-                .filter(|&p| p >= 1.0)
-                .map(|p| format!(" and closed {p:.0} % of the time"))
-                .unwrap_or_default(),
-            pct(shares.receiver_window)
-        ),
-        ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
-             ({} % of the time receiver-window limited)",
-            kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
-            cap(caps.window_cap_mbps),
-            pct(shares.receiver_window)
-        ),
-        ("receiver-window", _) => format!(
-            "receiver-window limited {} % of the time, but it reached {got_t}, above \
-             the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
-            pct(shares.receiver_window),
-            cap(caps.window_cap_mbps),
-            kb(f64::from(l.snd_wnd_max))
-        ),
-        ("send-buffer", _) if is_cap(caps.send_buffer_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} ({} % \
-             of the time send-buffer limited{})",
-            kb(f64::from(l.sndbuf)),
-            cap(caps.send_buffer_cap_mbps),
-            pct(shares.send_buffer),
-            if shares.network > shares.send_buffer {
-                format!(", {:.0} % sending out what it held", shares.network)
-            } else {
-                String::new()
-            }
-        ),
-        ("send-buffer", _) => format!(
-            "send-buffer limited {} % of the time with a {} buffer, though it reached \
-             {got_t}, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
-             its queue grow past it): cause unclear",
-            pct(shares.send_buffer),
-            kb(f64::from(l.sndbuf)),
-            cap(caps.send_buffer_cap_mbps)
-        ),
-        ("network", _) => network_finding(cause, x, shares, caps, sig, got),
-        ("application", Some("paced")) => format!(
-            "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
-             waiting for the acknowledgements of what it handed over, with the RTT at {} ms \
-             near its {rtt} ms minimum (no queue) and no loss; it reached {got_t}",
-            shares.application,
-            ms_text(x.rtt_p50_ms)
-        ),
-        _ => format!(
-            "the application left the connection idle or app-limited {:.0} % of the time; it \
-             reached {got_t}",
-            shares.application
-        ),
-    };
-    text + &spurious
-}
-
-/// A `network` verdict's finding: the loss that caps it, the queue that shows the
-/// bottleneck, or the loss as evidence when its Mathis bound is no cap; without either,
-/// the cause is unclear.
-fn network_finding(
-    cause: Option<&str>,
-    x: &Inputs,
-    shares: &TimeShares,
-    caps: &Caps,
-    sig: &Signals,
-    got: f64,
-) -> String {
-    let got_t = si_rate_mbps(got);
-    let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
-    let share = shares.network;
-    match (cause, mathis_cap(caps, got)) {
-        (Some("loss"), Some(m)) => format!(
-            "network limited {share:.0} % of the time: {:.2} % loss at {rtt} ms RTT caps this \
-             flow near {} (Mathis); it reached {got_t}",
-            sig.loss_pct,
-            si_rate_mbps(m)
-        ),
-        (Some("queueing"), _) => format!(
-            "network limited {share:.0} % of the time at the path's bottleneck: it reached \
-             {got_t} with the RTT at {rtt} ms over a {min} ms minimum (queueing) and \
-             {:.2} % loss",
-            sig.loss_pct
-        ),
-        (Some("loss"), None) => format!(
-            "network limited {share:.0} % of the time with {:.2} % loss at {rtt} ms RTT; it \
-             reached {got_t}{}",
-            sig.loss_pct,
-            match caps.loss_cap_mbps {
-                Some(m) if m < got => format!(
-                    " (the Mathis bound for that loss, {}, is below what it reached, so it \
-                     is no cap here)",
-                    si_rate_mbps(m)
-                ),
-                Some(m) => format!(
-                    " (the loss alone would allow {}: something else held it)",
-                    si_rate_mbps(m)
-                ),
-                None => String::new(),
-            }
-        ),
-        _ => format!(
-            "network limited {share:.0} % of the time, cause unclear: it reached {got_t} \
-             with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
-        ),
-    }
-}
-
 /// What limited an active flow so far, from its counters alone (no samples): the same
 /// rules as [`diagnose`], with its current smoothed RTT (`srtt_us`) standing for the median
 /// and its largest peer window for the typical one. The host page ranks and filters
@@ -593,7 +476,7 @@ pub fn so_far(f: &Window<'_>, srtt_us: u32) -> Option<(&'static str, Option<&'st
         return Some((UNKNOWN, None));
     }
     let (shares, caps, sig) = so_far_evidence(f, &x)?;
-    Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps))
+    Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps, l, f.span_ns as f64 / 1e6))
 }
 
 /// The number that says most about `verdict` (from [`so_far`]) for a person scanning a
@@ -677,7 +560,7 @@ fn so_far_evidence(f: &Window<'_>, x: &Inputs) -> Option<(TimeShares, Caps, Sign
         bdp_bytes: None,
         cwnd_bytes: 0.0,
     };
-    Some((shares, caps, signals(l)))
+    Some((shares, caps, causes::signals(l, f.options)))
 }
 
 /// The verdict names, in the order pages and reports count them.
@@ -733,6 +616,7 @@ mod tests {
                 first_chrono: [0; 3],
                 first_bytes: (1, 0),
                 span_ns: 10 * S,
+                options: 4, // window scaling
             };
             let v = super::so_far(&w, srtt_us).unwrap();
             (v, super::so_far_number(&w, srtt_us, v.0, v.1), super::so_far_index(&w, srtt_us))
@@ -949,7 +833,8 @@ mod tests {
         rwnd: u64,
         (segs, retrans, spurious): (u32, u32, u32),
     ) -> super::Diagnosis {
-        let a = SockBuilder::new(1, 5000, 80).rtt_us(rtt_us).min_rtt_us(min_us).snd_wnd(wnd);
+        let a =
+            SockBuilder::new(1, 5000, 80).options(7).rtt_us(rtt_us).min_rtt_us(min_us).snd_wnd(wnd);
         let mut e = ended_flow(&[
             (S, a.clone().chrono_us(0, 0, 0).bytes_acked(1)),
             (

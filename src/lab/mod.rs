@@ -36,6 +36,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use forwarder::{Direction, PathStats};
+pub use forwarder::{Impair, Live};
 
 /// One end of the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,13 @@ pub struct LabConfig {
     pub queue_bytes: u64,
     /// Seed of the loss pattern, so a run can be repeated.
     pub seed: u64,
+    /// Reordering and the marking bottleneck, A → B (the emulator's, [`Impair`]).
+    pub impair_ab: Impair,
+    /// The same, B → A.
+    pub impair_ba: Impair,
+    /// The MTU of every link, bytes; `None` keeps the TUN default (1500). Under 1,280 the
+    /// lab is IPv4 only (IPv6's minimum MTU).
+    pub mtu: Option<u32>,
 }
 
 impl Default for LabConfig {
@@ -78,6 +86,9 @@ impl Default for LabConfig {
             rate_ba: None,
             queue_bytes: 256 << 10,
             seed: 1,
+            impair_ab: Impair::default(),
+            impair_ba: Impair::default(),
+            mtu: None,
         }
     }
 }
@@ -111,6 +122,7 @@ pub struct Lab {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     stats: [Arc<PathStats>; 2],
+    live: [Arc<Live>; 2],
     cfg: LabConfig,
 }
 
@@ -228,26 +240,87 @@ impl Lab {
             sh(m, "ip", &["route", "add", v4, "dev", dev])?;
             sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
         }
+        // Last: under 1,280 bytes IPv6 leaves the device, which must have its addresses
+        // and routes by then.
+        if let Some(mtu) = cfg.mtu {
+            let mtu = mtu.to_string();
+            for (ns, dev) in [(a, IFACE), (b, IFACE), (m, IFACE), (m, IFACE_B)] {
+                sh(ns, "ip", &["link", "set", dev, "mtu", &mtu])?;
+            }
+        }
         bottlenecks(m, &cfg)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = [Arc::new(PathStats::default()), Arc::new(PathStats::default())];
         let [tun_a, tun_b, tun_ma, tun_mb] = [tun_a, tun_b, tun_ma, tun_mb].map(Arc::new);
         let seed = cfg.seed;
-        let dir = |from: &Arc<OwnedFd>, to: &Arc<OwnedFd>, delay, loss, seed, stats| Direction {
-            from: from.clone(),
-            to: to.clone(),
-            delay,
-            loss,
-            seed,
-            stats,
+        let live = [Arc::new(Live::default()), Arc::new(Live::default())];
+        let dir = |from: &Arc<OwnedFd>,
+                   to: &Arc<OwnedFd>,
+                   delay,
+                   loss,
+                   seed,
+                   stats,
+                   impair,
+                   live| {
+            Direction { from: from.clone(), to: to.clone(), delay, loss, seed, stats, impair, live }
         };
+        let (ab, ba) = ((cfg.delay_ab, cfg.loss_ab), (cfg.delay_ba, cfg.loss_ba));
+        let plain = (Duration::ZERO, 0.0);
         let dirs = [
-            ("ab", dir(&tun_a, &tun_ma, cfg.delay_ab, cfg.loss_ab, seed, stats[0].clone())),
-            ("ba", dir(&tun_ma, &tun_a, cfg.delay_ba, cfg.loss_ba, !seed, stats[1].clone())),
+            (
+                "ab",
+                dir(
+                    &tun_a,
+                    &tun_ma,
+                    ab.0,
+                    ab.1,
+                    seed,
+                    stats[0].clone(),
+                    cfg.impair_ab,
+                    live[0].clone(),
+                ),
+            ),
+            (
+                "ba",
+                dir(
+                    &tun_ma,
+                    &tun_a,
+                    ba.0,
+                    ba.1,
+                    !seed,
+                    stats[1].clone(),
+                    cfg.impair_ba,
+                    live[1].clone(),
+                ),
+            ),
             // M ⇄ B: plain wires (a TUN pair keeps packet order, which a veth pair fed from
             // several CPUs does not: reordering made spurious retransmits).
-            ("mb", dir(&tun_mb, &tun_b, Duration::ZERO, 0.0, 0, Arc::default())),
-            ("bm", dir(&tun_b, &tun_mb, Duration::ZERO, 0.0, 0, Arc::default())),
+            (
+                "mb",
+                dir(
+                    &tun_mb,
+                    &tun_b,
+                    plain.0,
+                    plain.1,
+                    0,
+                    Arc::default(),
+                    Impair::default(),
+                    Arc::default(),
+                ),
+            ),
+            (
+                "bm",
+                dir(
+                    &tun_b,
+                    &tun_mb,
+                    plain.0,
+                    plain.1,
+                    0,
+                    Arc::default(),
+                    Impair::default(),
+                    Arc::default(),
+                ),
+            ),
         ];
         let mut threads = Vec::new();
         for (name, d) in dirs {
@@ -259,7 +332,7 @@ impl Lab {
             );
         }
         guard.0.clear();
-        let lab = Lab { names, ns, stop, threads, stats, cfg };
+        let lab = Lab { names, ns, stop, threads, stats, live, cfg };
         lab.warm_up()?;
         Ok(lab)
     }
@@ -269,7 +342,8 @@ impl Lab {
     /// refused (SYN out, RST back). Without this the first SYN of a test could wait on
     /// neighbour resolution and start the flow with a timeout.
     fn warm_up(&self) -> io::Result<()> {
-        for v6 in [false, true] {
+        let v6_too = self.cfg.mtu.is_none_or(|m| m >= 1280);
+        for v6 in [false, true].into_iter().filter(|&v6| !v6 || v6_too) {
             let to = SocketAddr::new(addr(Side::B, v6), 9);
             let timeout = self.cfg.delay_ab + self.cfg.delay_ba + Duration::from_secs(3);
             let r = in_netns(self.ns(Side::A), || {
@@ -316,6 +390,41 @@ impl Lab {
     /// Packets forwarded and dropped, B → A.
     pub fn stats_ba(&self) -> &PathStats {
         &self.stats[1]
+    }
+
+    /// What a test arms on the path A → B while traffic flows ([`Live`]).
+    pub fn live_ab(&self) -> &Live {
+        &self.live[0]
+    }
+
+    /// The same, B → A.
+    pub fn live_ba(&self) -> &Live {
+        &self.live[1]
+    }
+
+    /// The kernel's own TCP counters in `side`'s namespace, as `nstat -az` prints them
+    /// (`TcpExtTCPTimeouts`, `TcpExtTCPDSACKRecv`, …): the ground truth that a lab case was
+    /// built. A namespace's counters start at zero, so they count the lab's traffic alone.
+    ///
+    /// # Errors
+    /// `nstat` is missing or failed.
+    pub fn nstat(&self, side: Side) -> io::Result<std::collections::BTreeMap<String, u64>> {
+        // -s: leave nstat's history file alone; -a: absolute values; -z: zeros too.
+        let out = self.command(side, "nstat").args(["-saz"]).output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "nstat in {}: {}",
+                self.ns_name(side),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+            })
+            .collect())
     }
 
     /// Packets the bottleneck queues dropped so far (tbf's counters in the path namespace),

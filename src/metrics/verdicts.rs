@@ -17,6 +17,10 @@ pub const OTHER: &str = "other";
 /// diagnosis's verdicts).
 pub const LIMITS: [&str; 4] = ["receiver-window", "send-buffer", "network", "application"];
 
+/// The `cause` label of a flow whose diagnosis names no cause, as ClickHouse's `Cause`
+/// column spells it: one spelling everywhere, never a blank.
+pub const NO_CAUSE: &str = "none";
+
 /// Distinct services (and destinations) named, unless [`VerdictCounts::set_top`] says
 /// otherwise (`--metrics-top-services`' default).
 pub const DEFAULT_TOP: usize = 20;
@@ -40,12 +44,16 @@ struct Inner {
     top_dests: usize,
     services: Vec<String>,
     dests: Vec<String>,
-    /// (service, dest_service, verdict) → flows; the names by their index in `services`
-    /// and `dests` ([`OTHER_INDEX`] for `other`), so that counting a record copies no name.
-    flows: BTreeMap<(u16, u16, &'static str), u64>,
+    /// (service, dest_service, verdict, cause) → flows; the names by their index in
+    /// `services` and `dests` ([`OTHER_INDEX`] for `other`), so that counting a record
+    /// copies no name.
+    flows: BTreeMap<(u16, u16, &'static str, &'static str), u64>,
     /// (service, dest_service, limit) → seconds.
     limited: BTreeMap<(u16, u16, &'static str), f64>,
 }
+
+/// One series of `cgmon_flows_total`: service, dest_service, verdict, cause, flows.
+pub type FlowCount = (String, String, &'static str, &'static str, u64);
 
 /// The index that stands for `other`.
 const OTHER_INDEX: u16 = u16::MAX;
@@ -68,6 +76,8 @@ pub struct Ended<'a> {
     pub dest_service: Option<&'a str>,
     /// Its verdict (one of the diagnosis's; None without a diagnosis: `unknown`).
     pub verdict: Option<&'static str>,
+    /// Its cause (one of the diagnosis's; None when it names none: [`NO_CAUSE`]).
+    pub cause: Option<&'static str>,
     /// Seconds limited by each of [`LIMITS`], in that order.
     pub limited_s: [f64; 4],
 }
@@ -92,7 +102,8 @@ impl VerdictCounts {
             let svc = bounded(&mut g.services, e.service.unwrap_or("unknown"), top);
             let dst = bounded(&mut g.dests, e.dest_service.unwrap_or("unknown"), top_dests);
             let verdict = e.verdict.unwrap_or("unknown");
-            *g.flows.entry((svc, dst, verdict)).or_default() += 1;
+            let cause = e.cause.unwrap_or(NO_CAUSE);
+            *g.flows.entry((svc, dst, verdict, cause)).or_default() += 1;
             for (limit, s) in LIMITS.iter().zip(e.limited_s) {
                 if s > 0.0 {
                     *g.limited.entry((svc, dst, limit)).or_default() += s;
@@ -101,18 +112,18 @@ impl VerdictCounts {
         }
     }
 
-    /// (service, dest_service, verdict, flows), in label order.
-    pub fn flows(&self) -> Vec<(String, String, &'static str, u64)> {
+    /// (service, dest_service, verdict, cause, flows), in label order.
+    pub fn flows(&self) -> Vec<FlowCount> {
         let g = self.lock();
         let mut v: Vec<_> = g
             .flows
             .iter()
-            .map(|(&(s, d, verdict), &n)| {
+            .map(|(&(s, d, verdict, cause), &n)| {
                 let (s, d) = g.names(s, d);
-                (s, d, verdict, n)
+                (s, d, verdict, cause, n)
             })
             .collect();
-        v.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        v.sort_by(|a, b| (&a.0, &a.1, a.2, a.3).cmp(&(&b.0, &b.1, b.2, b.3)));
         v
     }
 
@@ -161,6 +172,7 @@ mod tests {
             service: Some(s),
             dest_service: Some(d),
             verdict: Some(v),
+            cause: (v == "network").then_some("loss"),
             limited_s: [0.0, 0.0, 1.5, 0.5],
         };
         c.add([e("api", "db", "network"), e("api", "db", "network"), e("web", "api", "unknown")]);
@@ -168,10 +180,10 @@ mod tests {
         assert_eq!(
             c.flows(),
             [
-                ("api".into(), "db".into(), "network", 2),
-                ("api".into(), OTHER.into(), "network", 1),
-                (OTHER.into(), "db".into(), "application", 1),
-                ("web".into(), "api".into(), "unknown", 1),
+                ("api".into(), "db".into(), "network", "loss", 2),
+                ("api".into(), OTHER.into(), "network", "loss", 1),
+                (OTHER.into(), "db".into(), "application", NO_CAUSE, 1),
+                ("web".into(), "api".into(), "unknown", NO_CAUSE, 1),
             ]
         );
         let limited = c.limited();
@@ -180,7 +192,7 @@ mod tests {
         assert!(!limited.iter().any(|(.., l, _)| *l == "receiver-window"), "no zero series");
         // A service called "other" counts with the others, in one series.
         c.add([e("other", "db", "application")]);
-        assert!(c.flows().contains(&(OTHER.into(), "db".into(), "application", 2)));
+        assert!(c.flows().contains(&(OTHER.into(), "db".into(), "application", NO_CAUSE, 2)));
         assert_eq!(c.flows().len(), 4);
     }
 }

@@ -415,6 +415,26 @@ pub struct Signals {
     /// Retransmission timeouts (tcpi_total_rto).
     #[serde(rename = "RTOs")]
     pub rtos: u16,
+    /// Time spent recovering from retransmission timeouts, ms (tcpi_total_rto_time, Linux
+    /// 6.7+; absent before, and at 65,534 for a flow that spent that long or longer).
+    #[serde(rename = "RTOTimems", skip_serializing_if = "Option::is_none")]
+    pub rto_time_ms: Option<u32>,
+    /// The sender's MSS, bytes (tcpi_snd_mss).
+    #[serde(rename = "MSS")]
+    pub mss: u32,
+    /// Whether window scaling was negotiated (RFC 7323): without it the peer's window
+    /// cannot pass 65,535 bytes.
+    #[serde(rename = "WindowScaling")]
+    pub window_scaling: bool,
+    /// SYNs (or, on the accepted side, SYN-ACKs) sent again before the connection was set
+    /// up.
+    #[serde(rename = "SynRetransmits")]
+    pub syn_retransmits: u32,
+    /// How long the setup took because of them, ms: the initial 1 s timeout plus the RTO
+    /// recovery the kernel timed (6.7+), or at least 1 s per retransmit where it cannot be
+    /// told apart; absent without SYN retransmits.
+    #[serde(rename = "SetupDelayms", skip_serializing_if = "Option::is_none")]
+    pub setup_delay_ms: Option<f64>,
 }
 
 /// A flow's diagnosis.
@@ -438,9 +458,9 @@ pub struct Diagnosis {
     /// `unknown` (the only values: `analysis::diagnosis::VERDICTS`).
     #[serde(rename = "Verdict")]
     pub verdict: &'static str,
-    /// What behind the verdict, when the evidence names it: `small-buffer`, `slow-reader`,
-    /// `queueing`, `loss` or `paced` (`analysis::diagnosis::CAUSES`); absent when the cause
-    /// is unclear (the finding says so).
+    /// What behind the verdict, when the evidence names it (one of
+    /// `analysis::diagnosis::CAUSES`, the first rule that fires in docs/diagnosis.md's
+    /// order); absent when the cause is unclear (the finding says so).
     #[serde(rename = "Cause", skip_serializing_if = "Option::is_none")]
     pub cause: Option<&'static str>,
     /// One plain sentence with the numbers behind the verdict.

@@ -114,7 +114,7 @@ pub fn append(
 pub const UNKNOWN: &str = "unknown";
 
 /// The cause of a flow no rule explained.
-pub const NO_CAUSE: &str = "none";
+pub const NO_CAUSE: &str = crate::metrics::verdicts::NO_CAUSE;
 
 /// A record that cannot become a row.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

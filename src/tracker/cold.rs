@@ -140,7 +140,7 @@ impl Reader<'_> {
 
 /// The numbers of [`Last`] in a fixed order. Those whose absence is the type's largest value
 /// are written one up, so that absent takes one byte.
-fn last_words(l: &Last) -> [u64; 22] {
+fn last_words(l: &Last) -> [u64; 23] {
     [
         l.state.into(),
         l.min_rtt_us.wrapping_add(1).into(),
@@ -164,17 +164,18 @@ fn last_words(l: &Last) -> [u64; 22] {
         l.sndbuf.into(),
         l.total_rto.into(),
         l.recent_bps.to_bits().into(),
+        l.total_rto_time_ms.wrapping_add(1).into(),
     ]
 }
 
-fn last_from(w: [u64; 22]) -> Last {
+fn last_from(w: [u64; 23]) -> Last {
     Last {
         state: w[0] as u8,
         min_rtt_us: (w[1] as u32).wrapping_sub(1),
         total_retrans: w[2] as u32,
         delivered: w[3] as u32,
         delivered_ce: w[4] as u32,
-        snd_mss: w[5] as u32,
+        snd_mss: w[5] as u16,
         max_pacing_rate: w[6].wrapping_sub(1),
         bytes_acked: w[7],
         bytes_received: w[8],
@@ -191,6 +192,7 @@ fn last_from(w: [u64; 22]) -> Last {
         sndbuf: w[19] as u32,
         total_rto: w[20] as u16,
         recent_bps: f32::from_bits(w[21] as u32),
+        total_rto_time_ms: (w[22] as u16).wrapping_sub(1),
     }
 }
 

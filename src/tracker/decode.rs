@@ -79,7 +79,7 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
     l.total_retrans = total_retrans;
     l.delivered = t.delivered().unwrap_or(0);
     l.delivered_ce = t.delivered_ce().unwrap_or(0);
-    l.snd_mss = t.snd_mss().unwrap_or(0);
+    l.snd_mss = t.snd_mss().map_or(0, |m| m.min(u32::from(u16::MAX)) as u16);
     l.max_pacing_rate = t.max_pacing_rate().unwrap_or(ABSENT_U64);
     l.bytes_acked = t.bytes_acked().unwrap_or(0);
     l.bytes_received = t.bytes_received().unwrap_or(0);
@@ -102,6 +102,9 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
         l.sndbuf = sndbuf;
     }
     l.total_rto = t.total_rto().unwrap_or(0);
+    l.total_rto_time_ms = t.total_rto_time().map_or(super::flow::RTO_TIME_ABSENT, |v| {
+        v.min(u32::from(super::flow::RTO_TIME_SATURATED)) as u16
+    });
 }
 
 /// The congestion control, read only when a sample is retained: it rarely changes, so the

@@ -20,8 +20,9 @@ pub struct Last {
     pub delivered: u32,
     /// tcpi_delivered_ce.
     pub delivered_ce: u32,
-    /// tcpi_snd_mss.
-    pub snd_mss: u32,
+    /// tcpi_snd_mss, saturating (TCP's MSS option is 16 bits wide; a u32 here took the
+    /// bytes `total_rto_time_ms` needs in the flow's five cache lines).
+    pub snd_mss: u16,
     /// tcpi_max_pacing_rate, bytes/s; ABSENT_U64 when unlimited.
     pub max_pacing_rate: u64,
     /// tcpi_bytes_acked.
@@ -51,14 +52,25 @@ pub struct Last {
     pub snd_wnd_max: u32,
     /// SO_SNDBUF from SKMEMINFO, bytes; 0 when not sent.
     pub sndbuf: u32,
-    /// tcpi_total_rto.
+    /// tcpi_total_rto (Linux 6.7+; 0 before).
     pub total_rto: u16,
+    /// tcpi_total_rto_time, ms: the time spent recovering from RTOs, the recovery under way
+    /// included, saturating at [`RTO_TIME_SATURATED`]; [`RTO_TIME_ABSENT`] when the kernel
+    /// does not report it (before 6.7). 16 bits: the flow's five cache lines are full.
+    pub total_rto_time_ms: u16,
     /// Bytes acked and received per second, recently: an exponentially weighted average
     /// of the rates between retained samples, over about [`RECENT_TAU_S`] as of the newest
     /// retained sample ([`Last::recent_rate_at`] decays it to a later time). What the host
     /// page ranks flows by; the kernel's delivery rate is one burst's. (Fills the padding.)
     pub recent_bps: f32,
 }
+
+/// [`Last::total_rto_time_ms`] of a kernel that does not report it.
+pub const RTO_TIME_ABSENT: u16 = u16::MAX;
+
+/// The most [`Last::total_rto_time_ms`] holds: 65.5 s of RTO recovery (a flow past it is
+/// reported at it, "at least").
+pub const RTO_TIME_SATURATED: u16 = u16::MAX - 1;
 
 /// The time constant of [`Last::recent_bps`], s.
 pub const RECENT_TAU_S: f64 = 2.0;

@@ -92,6 +92,8 @@ pub struct Window<'a> {
     pub first_bytes: (u64, u64),
     /// From the window's first sample to its latest (retained or not), ns.
     pub span_ns: u64,
+    /// TCP option flags OR'd over its samples (`tcpi_options`).
+    pub options: u8,
 }
 
 impl<'a> Window<'a> {
@@ -102,6 +104,7 @@ impl<'a> Window<'a> {
             first_chrono: f.first_chrono,
             first_bytes: (f.first_bytes_acked, f.first_bytes_received),
             span_ns: f.span_ns(),
+            options: f.options,
         }
     }
 }
@@ -271,6 +274,7 @@ impl super::Tracker {
                 first_chrono: f.first_chrono,
                 first_bytes: (f.first_bytes_acked, f.first_bytes_received),
                 span_ns: h.last_ts_ns.saturating_sub(f.first_ts_ns),
+                options: f.options,
             };
             let b = Brief {
                 slot: f.counted.slot,

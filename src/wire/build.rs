@@ -138,6 +138,13 @@ impl SockBuilder {
         self.set32(100, v);
         self
     }
+    /// tcpi_total_rto and tcpi_total_rto_time (ms), with one RTO recovery when any.
+    pub fn rto(mut self, rtos: u16, time_ms: u32) -> Self {
+        self.info[240..242].copy_from_slice(&rtos.to_ne_bytes());
+        self.info[242..244].copy_from_slice(&u16::from(rtos > 0).to_ne_bytes());
+        self.set32(244, time_ms);
+        self
+    }
     /// tcpi_pacing_rate, bytes/s.
     pub fn pacing(mut self, v: u64) -> Self {
         self.set64(104, v);

@@ -6,6 +6,7 @@
 //! tests skip with a printed reason. Each prints `LAB <test>: …` lines with the measured
 //! values and tolerances (`cargo test --test lab -- --nocapture`).
 
+mod causes;
 #[path = "../common/monitor.rs"]
 mod monitor;
 mod netns;
@@ -117,11 +118,28 @@ fn measured_once_at(
     reader: Reader,
     intervals: &[&str],
 ) -> (Vec<Value>, Sent) {
+    measured_while(lab, bulk, v6, rcvbuf, reader, intervals, &|_| {})
+}
+
+/// As [`measured_once_at`], with `during` run on its own thread as the transfer starts (to
+/// arm a blackout or a stall in the middle of it).
+fn measured_while(
+    lab: &Lab,
+    bulk: &Bulk,
+    v6: bool,
+    rcvbuf: Option<usize>,
+    reader: Reader,
+    intervals: &[&str],
+    during: &(dyn Fn(&Lab) + Sync),
+) -> (Vec<Value>, Sent) {
     let sink = Sink::start_reading(lab, Side::B, 0, rcvbuf, reader).unwrap();
     let port = sink.port.to_string();
     let ms: Vec<Monitor> =
         intervals.iter().map(|i| monitor(lab, i, &["-netlink-dport", &port])).collect();
-    let sent = send(lab, Side::A, to(sink.port, v6), bulk).unwrap();
+    let sent = std::thread::scope(|s| {
+        s.spawn(|| during(lab));
+        send(lab, Side::A, to(sink.port, v6), bulk).unwrap()
+    });
     let recs = ms
         .into_iter()
         .map(|m| {
@@ -388,12 +406,14 @@ fn diagnosis(r: &Value) -> &Value {
 fn report(name: &str, r: &Value) {
     let d = diagnosis(r);
     eprintln!(
-        "LAB diag {name}: verdict {} ({}) — {}; shares {}; throughput {:.2} Mbit/s; window \
-         typical {} of {} largest, closed {} %",
+        "LAB diag {name}: verdict {} ({}) — {}; shares {}; signals {}, {} retransmits; \
+         throughput {:.2} Mbit/s; window typical {} of {} largest, closed {} %",
         d["Verdict"],
         d["Cause"],
         d["Finding"],
         d["TimeShares"],
+        d["Signals"],
+        r["TotalRetransmits"],
         f(r, "SendThroughputMbps"),
         d["Caps"]["TypicalWindowBytes"],
         d["Caps"]["PeerWindowBytes"],
@@ -576,7 +596,7 @@ fn consistent(r: &Value) {
     }
     let verdicts = ["receiver-window", "send-buffer", "network", "application", "unknown"];
     assert!(verdicts.contains(&d["Verdict"].as_str().unwrap()), "{d}");
-    let causes = ["small-buffer", "slow-reader", "queueing", "loss", "paced"];
+    let causes = cgmon_rs::analysis::diagnosis::CAUSES;
     assert!(d["Cause"].is_null() || causes.contains(&d["Cause"].as_str().unwrap()), "{d}");
 }
 

@@ -265,12 +265,18 @@ fn encode_verdicts(
     if !flows.is_empty() {
         let mut d = e.encode_descriptor(
             "cgmon_flows",
-            "Flows (records written), by service, destination (DestService) and verdict",
+            "Flows (records written), by service, destination (DestService), verdict and \
+             cause (none when the diagnosis names none)",
             None,
             MetricType::Counter,
         )?;
-        for (s, dst, verdict, n) in &flows {
-            let labels = [("service", s.as_str()), ("dest_service", dst), ("verdict", verdict)];
+        for (s, dst, verdict, cause, n) in &flows {
+            let labels = [
+                ("service", s.as_str()),
+                ("dest_service", dst),
+                ("verdict", verdict),
+                ("cause", cause),
+            ];
             d.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
         }
     }
@@ -456,6 +462,7 @@ mod tests {
             service: Some("api"),
             dest_service: Some("db"),
             verdict: Some("network"),
+            cause: Some("queueing"),
             limited_s: [0.0, 0.0, 2.0, 0.0],
         }]);
         let ex = Arc::new(

@@ -1,0 +1,208 @@
+//! The findings: one plain sentence per verdict and cause, in the flow's own figures. A
+//! finding names a cap only when the flow stayed within it ([`is_cap`]); otherwise it names
+//! the evidence, or says that the cause is unclear.
+
+use super::{
+    CAP_TOLERANCE, Caps, Inputs, Signals, TimeShares, is_cap, kb, mathis_cap, mbps_at, ms_text, pct,
+};
+use crate::tracker::Last;
+use crate::units::si_rate_mbps;
+
+/// The finding that explains `verdict` in the flow's own figures. It names a cap only when
+/// the flow stayed within it ([`is_cap`]); otherwise it names the evidence, or says that the
+/// cause is unclear.
+#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
+pub fn finding(
+    verdict: &str,
+    cause: Option<&str>,
+    l: &Last,
+    x: &Inputs,
+    shares: &TimeShares,
+    caps: &Caps,
+    sig: &Signals,
+    got: f64,
+    elapsed_ms: f64,
+) -> String {
+    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
+    let got_t = si_rate_mbps(got);
+    let rtt = ms_text(x.min_rtt_ms);
+    let spurious = match sig.spurious {
+        0 => String::new(),
+        n => format!("; {n} retransmits were spurious (the peer had the data), not loss"),
+    };
+    let text = match (verdict, cause) {
+        ("receiver-window", Some("slow-reader")) => format!(
+            "the receiving application read only {got_t}: the peer's window, up to {}, \
+             would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
+             ({} % of the time receiver-window limited): fix the reader, a bigger buffer \
+             won't help",
+            kb(f64::from(l.snd_wnd_max)),
+            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
+            caps.typical_window_bytes.map_or("smaller".into(), |w| kb(f64::from(w))),
+            sig.window_closed_pct
+                .filter(|&p| p >= 1.0)
+                .map(|p| format!(" and closed {p:.0} % of the time"))
+                .unwrap_or_default(),
+            pct(shares.receiver_window)
+        ),
+        ("receiver-window", Some("no-window-scaling")) => format!(
+            "the peer's window never passed {} because window scaling was not negotiated \
+             (RFC 7323; a middlebox that strips the option, or net.ipv4.tcp_window_scaling=0 \
+             on one end): at {rtt} ms RTT that carries {}; it reached {got_t} ({} % of the \
+             time receiver-window limited)",
+            kb(f64::from(l.snd_wnd_max)),
+            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
+            pct(shares.receiver_window)
+        ),
+        ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
+            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
+             ({} % of the time receiver-window limited)",
+            kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
+            cap(caps.window_cap_mbps),
+            pct(shares.receiver_window)
+        ),
+        ("receiver-window", _) => format!(
+            "receiver-window limited {} % of the time, but it reached {got_t}, above \
+             the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
+            pct(shares.receiver_window),
+            cap(caps.window_cap_mbps),
+            kb(f64::from(l.snd_wnd_max))
+        ),
+        ("send-buffer", _) if is_cap(caps.send_buffer_cap_mbps, got, CAP_TOLERANCE) => format!(
+            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} ({} % \
+             of the time send-buffer limited{})",
+            kb(f64::from(l.sndbuf)),
+            cap(caps.send_buffer_cap_mbps),
+            pct(shares.send_buffer),
+            if shares.network > shares.send_buffer {
+                format!(", {:.0} % sending out what it held", shares.network)
+            } else {
+                String::new()
+            }
+        ),
+        ("send-buffer", _) => format!(
+            "send-buffer limited {} % of the time with a {} buffer, though it reached \
+             {got_t}, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
+             its queue grow past it): cause unclear",
+            pct(shares.send_buffer),
+            kb(f64::from(l.sndbuf)),
+            cap(caps.send_buffer_cap_mbps)
+        ),
+        ("network", _) => network_finding(cause, l, x, shares, caps, sig, got, elapsed_ms),
+        ("application", Some("paced")) => format!(
+            "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
+             waiting for the acknowledgements of what it handed over, with the RTT at {} ms \
+             near its {rtt} ms minimum (no queue) and no loss; it reached {got_t}",
+            shares.application,
+            ms_text(x.rtt_p50_ms)
+        ),
+        _ => format!(
+            "the application left the connection idle or app-limited {:.0} % of the time; it \
+             reached {got_t}",
+            shares.application
+        ),
+    };
+    text + &spurious
+}
+
+/// A `network` verdict's finding: the loss that caps it, the queue that shows the
+/// bottleneck, or the loss as evidence when its Mathis bound is no cap; without either,
+/// the cause is unclear.
+#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
+fn network_finding(
+    cause: Option<&str>,
+    l: &Last,
+    x: &Inputs,
+    shares: &TimeShares,
+    caps: &Caps,
+    sig: &Signals,
+    got: f64,
+    elapsed_ms: f64,
+) -> String {
+    let got_t = si_rate_mbps(got);
+    let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
+    let share = shares.network;
+    let rto_ms = sig.rto_time_ms.map_or(0.0, f64::from);
+    match (cause, mathis_cap(caps, got)) {
+        (Some("timeouts"), _) => format!(
+            "network limited {share:.0} % of the time, and {} RTOs held it {} ms in \
+             recovery ({} % of the flow's time): losses were repaired by timeouts, not fast \
+             retransmit (a path that went dark, or lost whole windows); it reached {got_t}",
+            sig.rtos,
+            ms_text(rto_ms),
+            pct(100.0 * rto_ms / elapsed_ms.max(1.0))
+        ),
+        (Some("spurious"), _) => format!(
+            "network limited {share:.0} % of the time; {} of its {} retransmits were \
+             spurious (the peer reported them twice: DSACK), after {} RTOs: the path delayed \
+             packets past the retransmission timer rather than losing them; it reached \
+             {got_t}",
+            sig.spurious, l.total_retrans, sig.rtos
+        ),
+        (Some("ecn"), _) => format!(
+            "network limited {share:.0} % of the time at a bottleneck that signalled \
+             congestion with ECN: {} of the delivered segments were CE-marked, with {:.2} % \
+             loss; it reached {got_t}",
+            sig.ce_pct.map_or("some".into(), |p| format!("{p:.2} %")),
+            sig.loss_pct
+        ),
+        (Some("reordering"), _) => format!(
+            "network limited {share:.0} % of the time on a path that reordered its segments \
+             ({} reordering events in {} segments sent, {} retransmits spurious): the sender \
+             took reordering for loss; it reached {got_t}",
+            sig.reordering, l.segs_out, sig.spurious
+        ),
+        (Some("small-mss"), _) => format!(
+            "network limited {share:.0} % of the time with an MSS of {} bytes, far under an \
+             Ethernet path's 1,460 (a small path MTU or an MSS clamp): every window and the \
+             loss bound ({:.2} % loss) scale with it; it reached {got_t}",
+            sig.mss, sig.loss_pct
+        ),
+        (Some("loss"), Some(m)) => format!(
+            "network limited {share:.0} % of the time: {:.2} % loss at {rtt} ms RTT caps this \
+             flow near {} (Mathis); it reached {got_t}",
+            sig.loss_pct,
+            si_rate_mbps(m)
+        ),
+        (Some("queueing"), _) => format!(
+            "network limited {share:.0} % of the time at the path's bottleneck: it reached \
+             {got_t} with the RTT at {rtt} ms over a {min} ms minimum (queueing) and \
+             {:.2} % loss",
+            sig.loss_pct
+        ),
+        (Some("loss"), None) => format!(
+            "network limited {share:.0} % of the time with {:.2} % loss at {rtt} ms RTT; it \
+             reached {got_t}{}",
+            sig.loss_pct,
+            match caps.loss_cap_mbps {
+                Some(m) if m < got => format!(
+                    " (the Mathis bound for that loss, {}, is below what it reached, so it \
+                     is no cap here)",
+                    si_rate_mbps(m)
+                ),
+                Some(m) => format!(
+                    " (the loss alone would allow {}: something else held it)",
+                    si_rate_mbps(m)
+                ),
+                None => String::new(),
+            }
+        ),
+        _ => format!(
+            "network limited {share:.0} % of the time, cause unclear: it reached {got_t} \
+             with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
+        ),
+    }
+}
+
+/// A `syn-retransmit` finding: `n` SYNs sent again cost `delay_ms` (a lower bound unless
+/// `exact`), against `busy_ms` of sending.
+pub fn setup(n: u32, delay_ms: f64, exact: bool, busy_ms: f64) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!(
+        "the connection waited {}{} s to be set up ({n} SYN retransmit{s}: the first SYN \
+         or its answer was lost), longer than it then spent sending ({} ms busy)",
+        if exact { "" } else { "at least " },
+        format_args!("{:.1}", delay_ms / 1000.0),
+        ms_text(busy_ms)
+    )
+}
