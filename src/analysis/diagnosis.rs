@@ -24,7 +24,7 @@
 
 pub mod causes;
 mod findings;
-mod short;
+pub(crate) mod short;
 
 pub use crate::record::{Caps, Diagnosis, Signals, TimeShares};
 use crate::tracker::{EndedFlow, Last};
@@ -367,7 +367,17 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             finding,
         });
     }
-    let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, elapsed);
+    // Over in the round trips slow start needs: the last sample's ssthresh alone does not
+    // say, since the kernel sets it when the sender goes idle (a response sent and then
+    // waited on read finite by its close).
+    let rounds = short::round_trips(l.bytes_acked, l.snd_mss.into());
+    // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
+    // 208 ms for its 4 rounds.
+    let within_rounds = busy <= f64::from(rounds + 1) * x.min_rtt_ms;
+    let slow_start = (in_slow_start || within_rounds)
+        && sig.loss_pct == 0.0
+        && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS;
+    let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, (elapsed, slow_start));
     let finding = findings::finding(verdict, cause, l, &x, &shares, &caps, &sig, got, elapsed);
     Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, cause, finding })
 }
@@ -382,7 +392,7 @@ fn judge(
     x: &Inputs,
     got: f64,
     l: &Last,
-    elapsed_ms: f64,
+    (elapsed_ms, slow_start): (f64, bool),
 ) -> (&'static str, Option<&'static str>) {
     let mut verdict = largest(shares);
     let near_sndbuf_cap =
@@ -406,12 +416,22 @@ fn judge(
     }
     // Against the largest window: a reader that kept it open would have had that much.
     let largest_cap = mbps_at(f64::from(caps.peer_window_bytes), x.min_rtt_ms);
-    let slow_reader = sig.window_closed_pct.is_some_and(|p| p >= SLOW_READER_CLOSED_PCT)
-        || largest_cap.is_some_and(|c| got < SLOW_READER_FRACTION * c);
+    // The window's own evidence first: a reader that kept it open had it at its largest
+    // while it held the flow. Only a flow without a typical window (one sample) is judged
+    // by its rate against the largest window's, which on a µs path divides by a minimum
+    // RTT far under the one the flow ran at: a 16 KB buffer read flat out on one, its
+    // window at its largest throughout, reached 0.19 of that "cap" and read as a slow
+    // reader.
+    let shrunk = match caps.typical_window_bytes {
+        Some(t) => f64::from(t) < SLOW_READER_FRACTION * f64::from(caps.peer_window_bytes),
+        None => largest_cap.is_some_and(|c| got < SLOW_READER_FRACTION * c),
+    };
+    let slow_reader = sig.window_closed_pct.is_some_and(|p| p >= SLOW_READER_CLOSED_PCT) || shrunk;
     let cause = match verdict {
         "receiver-window" => Some(causes::receiver_window(sig, caps, slow_reader)),
         "send-buffer" => Some("small-buffer"),
-        "network" => causes::network(sig, l, elapsed_ms, mathis_cap(caps, got).is_some(), queue),
+        "network" => causes::network(sig, l, elapsed_ms, mathis_cap(caps, got).is_some(), queue)
+            .or(slow_start.then_some("slow-start")),
         "application" if paced => Some("paced"),
         _ => None,
     };
@@ -476,7 +496,7 @@ pub fn so_far(f: &Window<'_>, srtt_us: u32) -> Option<(&'static str, Option<&'st
         return Some((UNKNOWN, None));
     }
     let (shares, caps, sig) = so_far_evidence(f, &x)?;
-    Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps, l, f.span_ns as f64 / 1e6))
+    Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps, l, (f.span_ns as f64 / 1e6, false)))
 }
 
 /// The number that says most about `verdict` (from [`so_far`]) for a person scanning a
@@ -961,8 +981,15 @@ mod tests {
 
     #[test]
     fn a_slow_reader_is_not_a_small_buffer() {
-        // An 80 KB window at 50 ms would carry 12.8 Mbit/s; the reader took 1.3.
-        let d = flow(50_000, 50_000, 80_000, 13, 9_900, 8_000, (10_000, 0, 0));
+        // An 80 KB window at 50 ms would carry 12.8 Mbit/s; the reader took 1.3, its
+        // window typically 9 KB while it held the flow.
+        let a = SockBuilder::new(1, 5000, 80).options(7).rtt_us(50_000).min_rtt_us(50_000);
+        let mut e = ended_flow(&[
+            (S, a.clone().snd_wnd(80_000).chrono_us(0, 0, 0).bytes_acked(1)),
+            (2 * S, a.clone().snd_wnd(9_000).chrono_us(990_000, 800_000, 0).bytes_acked(162_501)),
+            (11 * S, a.snd_wnd(80_000).chrono_us(9_900_000, 8_000_000, 0).bytes_acked(1_625_001)),
+        ]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.expect("busy time");
         assert_eq!((d.verdict, d.cause), ("receiver-window", Some("slow-reader")));
         assert!(
             d.finding.starts_with("the receiving application read only 1.3 Mbit/s")
@@ -1004,7 +1031,13 @@ mod tests {
                                 let got = d.achieved_mbps;
                                 for mark in ["caps this flow at ", "caps this flow near "] {
                                     let Some(rest) = d.finding.split(mark).nth(1) else { continue };
-                                    let c: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+                                    let mut w = rest.split(' ');
+                                    let c: f64 = w.next().unwrap().parse().unwrap();
+                                    let c = c * match w.next().unwrap().trim_end_matches(';') {
+                                        "Gbit/s" => 1000.0,
+                                        "kbit/s" => 0.001,
+                                        _ => 1.0,
+                                    };
                                     // The sentence rounds C to 0.1 Mbit/s. A window
                                     // cap holds within 10 %, a Mathis bound from 0.9 × the
                                     // rate (no send buffer in this grid).

@@ -214,3 +214,71 @@ fn diagnosis_a_late_setup_is_the_network_by_syn_retransmit() {
         );
     }
 }
+
+/// A 200 KB response, the fleet's most common flow: on a 50 ms path it is over in slow
+/// start, bounded by round trips (`network`/`slow-start`); on a µs path (no delay: the
+/// emulator's own tens of µs) it is over before the kernel's busy clock ticks five times,
+/// and must never be called a window's or a reader's.
+#[test]
+fn diagnosis_a_short_response_is_judged_by_round_trips_not_by_its_rate() {
+    let _one = one_at_a_time();
+    for (delay_ms, v6) in [(25, false), (0, true), (0, false)] {
+        let Some(lab) = lab(LabConfig::default().delay(Duration::from_millis(delay_ms))) else {
+            return;
+        };
+        let bulk = Bulk::bytes(200_000).cc("cubic");
+        let ((recs, _), grew) = counted(&lab, Side::A, || {
+            measured_while(&lab, &bulk, v6, None, Reader::Full, &EVERY, &|_| {})
+        });
+        eprintln!("LAB short response {delay_ms} ms v6={v6}: nstat A {grew:?}");
+        // The kernel's word that the 50 ms case never left slow start: no loss, no HyStart
+        // exit. (On the µs path HyStart's ACK-train detection does end it: measured, and
+        // what such a flow is then judged by does not matter as long as it is no window's.)
+        assert_eq!(n(&grew, "TcpRetransSegs"), 0, "{grew:?}");
+        let hystart = grew.keys().any(|k| k.starts_with("TcpExtTCPHystart"));
+        assert!(delay_ms == 0 || !hystart, "{grew:?}");
+        for (r, every) in recs.iter().zip(EVERY) {
+            let what = format!("short response {delay_ms} ms v6={v6} every {every}");
+            report(&what, r);
+            consistent(r);
+            let d = diagnosis(r);
+            let (verdict, cause) = (d["Verdict"].as_str().unwrap(), d["Cause"].as_str());
+            if delay_ms > 0 {
+                assert_eq!((verdict, cause), ("network", Some("slow-start")), "{what}: {d}");
+                let finding = d["Finding"].as_str().unwrap();
+                assert!(finding.contains("200.0 KB took 4 round trips of 5"), "{finding}");
+            } else {
+                assert!(
+                    ["unknown", "network", "application"].contains(&verdict),
+                    "{what}: a window verdict for a µs response: {d}"
+                );
+                assert!(cause.is_none() || cause == Some("slow-start"), "{what}: {d}");
+            }
+        }
+    }
+}
+
+/// µs paths (no delay): a 16 KB receive buffer read flat out holds the flow, as the
+/// kernel's own rwnd-limited time says; it is `receiver-window`/`small-buffer`, not
+/// `queueing` on µs of jitter.
+#[test]
+fn diagnosis_a_small_receive_buffer_on_a_microsecond_path() {
+    let _one = one_at_a_time();
+    for v6 in [false, true] {
+        let Some(lab) = lab(LabConfig::default().delay(Duration::ZERO)) else { return };
+        let bulk = Bulk::for_duration(Duration::from_secs(3)).cc("cubic");
+        let (recs, _) =
+            measured_while(&lab, &bulk, v6, Some(16 << 10), Reader::Full, &EVERY, &|_| {});
+        for (r, every) in recs.iter().zip(EVERY) {
+            let what = format!("µs path 16 KB rcvbuf v6={v6} every {every}");
+            report(&what, r);
+            consistent(r);
+            let d = diagnosis(r);
+            let rwnd = f(&d["TimeShares"], "ReceiverWindowPct");
+            assert!(rwnd > 50.0, "{what}: the kernel counted {rwnd} % rwnd-limited: {d}");
+            assert!(f(r, "MinRTTKernelms") < 1.0, "{what}: not a µs path: {r}");
+            let got = (d["Verdict"].as_str(), d["Cause"].as_str());
+            assert_eq!(got, (Some("receiver-window"), Some("small-buffer")), "{what}: {d}");
+        }
+    }
+}

@@ -54,12 +54,29 @@ pub fn finding(
             cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
             pct(shares.receiver_window)
         ),
+        ("receiver-window", _)
+            if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE)
+                && caps.window_cap_mbps.is_some_and(|c| got >= super::SLOW_READER_FRACTION * c) =>
+        {
+            format!(
+                "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
+                 ({} % of the time receiver-window limited)",
+                kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
+                cap(caps.window_cap_mbps),
+                pct(shares.receiver_window)
+            )
+        }
+        // Held by a window kept at its largest, far under what it carries at the minimum
+        // RTT: the flow ran at a longer RTT than its best (on a µs path, the hosts' own
+        // latency under load), so that figure is no cap it was held at.
         ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
-             ({} % of the time receiver-window limited)",
+            "receiver-window limited {} % of the time with the peer's window typically {}, \
+             near its largest: it reached {got_t}, far under the {} that window carries at \
+             the {rtt} ms minimum RTT, so it ran at a longer RTT than that (on a µs path, the \
+             hosts' own latency); a bigger receive buffer would raise it",
+            pct(shares.receiver_window),
             kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
-            cap(caps.window_cap_mbps),
-            pct(shares.receiver_window)
+            cap(caps.window_cap_mbps)
         ),
         ("receiver-window", _) => format!(
             "receiver-window limited {} % of the time, but it reached {got_t}, above \
@@ -124,6 +141,15 @@ fn network_finding(
     let share = shares.network;
     let rto_ms = sig.rto_time_ms.map_or(0.0, f64::from);
     match (cause, mathis_cap(caps, got)) {
+        (Some("slow-start"), _) => format!(
+            "network limited {share:.0} % of the time: {}",
+            super::short::slow_start_finding(
+                l.bytes_acked,
+                u32::from(l.snd_mss),
+                x.min_rtt_ms,
+                f64::from(l.busy_ms)
+            )
+        ),
         (Some("timeouts"), _) => format!(
             "network limited {share:.0} % of the time, and {} RTOs held it {} ms in \
              recovery ({} % of the flow's time): losses were repaired by timeouts, not fast \

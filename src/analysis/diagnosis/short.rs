@@ -35,14 +35,12 @@ pub fn judge(
     }
     let sent = crate::units::si_bytes(bytes);
     if in_slow_start && min_rtt_ms >= SLOW_START_MIN_RTT_MS && mss > 0 {
-        let rounds = round_trips(bytes, mss);
         return Some((
             "network",
             Some("slow-start"),
             format!(
-                "{sent} took {rounds} round trips of {} ms in slow start: bounded by round \
-                 trips, not bandwidth (busy {busy_ms:.0} ms, {})",
-                super::ms_text(min_rtt_ms),
+                "{} ({})",
+                slow_start_finding(bytes, mss, min_rtt_ms, busy_ms),
                 ticks_text(ticks, tick_ms)
             ),
         ));
@@ -56,6 +54,17 @@ pub fn judge(
             crate::analysis::tick::MIN_TICKS
         ),
     ))
+}
+
+/// A transfer that ended in slow start: the round trips it took.
+pub fn slow_start_finding(bytes: u64, mss: u32, min_rtt_ms: f64, busy_ms: f64) -> String {
+    format!(
+        "{} took {} round trips of {} ms in slow start: bounded by round trips, not \
+         bandwidth (busy {busy_ms:.0} ms)",
+        crate::units::si_bytes(bytes),
+        round_trips(bytes, mss),
+        super::ms_text(min_rtt_ms)
+    )
 }
 
 /// "2 clock ticks of 4 ms".
