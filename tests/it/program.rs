@@ -1355,7 +1355,9 @@ fn verdicts_are_counted_by_service_pair_for_every_record() {
     // Every record's pair and verdict is a series of its own: loopback ends are `local`.
     for r in &recs {
         let verdict = r["Diagnosis"]["Verdict"].as_str().unwrap();
-        let want = format!("dest_service=\"local\",verdict=\"{verdict}\"}}");
+        // The cause beside it, `none` when the diagnosis names none (one spelling).
+        let cause = r["Diagnosis"]["Cause"].as_str().unwrap_or("none");
+        let want = format!("dest_service=\"local\",verdict=\"{verdict}\",cause=\"{cause}\"}}");
         assert!(
             text.lines().any(|l| l.starts_with("cgmon_flows_total{") && l.contains(&want)),
             "{want} in\n{text}"
