@@ -98,6 +98,13 @@ pub struct TrackerConfig {
     /// pause: the poller raises it to 1.5 × the full-dump interval its budget allows
     /// ([`Tracker::set_pause_ns`]), the longest a still flow waits to be sampled.
     pub pause_ns: u64,
+    /// SYNs sent again after which the kernel gives up a connect
+    /// (`net.ipv4.tcp_syn_retries`): what tells a time-out from an attempt abandoned.
+    pub syn_retries: u8,
+    /// Record connects that failed with their remote port cleared and that no dump saw
+    /// (a blocking `connect()`): only without a filter, which could not be applied to
+    /// them.
+    pub unported_attempts: bool,
 }
 
 impl TrackerConfig {
@@ -119,6 +126,8 @@ impl Default for TrackerConfig {
             tiers: false,
             hot_linger_ns: 1_000_000_000,
             pause_ns: 15_000_000_000,
+            syn_retries: 6,
+            unported_attempts: true,
         }
     }
 }
@@ -132,6 +141,10 @@ pub struct TrackerStats {
     pub flows_ended: u64,
     /// Flows refused for `max_flows`.
     pub flows_refused: u64,
+    /// Connects that never established, recorded.
+    pub attempts: u64,
+    /// Connects that failed with their port cleared, not recorded: a filter was set.
+    pub attempts_unported_filtered: u64,
     /// Samples whose cookie belongs to a flow with another 4-tuple (a socket that
     /// connected again elsewhere); not applied to that flow.
     pub tuple_conflicts: u64,
@@ -640,6 +653,7 @@ impl Tracker {
             held: rest.held,
             unresolved: None,
             owner: None,
+            attempt: None,
         }
     }
 }
@@ -666,6 +680,7 @@ fn gap_us(a: u64, b: u64) -> u32 {
 }
 
 pub mod accounts;
+pub mod attempts;
 mod cold;
 pub use cold::COLD_AFTER_NS;
 mod decode;

@@ -104,7 +104,7 @@ pub const SLOW_READER_CLOSED_PCT: f64 = 10.0;
 pub const PACED_APP_SHARE_PCT: f64 = 10.0;
 
 /// The finer causes a diagnosis may name (`Cause`), and no others.
-pub const CAUSES: [&str; 13] = [
+pub const CAUSES: [&str; 16] = [
     "small-buffer",
     "slow-reader",
     "no-window-scaling",
@@ -118,6 +118,9 @@ pub const CAUSES: [&str; 13] = [
     "slow-start",
     "syn-retransmit",
     "paced",
+    "refused",
+    "syn-timeout",
+    "abandoned",
 ];
 
 /// Milliseconds with as many decimals as they need to show (loopback RTTs are µs).
@@ -312,6 +315,19 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
         cwnd_bytes: x.cwnd_p50_bytes,
     };
+    // A connect that never established: how it ended is all there is to say.
+    if let Some(a) = e.attempt {
+        sig.syn_retransmits = u32::from(a.syn_retransmits);
+        return Some(Diagnosis {
+            shares,
+            caps,
+            signals: sig,
+            achieved_mbps: 0.0,
+            verdict: UNKNOWN,
+            cause: Some(a.outcome.as_str()),
+            finding: findings::attempt(&a, f.span_ns()),
+        });
+    }
     // A setup that took longer than the flow then spent sending: whichever end sent, the
     // lost SYNs are what it waited on.
     if let Some((n, delay, exact)) = setup.filter(|s| s.1 >= f64::from(l.busy_ms)) {

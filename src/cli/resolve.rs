@@ -90,6 +90,7 @@ pub struct HttpSettings {
 /// Resolves the parsed command line into every stage's settings.
 pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
     let window = c.window_samples.unwrap_or_else(|| TrackerConfig::window_for_interval(c.interval));
+    let unported_attempts = parts.filter.is_none();
     Settings {
         sampler: SamplerConfig {
             // Listeners too, always: they start no flow, but name the listening ports that
@@ -115,6 +116,8 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             tiers: c.cpu_budget > 0.0,
             hot_linger_ns: hot_linger(c.interval).as_nanos() as u64,
             pause_ns: pause(c.interval, c.cpu_budget > 0.0).as_nanos() as u64,
+            syn_retries: syn_retries(),
+            unported_attempts,
         },
         task: TaskConfig {
             interval: c.interval,
@@ -198,4 +201,13 @@ fn pause(interval: Duration, tiers: bool) -> Duration {
 /// that pauses between requests is not dropped to the full-dump pace between them.
 fn hot_linger(interval: Duration) -> Duration {
     (interval * 10).max(Duration::from_secs(1))
+}
+
+/// `net.ipv4.tcp_syn_retries` of the monitor's namespace (6 when unreadable: the kernel's
+/// default), what tells a connect the kernel gave up from one its application abandoned.
+fn syn_retries() -> u8 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_syn_retries")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(6)
 }

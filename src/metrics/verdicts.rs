@@ -50,7 +50,13 @@ struct Inner {
     flows: BTreeMap<(u16, u16, &'static str, &'static str), u64>,
     /// (service, dest_service, limit) → seconds.
     limited: BTreeMap<(u16, u16, &'static str), f64>,
+    /// (dest_service, outcome) → connects that never established.
+    connects: BTreeMap<(u16, &'static str), u64>,
 }
+
+/// The causes of connects that never established (the tracker's `attempts::OUTCOMES`):
+/// `cgmon_connect_failures_total`'s `outcome` label.
+pub const CONNECT_OUTCOMES: [&str; 3] = ["refused", "syn-timeout", "abandoned"];
 
 /// One series of `cgmon_flows_total`: service, dest_service, verdict, cause, flows.
 pub type FlowCount = (String, String, &'static str, &'static str, u64);
@@ -104,6 +110,9 @@ impl VerdictCounts {
             let verdict = e.verdict.unwrap_or("unknown");
             let cause = e.cause.unwrap_or(NO_CAUSE);
             *g.flows.entry((svc, dst, verdict, cause)).or_default() += 1;
+            if let Some(&outcome) = CONNECT_OUTCOMES.iter().find(|&&o| o == cause) {
+                *g.connects.entry((dst, outcome)).or_default() += 1;
+            }
             for (limit, s) in LIMITS.iter().zip(e.limited_s) {
                 if s > 0.0 {
                     *g.limited.entry((svc, dst, limit)).or_default() += s;
@@ -124,6 +133,15 @@ impl VerdictCounts {
             })
             .collect();
         v.sort_by(|a, b| (&a.0, &a.1, a.2, a.3).cmp(&(&b.0, &b.1, b.2, b.3)));
+        v
+    }
+
+    /// (dest_service, outcome, connects), in label order: connects that never established.
+    pub fn connect_failures(&self) -> Vec<(String, &'static str, u64)> {
+        let g = self.lock();
+        let mut v: Vec<_> =
+            g.connects.iter().map(|(&(d, outcome), &n)| (g.names(0, d).1, outcome, n)).collect();
+        v.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         v
     }
 
@@ -190,9 +208,13 @@ mod tests {
         assert!(limited.contains(&("api".into(), "db".into(), "network", 3.0)), "{limited:?}");
         assert!(limited.contains(&("api".into(), "db".into(), "application", 1.0)));
         assert!(!limited.iter().any(|(.., l, _)| *l == "receiver-window"), "no zero series");
+        // Connects that never established, by destination and outcome.
+        c.add([Ended { verdict: Some("unknown"), cause: Some("refused"), ..e("web", "db", "x") }]);
+        c.add([Ended { verdict: Some("unknown"), cause: Some("refused"), ..e("api", "db", "x") }]);
+        assert_eq!(c.connect_failures(), [("db".to_string(), "refused", 2)]);
         // A service called "other" counts with the others, in one series.
         c.add([e("other", "db", "application")]);
         assert!(c.flows().contains(&(OTHER.into(), "db".into(), "application", NO_CAUSE, 2)));
-        assert_eq!(c.flows().len(), 4);
+        assert_eq!(c.flows().len(), 6, "four, and the two refused connects");
     }
 }

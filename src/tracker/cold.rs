@@ -525,8 +525,11 @@ impl Tracker {
         let edge = self.stages.latest(&f.stage, &f.samples)?;
         let held = self.stages.detach(&mut f.stage, &mut f.samples);
         sync(f, h);
-        let mut e =
-            Self::cut_window(f, edge, Rest { held, sampling: h.sampling(), unresolved: None });
+        let mut e = Self::cut_window(
+            f,
+            edge,
+            Rest { held, sampling: h.sampling(), unresolved: None, attempt: None },
+        );
         e.netns = label_of(&self.labels, &self.flow_netns, h.cookie);
         e.owner = self.attr.owner_now(h.cookie);
         h.deduped = 0;

@@ -2,6 +2,7 @@
 //! destroy event, and its expiry), their destroy event with the final counters, the
 //! monitor's stop, and windows cut to bound memory.
 
+use super::attempts;
 use super::decode::{decode_into, refresh_attrs, snap};
 use super::fingerprint::{fingerprint, same_socket};
 use super::{
@@ -35,7 +36,7 @@ impl Tracker {
         };
         let held = self.stages.release(&mut f.stage, &mut f.samples);
         sync(&mut f, &h);
-        Some((f, Rest { held, sampling: h.sampling(), unresolved: None }))
+        Some((f, Rest { held, sampling: h.sampling(), unresolved: None, attempt: None }))
     }
 
     /// Ends the current dump. When `complete`, flows it did not hold end (reason Gone, at
@@ -140,11 +141,19 @@ impl Tracker {
         if self.refused.remove(&key.cookie).is_some() {
             return;
         }
+        let Some(t) = s.tcp_info() else {
+            if key.dport == 0 {
+                self.disconnected(s, None, out);
+            }
+            return;
+        };
+        // A connect that never set up, told from its final counters.
+        let attempt = attempts::classify(s, &t, self.cfg.syn_retries)
+            .filter(|_| self.never_established(key.cookie));
         if key.dport == 0 {
-            self.disconnected(key.cookie, s.ts_ns, out);
+            self.disconnected(s, attempt, out);
             return;
         }
-        let Some(t) = s.tcp_info() else { return };
         if self.destroyed.contains_key(&key.cookie) {
             self.stats.destroy_late += 1; // its flow already ended on an event
             return;
@@ -164,6 +173,7 @@ impl Tracker {
             w.rest.sampling.event = true;
             let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
             self.destroyed.insert(cookie, self.generation);
+            w.rest.attempt = attempt;
             self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
             return;
         }
@@ -208,8 +218,32 @@ impl Tracker {
         };
         self.destroyed.insert(key.cookie, self.generation);
         rest.sampling.event = true;
-        rest.unresolved = unresolved;
+        rest.unresolved = unresolved.filter(|_| attempt.is_none());
+        rest.attempt = attempt;
+        // An attempt connected out: it is the connecting side, and it was reset.
+        let close = if attempt.is_some() { Some(Close::Reset) } else { close };
         self.hand_on(f, rest, EndReason::Destroyed, s.ts_ns, close, out);
+    }
+
+    /// Whether the flow of `cookie`, if followed, never had a sample past its handshake
+    /// (a socket never seen counts as never established: its counters decide).
+    fn never_established(&mut self, cookie: u64) -> bool {
+        let connecting = |f: &super::Flow| {
+            f.samples.iter().all(|r| matches!(r.state(), tcp::SYN_SENT | tcp::SYN_RECV))
+                && matches!(f.last.state, tcp::SYN_SENT | tcp::SYN_RECV | tcp::CLOSE)
+        };
+        if let Some(w) = self.waiting.get(&cookie) {
+            return connecting(&w.flow);
+        }
+        match self.index.get(cookie, &self.hot) {
+            Some(slot) => {
+                let f = self.flow_at(slot);
+                let latest = self.stages.latest(&f.stage, &f.samples).map(|r| r.state());
+                connecting(&f)
+                    && latest.is_none_or(|st| matches!(st, tcp::SYN_SENT | tcp::SYN_RECV))
+            }
+            None => true,
+        }
     }
 
     /// True when some flow in `out` waits to learn which side it was (see
@@ -254,16 +288,40 @@ impl Tracker {
     /// before destroying it (an abortive close with `SO_LINGER` 0, a failed connect), which
     /// clears its peer and its counters. Only a flow already followed by that cookie ends on
     /// it, as reset, with the counters of its last sample; anything else is ignored.
-    pub(super) fn disconnected(&mut self, cookie: u64, ts_ns: u64, out: &mut Vec<EndedFlow>) {
-        let (f, rest, end) = if let Some(w) = self.waiting.remove(&cookie) {
+    ///
+    /// A connect that failed in a blocking `connect()` reads so too (`attempt`): followed
+    /// or not, it is recorded, with the port a dump saw or, never seen, with none (then
+    /// only when no filter was set, since none could be applied to it).
+    pub(super) fn disconnected(
+        &mut self,
+        s: &Sample<'_>,
+        attempt: Option<attempts::Attempt>,
+        out: &mut Vec<EndedFlow>,
+    ) {
+        let (cookie, ts_ns) = (s.key().cookie, s.ts_ns);
+        let (f, mut rest, end) = if let Some(w) = self.waiting.remove(&cookie) {
             self.stats.destroy_awaited += 1;
             (w.flow, w.rest, w.missed_ns)
         } else if self.index.contains(cookie, &self.hot) {
             let (f, rest) = self.remove(cookie).expect("indexed just above");
             (f, rest, ts_ns)
+        } else if let (Some(a), Some(t)) = (attempt, s.tcp_info()) {
+            if !self.cfg.unported_attempts {
+                self.stats.attempts_unported_filtered += 1;
+                return;
+            }
+            if self.full() || self.gone.contains(&cookie) {
+                return;
+            }
+            let f = self.open(s, &snap(s, &t), false, Seen::Destroy);
+            let rest = Rest { attempt: Some(a), ..Rest::default() };
+            (f, rest, ts_ns)
         } else {
             return;
         };
+        // A followed attempt keeps the port its dumps saw.
+        rest.attempt = attempt.map(|a| attempts::Attempt { port_known: f.key.dport != 0, ..a });
+        rest.sampling.event |= rest.attempt.is_some();
         self.destroyed.insert(cookie, self.generation);
         self.hand_on(f, rest, EndReason::Destroyed, end, Some(Close::Reset), out);
     }
@@ -318,12 +376,25 @@ impl Tracker {
         if reason != EndReason::Shutdown {
             self.accounts.get_mut(flow.counted.slot).closed += 1;
         }
-        let Rest { held, sampling, unresolved } = rest;
+        let Rest { held, sampling, unresolved, attempt } = rest;
+        if attempt.is_some() {
+            self.stats.attempts += 1;
+        }
         let owner = self.owner_at_end(&mut flow, unresolved.is_none());
         let netns = label_of(&self.labels, &self.flow_netns, flow.key.cookie);
         self.flow_netns.remove(&flow.key.cookie);
-        let e =
-            EndedFlow { flow, reason, end_ts_ns, close, sampling, netns, held, unresolved, owner };
+        let e = EndedFlow {
+            flow,
+            reason,
+            end_ts_ns,
+            close,
+            sampling,
+            netns,
+            held,
+            unresolved,
+            owner,
+            attempt,
+        };
         // Its samples leave the tracker either way: dropped or handed on.
         self.stats.samples_handed_on += e.sample_count() as u64;
         if self.cfg.min_samples > 0 && e.sample_count() < self.cfg.min_samples {

@@ -300,6 +300,8 @@ pub struct EndedFlow {
     pub(crate) unresolved: Option<u32>,
     /// The process that owned its socket, when one was found (`processes`).
     pub owner: Option<crate::processes::Owner>,
+    /// A connect that never established: how it ended.
+    pub attempt: Option<super::attempts::Attempt>,
 }
 
 /// What leaves the table with a flow besides the flow itself.
@@ -310,6 +312,8 @@ pub(super) struct Rest {
     /// Seen only in its destroy event on a port not known to listen: its namespace, until
     /// [`Tracker::resolve_sides`] decides its side.
     pub(super) unresolved: Option<u32>,
+    /// A connect that never established (from its destroy event).
+    pub(super) attempt: Option<super::attempts::Attempt>,
 }
 
 impl EndedFlow {
@@ -325,6 +329,7 @@ impl EndedFlow {
             held: None,
             unresolved: None,
             owner: None,
+            attempt: None,
         }
     }
 

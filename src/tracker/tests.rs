@@ -1,5 +1,6 @@
 //! Tracker tests on built samples: no kernel.
 
+use super::attempts;
 use super::pool::STAGED;
 use super::*;
 use crate::wire::build::SockBuilder;
@@ -887,9 +888,27 @@ fn a_disconnected_socket_ends_its_flow_as_reset_without_its_cleared_counters() {
     dump(&mut t, 3 * S, &[], true);
     let ended = destroy(&mut t, 4 * S, &SockBuilder::new(2, 5001, 0));
     assert_eq!((ended[0].flow.key.cookie, ended[0].end_ts_ns), (2, 3 * S));
-    // A listener's event, or one of a socket never followed, starts nothing.
-    assert!(destroy(&mut t, 5 * S, &SockBuilder::new(3, 80, 0)).is_empty());
+    // It never established: a failed connect, with the port its dumps saw.
+    let a = ended[0].attempt.expect("an attempt");
+    assert_eq!((a.outcome, a.port_known), (attempts::Outcome::Refused, true));
+    assert!(ended[0].flow.key.dport == 80);
+    // A listener's event starts nothing.
+    assert!(destroy(&mut t, 5 * S, &SockBuilder::new(3, 80, 0).no_peer()).is_empty());
     assert_eq!(t.stats().flows_opened, 2);
+    // A failed blocking connect no dump saw is recorded with its address alone: the port
+    // is unknown.
+    let ended = destroy(&mut t, 6 * S, &SockBuilder::new(4, 40000, 0).retransmits(7));
+    let a = ended[0].attempt.expect("an attempt");
+    assert_eq!(
+        (a.outcome, a.syn_retransmits, a.port_known),
+        (attempts::Outcome::SynTimeout, 7, false)
+    );
+    assert_eq!(ended[0].close, Some(Close::Reset));
+    // With a filter set, one could not be applied to it: counted, not recorded.
+    let mut t =
+        Tracker::new(TrackerConfig { unported_attempts: false, ..TrackerConfig::default() });
+    assert!(destroy(&mut t, S, &SockBuilder::new(5, 40001, 0)).is_empty());
+    assert_eq!(t.stats().attempts_unported_filtered, 1);
 }
 
 #[test]

@@ -185,9 +185,25 @@ impl SockBuilder {
         self.set64(208, v);
         self
     }
+    /// No peer address (`idiag_dst` all zeros), as a listener's destroy event has.
+    pub fn no_peer(mut self) -> Self {
+        self.msg.head[24..40].fill(0);
+        self
+    }
     /// `idiag_uid`.
     pub fn uid(mut self, v: u32) -> Self {
         self.msg.head[64..68].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    /// tcpi_retransmits: the retransmissions of the current timeout (a connecting socket's
+    /// SYNs sent again).
+    pub fn retransmits(mut self, v: u8) -> Self {
+        self.info[2] = v;
+        self
+    }
+    /// tcpi_segs_in.
+    pub fn segs_in(mut self, v: u32) -> Self {
+        self.set32(140, v);
         self
     }
     /// tcpi_segs_out and tcpi_dsack_dups.

@@ -275,3 +275,72 @@ fn the_first_connection_to_a_new_listener_closes_cleanly_with_its_service() {
         assert_eq!(the_record(&recs, client)["Close"], "clean", "{recs:#?}");
     }
 }
+
+/// A client socket bound to a port of its own, so that its record can be told apart
+/// whatever the kernel clears.
+fn bound_client() -> (socket2::Socket, u16) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    let port = s.local_addr().unwrap().as_socket().unwrap().port();
+    (s, port)
+}
+
+/// Issue 51: connects that never establish are recorded with how they ended, as far as the
+/// kernel lets us tell: a blocking connect refused (the kernel clears its remote port: the
+/// record says it is unknown), a non-blocking one refused (port kept), and one abandoned
+/// while its SYN went unanswered (a listener whose accept queue is full drops SYNs).
+/// None of them was seen by a dump; their destroy events are all there is. No filter: one
+/// could not be applied to an attempt whose port was cleared.
+#[test]
+fn connects_that_never_establish_are_recorded_with_how_they_ended() {
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
+    let m = Monitor::spawn(c);
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (blocking, blocking_port) = bound_client();
+    assert!(blocking.connect(&closed.into()).is_err());
+    drop(blocking);
+    let (nonblocking, nonblocking_port) = bound_client();
+    nonblocking.set_nonblocking(true).unwrap();
+    let _ = nonblocking.connect(&closed.into());
+    std::thread::sleep(Duration::from_millis(100));
+    drop(nonblocking);
+    let full = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    full.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+    full.listen(0).unwrap();
+    let full_addr = full.local_addr().unwrap();
+    let _queued = TcpStream::connect(full_addr.as_socket().unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (abandoned, abandoned_port) = bound_client();
+    abandoned.set_nonblocking(true).unwrap();
+    let _ = abandoned.connect(&full_addr);
+    // The SYN is sent again 1 s after the first; close after that.
+    std::thread::sleep(Duration::from_millis(1400));
+    drop(abandoned);
+    std::thread::sleep(Duration::from_millis(300));
+    let (v, metrics) = stop(m, 0);
+    let cause = |r: &Value| r["Diagnosis"]["Cause"].as_str().unwrap_or("").to_string();
+    let r = the_record(&v, blocking_port);
+    assert_eq!((cause(r), &r["ID"]["DstPort"]), ("refused".into(), &0.into()), "{r:#}");
+    assert_eq!(r["Diagnosis"]["Verdict"], "unknown");
+    assert!(r["Diagnosis"]["Finding"].as_str().unwrap().contains("port is unknown"), "{r:#}");
+    assert_eq!(r["ID"]["DstIP"], "127.0.0.1");
+    let r = the_record(&v, nonblocking_port);
+    assert_eq!(cause(r), "refused", "{r:#}");
+    assert_eq!(r["ID"]["DstPort"], closed.port(), "{r:#}");
+    let r = the_record(&v, abandoned_port);
+    assert_eq!(cause(r), "abandoned", "{r:#}");
+    assert_eq!(r["Diagnosis"]["Signals"]["SynRetransmits"], 1, "{r:#}");
+    assert_eq!(r["Close"], "reset");
+    // Counted by destination and outcome (other tests' connects may add to them).
+    let refused = metric(
+        &metrics,
+        "cgmon_connect_failures_total{dest_service=\"local\",outcome=\"refused\"}",
+    );
+    assert!(refused >= 2.0, "{metrics}");
+    let gave_up = "cgmon_connect_failures_total{dest_service=\"local\",outcome=\"abandoned\"}";
+    assert!(metric(&metrics, gave_up) >= 1.0, "{metrics}");
+}

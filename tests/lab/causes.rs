@@ -252,7 +252,15 @@ fn diagnosis_a_short_response_is_judged_by_round_trips_not_by_its_rate() {
                     ["unknown", "network", "application"].contains(&verdict),
                     "{what}: a window verdict for a µs response: {d}"
                 );
-                assert!(cause.is_none() || cause == Some("slow-start"), "{what}: {d}");
+                // Slow start or no cause, unless the path was not the µs path it was built
+                // as: on a loaded machine the emulator's own delay made a queue of 4.4 ms
+                // over a 0.24 ms minimum (in CI), and the flow's RTT shows it.
+                let median = r["RTTSummary"][3].as_f64().unwrap_or(0.0);
+                let queued = median - r["MinRTTKernelms"].as_f64().unwrap_or(median) >= 1.0;
+                let allowed = cause.is_none()
+                    || cause == Some("slow-start")
+                    || (queued && cause == Some("queueing"));
+                assert!(allowed, "{what}: {d}");
             }
         }
     }

@@ -232,3 +232,32 @@ pub fn setup(n: u32, delay_ms: f64, exact: bool, busy_ms: f64) -> String {
         ms_text(busy_ms)
     )
 }
+
+/// A connect that never established: how it ended, its SYNs sent again, and whether the
+/// port is known.
+pub fn attempt(a: &crate::tracker::attempts::Attempt, span_ns: u64) -> String {
+    use crate::tracker::attempts::Outcome;
+    let n = a.syn_retransmits;
+    let again = match n {
+        0 => "no SYN sent again".to_string(),
+        1 => "1 SYN sent again".to_string(),
+        n => format!("{n} SYNs sent again"),
+    };
+    let port = if a.port_known {
+        ""
+    } else {
+        "; the port is unknown (the kernel clears it when a blocking connect fails, and no \
+         sample saw the attempt)"
+    };
+    let seen = if span_ns > 0 {
+        format!(", seen connecting for {} ms", ms_text(span_ns as f64 / 1e6))
+    } else {
+        String::new()
+    };
+    let what = match a.outcome {
+        Outcome::Refused => "the connect was refused (a RST or an ICMP error answered it)",
+        Outcome::SynTimeout => "the connect timed out: no answer to its SYNs, the kernel gave up",
+        Outcome::Abandoned => "the connect was abandoned: closed while its SYN went unanswered",
+    };
+    format!("{what}, {again}{seen}{port}")
+}

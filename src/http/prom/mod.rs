@@ -280,6 +280,20 @@ fn encode_verdicts(
             d.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
         }
     }
+    let connects = v.connect_failures();
+    if !connects.is_empty() {
+        let mut d = e.encode_descriptor(
+            "cgmon_connect_failures",
+            "Connects that never established (records with Cause refused, syn-timeout or \
+             abandoned), by destination (DestService) and outcome",
+            None,
+            MetricType::Counter,
+        )?;
+        for (dst, outcome, n) in &connects {
+            let labels = [("dest_service", dst.as_str()), ("outcome", outcome)];
+            d.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+    }
     let limited = v.limited();
     if !limited.is_empty() {
         let mut d = e.encode_descriptor(
@@ -464,6 +478,13 @@ mod tests {
             verdict: Some("network"),
             cause: Some("queueing"),
             limited_s: [0.0, 0.0, 2.0, 0.0],
+        }]);
+        m.verdicts.add([crate::metrics::verdicts::Ended {
+            service: Some("api"),
+            dest_service: Some("db"),
+            verdict: Some("unknown"),
+            cause: Some("refused"),
+            limited_s: [0.0; 4],
         }]);
         let ex = Arc::new(
             Exporter::new(m, accounts, Arc::new(Mutex::new(Services::with_root(None))), 2)
