@@ -98,6 +98,13 @@ impl Rec {
         self.verdict < 3
     }
 
+    /// Whether it may be listed among the slowest ([`slowest`]).
+    pub fn may_be_slowest(&self, min_bytes: u64) -> bool {
+        self.limited()
+            && self.bytes_acked >= min_bytes
+            && self.cause.as_deref() != Some("slow-start")
+    }
+
     /// Its row in the verdict table: the service, and the port that tells what it does
     /// (the one it serves on, or the one it connects to); a client's ephemeral port
     /// would give a row per connection.
@@ -114,10 +121,11 @@ impl Rec {
 }
 
 /// The flows listed as slowest: limited by something other than their application,
-/// having sent at least `min_bytes`, lowest throughput first; at most `n`.
+/// having sent at least `min_bytes`, lowest throughput first; at most `n`. A transfer over
+/// within slow start's round trips (cause `slow-start`) was held by round trips, not a
+/// rate, and is left out, as the fleet's query leaves it out.
 pub fn slowest(records: &[Rec], n: usize, min_bytes: u64) -> Vec<&Rec> {
-    let mut v: Vec<&Rec> =
-        records.iter().filter(|r| r.limited() && r.bytes_acked >= min_bytes).collect();
+    let mut v: Vec<&Rec> = records.iter().filter(|r| r.may_be_slowest(min_bytes)).collect();
     v.sort_by(|a, b| {
         let t = |r: &Rec| r.throughput_mbps.unwrap_or(0.0);
         t(a).total_cmp(&t(b)).then(a.cookie.cmp(&b.cookie))
@@ -264,8 +272,7 @@ fn verdicts_per_service(b: &mut String, records: &[Rec]) {
 
 /// The slowest flows' table.
 fn slowest_flows(b: &mut String, records: &[Rec], listed: &[&Rec], src: &Sources) {
-    let candidates =
-        records.iter().filter(|r| r.limited() && r.bytes_acked >= src.min_bytes).count();
+    let candidates = records.iter().filter(|r| r.may_be_slowest(src.min_bytes)).count();
     let which = if listed.len() == candidates {
         format!("All {candidates} flow{}", if candidates == 1 { "" } else { "s" })
     } else {

@@ -154,6 +154,8 @@ fn the_dashboards_type_check_against_grafanas_schema() {
     for (name, file) in [("host", "cgmon-host.json"), ("fleet", "cgmon-fleet.json")] {
         let text = std::fs::read_to_string(examples().join("grafana").join(file)).unwrap();
         // `satisfies` checks the literal as it is: a misspelt or unknown field is an error.
+        // Trimmed: a newline before `satisfies` would end the statement there.
+        let text = text.trim_end();
         ts.push_str(&format!("export const {name} = {text} satisfies Dashboard;\n"));
     }
     std::fs::write(dir.path().join("check.ts"), ts).unwrap();
@@ -382,6 +384,19 @@ fn traffic(l: &std::net::TcpListener, a: std::net::SocketAddr) {
     for _ in 0..20 {
         let mut p = Pair::connect(l, a).unwrap();
         p.exchange(2_000).unwrap();
+    }
+    // Connects refused, from the filter's port on another loopback address (the listener
+    // holds it on 127.0.0.1), non-blocking so that the kernel keeps their port: the
+    // failed-connect panel and alert have their series.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    for _ in 0..3 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_reuse_address(true).unwrap();
+        let from = std::net::SocketAddr::from(([127, 0, 0, 2], a.port()));
+        s.bind(&from.into()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&closed.into());
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

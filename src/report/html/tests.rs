@@ -65,6 +65,9 @@ fn the_slowest_are_limited_flows_above_the_minimum_size() {
     add(4, "receiver-window", 20.0, 50_000_000);
     add(5, "network", 900.0, 900_000_000);
     add(6, "send-buffer", 40.0, 5_000_000);
+    add(7, "network", 1.0, 2_000_000);
+    // Over in slow start's round trips: held by round trips, not a rate; never listed.
+    records[6]["Diagnosis"]["Cause"] = "slow-start".into();
     let recs: Vec<Rec> = records.iter().map(Rec::of).collect();
     let got: Vec<u64> = slowest(&recs, 2, 1 << 20).iter().map(|r| r.cookie).collect();
     assert_eq!(got, vec![4, 6], "lowest throughput first, at most N");
