@@ -57,7 +57,7 @@ for r in $(seq "$rounds_paired"); do
         dir=$wt; [ "$b" = new ] && dir=$here
         # Run from the crate's directory: the bench reads its fixture relative to it.
         (cd "$dir" && "${!bin}" --bench none- 2>&1) |
-            grep -E "tracker per socket|analyze 10k samples" | sed "s/^/$b /" >> "$out"
+            grep -E "tracker per socket|analyze 10k samples|analyze one-sample" | sed "s/^/$b /" >> "$out"
     done
 done
 python3 - "$out" <<'PY'
@@ -69,6 +69,7 @@ pats = {
     "10th changed ns": r"every 10th sample changed ([0-9.]+) ns",
     "floor ns": r"memory traffic alone ([0-9.]+) ns",
     "analysis ms": r"best of 300 runs ([0-9.]+)(ms|µs)",
+    "one-sample record µs": r"best of 3000 runs ([0-9.]+)(ns|µs)",
 }
 vals = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -80,6 +81,8 @@ for line in open(sys.argv[1]):
         if m:
             x = float(m.group(1))
             if name == "analysis ms" and m.group(2) == "µs":
+                x /= 1000
+            if name == "one-sample record µs" and m.group(2) == "ns":
                 x /= 1000
             vals[(name + tag, build)].append(x)
 names = []

@@ -371,6 +371,26 @@ fn main() {
             best = best.min(t.elapsed());
         }
         eprintln!("analyze 10k samples: best of 300 runs {best:?}");
+        // A one-sample record: a connection seen only in its destroy event, the commonest
+        // record on a churning host (issue 51: its cost may rise by at most 20 %).
+        let mut t = Tracker::new(TrackerConfig::default());
+        let mut out = Vec::new();
+        let s = SockBuilder::new(9, 40000, 80)
+            .state(7)
+            .rtt_us(20_000)
+            .min_rtt_us(19_000)
+            .bytes_acked(200_001)
+            .chrono_us(12_000, 0, 0)
+            .options(7);
+        t.destroyed(&batch(&[(1_000_000_000, s.build())]).get(0).unwrap(), &mut out);
+        let mut one = out.pop().expect("a flow seen in its destroy event");
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..3000 {
+            let t = std::time::Instant::now();
+            black_box(analyze(&mut one, &cfg));
+            best = best.min(t.elapsed());
+        }
+        eprintln!("analyze one-sample record: best of 3000 runs {best:?}");
     }
     c.final_summary();
 

@@ -245,6 +245,24 @@ mod tests {
         assert_eq!(d.signals.window_closed_pct, Some(0.0));
     }
 
+    /// A 200 KB response over 50 ms, over in slow start's 4 round trips, half of it held
+    /// by the receiver's window as autotuning grew it (measured in the lab): bounded by
+    /// round trips, not by a reader or a buffer.
+    #[test]
+    fn a_response_over_in_slow_start_rounds_is_slow_start_though_the_window_held_it() {
+        let a = SockBuilder::new(1, 40000, 80).options(7).min_rtt_us(51_000).rtt_us(51_000);
+        let mut e = ended_flow(&[
+            (10 * MS, a.clone().snd_wnd(77_824).bytes_acked(1).ssthresh(20)),
+            (
+                260 * MS,
+                a.snd_wnd(277_504).bytes_acked(200_001).chrono_us(204_000, 100_000, 0).ssthresh(20),
+            ),
+        ]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!((d.verdict, d.cause), ("network", Some("slow-start")), "{}", d.finding);
+        assert!(d.finding.contains("200.0 KB took 4 round trips of 51 ms"), "{}", d.finding);
+    }
+
     /// The same connect seen once before its SYN was sent again (a still socket is sampled
     /// less often), then established: its first established sample counts the SYN, since
     /// no byte of data was ever sent again. The handshake is no one's time.
