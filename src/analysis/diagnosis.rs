@@ -394,7 +394,19 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         && sig.loss_pct == 0.0
         && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS;
     let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, (elapsed, slow_start));
-    let finding = findings::finding(verdict, cause, l, &x, &shares, &caps, &sig, got, elapsed);
+    let finding = findings::finding(
+        verdict,
+        cause,
+        &findings::Evidence {
+            l,
+            x: &x,
+            shares: &shares,
+            caps: &caps,
+            sig: &sig,
+            got,
+            elapsed_ms: elapsed,
+        },
+    );
     Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, cause, finding })
 }
 

@@ -8,21 +8,32 @@ use super::{
 use crate::tracker::Last;
 use crate::units::si_rate_mbps;
 
+/// The figures a finding quotes: the flow's counters, the analysis's inputs, its time
+/// shares, caps and signals, the rate it is judged by (Mbit/s) and the time it is judged
+/// over (ms).
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    /// Its latest counters.
+    pub l: &'a Last,
+    /// What the analysis computed.
+    pub x: &'a Inputs,
+    /// Its time shares.
+    pub shares: &'a TimeShares,
+    /// Its caps.
+    pub caps: &'a Caps,
+    /// Its signals.
+    pub sig: &'a Signals,
+    /// The rate reached, Mbit/s.
+    pub got: f64,
+    /// The time judged over, ms.
+    pub elapsed_ms: f64,
+}
+
 /// The finding that explains `verdict` in the flow's own figures. It names a cap only when
 /// the flow stayed within it ([`is_cap`]); otherwise it names the evidence, or says that the
 /// cause is unclear.
-#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
-pub fn finding(
-    verdict: &str,
-    cause: Option<&str>,
-    l: &Last,
-    x: &Inputs,
-    shares: &TimeShares,
-    caps: &Caps,
-    sig: &Signals,
-    got: f64,
-    elapsed_ms: f64,
-) -> String {
+pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
+    let Evidence { l, x, shares, caps, sig, got, .. } = *e;
     let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
     let got_t = si_rate_mbps(got);
     let rtt = ms_text(x.min_rtt_ms);
@@ -105,7 +116,7 @@ pub fn finding(
             kb(f64::from(l.sndbuf)),
             cap(caps.send_buffer_cap_mbps)
         ),
-        ("network", _) => network_finding(cause, l, x, shares, caps, sig, got, elapsed_ms),
+        ("network", _) => network_finding(cause, e),
         ("application", Some("paced")) => format!(
             "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
              waiting for the acknowledgements of what it handed over, with the RTT at {} ms \
@@ -125,17 +136,8 @@ pub fn finding(
 /// A `network` verdict's finding: the loss that caps it, the queue that shows the
 /// bottleneck, or the loss as evidence when its Mathis bound is no cap; without either,
 /// the cause is unclear.
-#[allow(clippy::too_many_arguments)] // the figures a sentence quotes, each once
-fn network_finding(
-    cause: Option<&str>,
-    l: &Last,
-    x: &Inputs,
-    shares: &TimeShares,
-    caps: &Caps,
-    sig: &Signals,
-    got: f64,
-    elapsed_ms: f64,
-) -> String {
+fn network_finding(cause: Option<&str>, e: &Evidence<'_>) -> String {
+    let Evidence { l, x, shares, caps, sig, got, elapsed_ms } = *e;
     let got_t = si_rate_mbps(got);
     let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
     let share = shares.network;
