@@ -390,9 +390,11 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
     // 208 ms for its 4 rounds.
     let within_rounds = busy <= f64::from(rounds + 1) * x.min_rtt_ms;
-    let slow_start = (in_slow_start || within_rounds)
-        && sig.loss_pct == 0.0
-        && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS;
+    // Bounded by the rounds, whatever held it within them. (Never leaving slow start alone
+    // says little: a flow held by a window never needs to, and a 5 MB one was called
+    // "bounded by round trips" for it.)
+    let slow_start =
+        within_rounds && sig.loss_pct == 0.0 && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS;
     let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, (elapsed, slow_start));
     let finding = findings::finding(
         verdict,
@@ -465,8 +467,7 @@ fn judge(
     let cause = match verdict {
         "receiver-window" => Some(causes::receiver_window(sig, caps, slow_reader)),
         "send-buffer" => Some("small-buffer"),
-        "network" => causes::network(sig, l, elapsed_ms, mathis_cap(caps, got).is_some(), queue)
-            .or(slow_start.then_some("slow-start")),
+        "network" => causes::network(sig, l, elapsed_ms, mathis_cap(caps, got).is_some(), queue),
         "application" if paced => Some("paced"),
         _ => None,
     };
