@@ -285,9 +285,10 @@ impl Tracker {
     }
 
     /// A destroy event with remote port 0: a listener, or a socket the kernel disconnected
-    /// before destroying it (an abortive close with `SO_LINGER` 0, a failed connect), which
-    /// clears its peer and its counters. Only a flow already followed by that cookie ends on
-    /// it, as reset, with the counters of its last sample; anything else is ignored.
+    /// before destroying it, which clears its peer and its counters (a failed blocking
+    /// connect; on 6.18 an abortive close with `SO_LINGER` 0 keeps both: `attempts`). A flow
+    /// already followed by that cookie ends on it, as reset, with the counters of its last
+    /// sample; a listener's, or any other socket's, starts nothing.
     ///
     /// A connect that failed in a blocking `connect()` reads so too (`attempt`): followed
     /// or not, it is recorded, with the port a dump saw or, never seen, with none (then
