@@ -345,12 +345,17 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
     // the idle ones have not moved for more than 5 s by then.
     let mut busy: Vec<Pair> = (0..3).map(|_| Pair::connect(&l, a).unwrap()).collect();
     let t0 = std::time::Instant::now();
+    let mut ticks = 0u32;
     while t0.elapsed() < Duration::from_secs(7) {
         for (i, p) in busy.iter_mut().enumerate() {
             p.exchange(400_000 >> (2 * i)).unwrap();
         }
+        ticks += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The first pair's pace as this loop achieved it, bits/s (each end acks and receives
+    // 400 KB a tick): on a loaded machine the ticks stretch, and the page's rate with them.
+    let pace = f64::from(ticks) * 800_000.0 * 8.0 / t0.elapsed().as_secs_f64();
     let url = format!("http://{addr}/");
     let host = dom(browser, &url, 1500);
     let rows: Vec<&str> =
@@ -362,8 +367,10 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
         .collect();
     assert!(rates.windows(2).all(|w| w[0] >= w[1]), "busiest first: {rates:?}");
     // Each tick the first pair moves 400 KB each way (and so 800 KB per end, acked plus
-    // received, over 100 ms and a little more): tens of Mbit/s, the third a sixteenth.
-    assert!(rates[0] > 10e6 && rates[0] < 200e6, "{rates:?}");
+    // received, over 100 ms and a little more): tens of Mbit/s on an idle machine (a CI run
+    // under load made 8), the third a sixteenth. The page's rate is a recent average, decayed
+    // while the page loads: within a factor of 4 of the pace the loop kept.
+    assert!(rates[0] > pace / 4.0 && rates[0] < pace * 4.0, "pace {pace}: {rates:?}");
     assert!(rates[0] > 5.0 * rates[5], "{rates:?}");
     let n: usize = host
         .split("id=\"idle-flows\">")
