@@ -67,7 +67,10 @@ pub fn classify(s: &Sample<'_>, t: &TcpInfo<'_>, syn_retries: u8) -> Option<Atte
         return None;
     }
     let port_known = s.msg().dport() != 0;
-    let retransmits = t.retransmits().unwrap_or(0).max(t.total_retrans().unwrap_or(0) as u8);
+    // The total is a u32; more than 255 SYNs (a raised tcp_syn_retries) stays 255 rather
+    // than wrapping to a small count.
+    let total = u8::try_from(t.total_retrans().unwrap_or(0)).unwrap_or(u8::MAX);
+    let retransmits = t.retransmits().unwrap_or(0).max(total);
     let outcome = if port_known && t.segs_in().unwrap_or(0) > 0 {
         Outcome::Refused
     } else if retransmits >= syn_retries {
@@ -111,6 +114,15 @@ mod tests {
         assert_eq!(event(443, 0, 1), a(Outcome::Refused, 0, true));
         assert_eq!(event(443, 1, 0), a(Outcome::Abandoned, 1, true));
         assert_eq!(event(443, 6, 0), a(Outcome::SynTimeout, 6, true));
+    }
+
+    #[test]
+    fn a_retransmit_total_past_255_saturates_and_does_not_wrap() {
+        let b = SockBuilder::new(1, 40000, 0).state(7).bytes_acked(0).total_retrans(300);
+        let b = batch(&[(0, b.build())]);
+        let s = b.get(0).unwrap();
+        let got = classify(&s, &s.tcp_info().unwrap(), 6).unwrap();
+        assert_eq!((got.outcome, got.syn_retransmits), (Outcome::SynTimeout, 255));
     }
 
     #[test]
