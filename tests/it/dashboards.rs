@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::program::{body, http_addr, listener, monitor, port_filter};
+use crate::program::{body, http_addr, listener, monitor, own_address, port_filter};
 
 fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples")
@@ -348,8 +348,9 @@ impl Prometheus {
 
 /// Loopback traffic that gives every family series: a bulk flow (network time), a flow
 /// held by a reader that reads slowly through a small buffer (receiver-window time), and
-/// short connections; all to the listener of `l`, all ended by the time this returns.
-fn traffic(l: &std::net::TcpListener, a: std::net::SocketAddr) {
+/// short connections, all to the listener of `l`, and refused connects from
+/// `refused_from`; all ended by the time this returns.
+fn traffic(l: &std::net::TcpListener, a: std::net::SocketAddr, refused_from: std::net::IpAddr) {
     use cgmon_rs::testkit::Pair;
     let mut bulk = Pair::connect(l, a).unwrap();
     bulk.exchange(64 << 20).unwrap();
@@ -385,14 +386,13 @@ fn traffic(l: &std::net::TcpListener, a: std::net::SocketAddr) {
         let mut p = Pair::connect(l, a).unwrap();
         p.exchange(2_000).unwrap();
     }
-    // Connects refused, from the filter's port on another loopback address (the listener
-    // holds it on 127.0.0.1), non-blocking so that the kernel keeps their port: the
-    // failed-connect panel and alert have their series.
+    // Connects refused, from `refused_from` (which the monitor's filter names),
+    // non-blocking so that the kernel keeps their port: the failed-connect panel and
+    // alert have their series.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     for _ in 0..3 {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        s.set_reuse_address(true).unwrap();
-        let from = std::net::SocketAddr::from(([127, 0, 0, 2], a.port()));
+        let from = std::net::SocketAddr::new(refused_from, 0);
         s.bind(&from.into()).unwrap();
         s.set_nonblocking(true).unwrap();
         let _ = s.connect(&closed.into());
@@ -406,6 +406,8 @@ fn every_dashboard_and_alert_query_returns_series_from_a_real_prometheus() {
         return;
     }
     let (l, a) = listener();
+    let refused_from = own_address();
+    let filter = format!("{} or src {refused_from}", port_filter(a));
     // A sink to a port where nothing listens: its metrics exist (and say it fails).
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let spool = tempfile::tempdir().unwrap();
@@ -419,7 +421,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_real_prometheus() {
         "--spool-dir",
         spool.path().to_str().unwrap(),
         "--filter",
-        &port_filter(a),
+        &filter,
     ]);
     let target = http_addr(&m);
     let prom = Prometheus::start(&target, Some(&examples().join("prometheus/cgmon-rules.yml")));
@@ -429,7 +431,7 @@ fn every_dashboard_and_alert_query_returns_series_from_a_real_prometheus() {
         assert!(Instant::now() < end, "Prometheus did not scrape the monitor in 60 s");
         std::thread::sleep(Duration::from_millis(500));
     }
-    traffic(&l, a);
+    traffic(&l, a, refused_from);
     // The queries: the host dashboard's, with its variables and intervals fixed, and the
     // sides of each alert's comparisons (a day-long baseline read over what this server
     // holds: `offset 1h` dropped).

@@ -70,7 +70,7 @@ async fn ask(s: &mut Sampler<NetlinkSource>, t: &[SocketTarget]) -> (Vec<(u64, u
 
 #[tokio::test]
 async fn every_family_is_found_by_identity_including_v4_clients_of_dual_stack_listeners() {
-    let l4 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l4 = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let l6 = TcpListener::bind("[::1]:0").unwrap();
     let ld = TcpListener::bind("[::]:0").unwrap();
     let ad: SocketAddr = format!("127.0.0.1:{}", ld.local_addr().unwrap().port()).parse().unwrap();
@@ -94,7 +94,7 @@ async fn every_family_is_found_by_identity_including_v4_clients_of_dual_stack_li
 
 #[tokio::test]
 async fn a_reset_socket_is_gone_and_a_reused_four_tuple_is_not_the_old_socket() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let to = l.local_addr().unwrap();
     // A client on a fixed local port, so that the next connection reuses the 4-tuple.
     let connect_from = |port: u16| {
@@ -105,7 +105,7 @@ async fn a_reset_socket_is_gone_and_a_reused_four_tuple_is_not_the_old_socket() 
         let (srv, _) = l.accept().unwrap();
         (TcpStream::from(c), srv)
     };
-    let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+    let probe = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let port = probe.local_addr().unwrap().port();
     drop(probe);
     let (c, srv) = connect_from(port);
@@ -143,8 +143,8 @@ struct Tiered {
     ended: mpsc::Receiver<Vec<EndedFlow>>,
 }
 
-fn tiered(port: u16, destroy: bool) -> Tiered {
-    let f = filter::parse(&format!("sport {port} or dport {port}")).unwrap();
+fn tiered(a: SocketAddr, destroy: bool) -> Tiered {
+    let f = filter::parse(&crate::program::port_filter(a)).unwrap();
     let cfg = SamplerConfig { filter: Some(f.clone()), ..SamplerConfig::default() };
     let sampler =
         Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap();
@@ -216,11 +216,11 @@ fn busy(p: &mut Pair, d: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_that_goes_still_leaves_the_hot_set_and_a_full_dump_brings_it_back() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
-    let t = tiered(a.port(), false);
+    let t = tiered(a, false);
     let m = t.metrics.clone();
     // Moving from the start: the second full dump makes both ends hot, exact polls follow.
     let mut p = tokio::task::spawn_blocking(move || {
@@ -261,11 +261,11 @@ async fn a_flow_that_goes_still_leaves_the_hot_set_and_a_full_dump_brings_it_bac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_flow_that_resets_is_found_gone_by_the_next_exact_poll_and_ends_on_its_events() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
-    let mut t = tiered(a.port(), true);
+    let mut t = tiered(a, true);
     let m = t.metrics.clone();
     let p = tokio::task::spawn_blocking(move || {
         busy(&mut p, Duration::from_millis(300));
@@ -296,11 +296,11 @@ async fn a_hot_flow_that_resets_is_found_gone_by_the_next_exact_poll_and_ends_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_flow_that_closes_cleanly_gets_the_exact_final_counters_of_its_destroy_event() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
-    let mut t = tiered(a.port(), true);
+    let mut t = tiered(a, true);
     let sent = tokio::task::spawn_blocking(move || {
         let t = std::time::Instant::now();
         let mut sent = 0;

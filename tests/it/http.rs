@@ -137,9 +137,8 @@ fn issue_32_two_hundred_stalled_connections_do_not_block_scrapes() {
 
 #[test]
 fn issue_32_two_hundred_slow_readers_do_not_block_scrapes() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let (m, addr) = monitor(&format!("sport {port} or dport {port}"), &[]);
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let (m, addr) = monitor(&crate::program::port_filter(l.local_addr().unwrap()), &[]);
     // A few flows, so /flows has something to say.
     let _pairs: Vec<Pair> =
         (0..4).map(|_| Pair::connect(&l, l.local_addr().unwrap()).unwrap()).collect();
@@ -178,9 +177,9 @@ fn issue_32_two_hundred_slow_readers_do_not_block_scrapes() {
 
 #[test]
 fn flows_come_a_page_at_a_time_in_cookie_order() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let (m, addr) = monitor(&format!("sport {0} or dport {0}", a.port()), &[]);
+    let (m, addr) = monitor(&crate::program::port_filter(a), &[]);
     let mut pairs: Vec<Pair> = (0..12).map(|_| Pair::connect(&l, a).unwrap()).collect();
     for p in &mut pairs {
         p.exchange(1000).unwrap();
@@ -259,11 +258,11 @@ fn record_shown(page: &str) -> Value {
 /// hundred `/flows/{cookie}` returns), and its record is computed over all of them.
 #[test]
 fn an_active_flow_page_draws_all_its_samples() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "10ms", "--cpu-budget", "0", "-run-http-server", "127.0.0.1:0"]);
-    c.args(["--filter", &format!("dport {}", a.port())]);
+    c.args(["--filter", &format!("dst {} and dport {}", a.ip(), a.port())]);
     let m = Monitor::spawn(c);
     let addr = http_addr(&m);
     let mut p = Pair::connect(&l, a).unwrap();
@@ -307,11 +306,11 @@ fn an_active_flow_page_draws_all_its_samples() {
 /// (the ring is filled before the writer names services).
 #[test]
 fn an_ended_flow_page_shows_its_record_as_written() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "50ms", "-run-http-server", "127.0.0.1:0"]);
-    c.args(["--filter", &format!("dport {}", a.port())]);
+    c.args(["--filter", &format!("dst {} and dport {}", a.ip(), a.port())]);
     let m = Monitor::spawn(c);
     let addr = http_addr(&m);
     let mut p = Pair::connect(&l, a).unwrap();

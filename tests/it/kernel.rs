@@ -185,9 +185,9 @@ async fn kernel_filter_returns_exactly_what_userspace_evaluation_picks() {
 
 #[tokio::test]
 async fn destroy_event_carries_final_counters() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let f = filter::parse(&format!("dport {}", a.port())).unwrap();
+    let f = filter::parse(&format!("dst {} and dport {}", a.ip(), a.port())).unwrap();
     let mut events = DestroyListener::open(Some(f)).unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     p.exchange(123_456).unwrap();
@@ -232,9 +232,9 @@ async fn destroy_event_carries_final_counters() {
 async fn queued_destroy_events_are_drained_several_to_a_call_and_whole() {
     // The listener rests while events queue, then takes them with recvmmsg: eight to a
     // call, so events taken together share their receive time.
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let f = filter::parse(&format!("sport {0} or dport {0}", a.port())).unwrap();
+    let f = filter::parse(&crate::program::port_filter(a)).unwrap();
     let mut events = DestroyListener::open(Some(f)).unwrap();
     events.rest();
     for _ in 0..20 {
@@ -263,7 +263,7 @@ async fn queued_destroy_events_are_drained_several_to_a_call_and_whole() {
 async fn a_datagram_cut_by_recvmmsg_says_its_real_length() {
     use cgmon_rs::sampler::destroy::{SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY};
     use cgmon_rs::sampler::source::{DumpSource, Slots};
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
     let mut s = NetlinkSource::open_with_groups(SocketOptions::default(), &groups).unwrap();

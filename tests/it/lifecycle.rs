@@ -16,9 +16,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
 /// A listener, then a monitor of its port (so the monitor's first dump sees it listening).
 fn setup(extra: &[&str]) -> (TcpListener, SocketAddr, Monitor) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let m = monitor(&format!("sport {0} or dport {0}", a.port()), extra);
+    let m = monitor(&crate::program::port_filter(a), extra);
     (l, a, m)
 }
 
@@ -158,11 +158,11 @@ fn a_clean_close_is_told_apart_on_both_sides() {
 fn a_connection_accepted_before_the_monitor_started_closes_clean_on_both_sides() {
     // The connection exists before the monitor's first dump: that dump, with no complete
     // dump before it, must still know the server's port as listening.
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let c = TcpStream::connect(a).unwrap();
     let (s, _) = l.accept().unwrap();
-    let m = monitor(&format!("sport {0} or dport {0}", a.port()), &["-writer-partial"]);
+    let m = monitor(&crate::program::port_filter(a), &["-writer-partial"]);
     let client_port = close_cleanly(c, s, 50_000, 0, Duration::ZERO);
     let (v, _) = stop(m, 2);
     let r = the_record(&v, client_port);
@@ -173,12 +173,17 @@ fn a_connection_accepted_before_the_monitor_started_closes_clean_on_both_sides()
 
 #[test]
 fn a_filter_that_leaves_out_the_listener_still_tells_the_accepted_side() {
-    // The listener is bound to 0.0.0.0; the filter names 127.0.0.1 as the local address,
-    // which the listener does not have but both ends of the connection do.
+    // The listener is bound to 0.0.0.0; the filter names the test's own loopback address
+    // as the local address, which the listener does not have but both ends of the
+    // connection do (the client is bound to it too).
     let l = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let m = monitor(&format!("src 127.0.0.1 and (sport {port} or dport {port})"), &[]);
-    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let own = crate::program::own_address();
+    let m = monitor(&format!("src {own} and (sport {port} or dport {port})"), &[]);
+    let c = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    c.bind(&SocketAddr::new(own, 0).into()).unwrap();
+    c.connect(&SocketAddr::new(own, port).into()).unwrap();
+    let c: TcpStream = c.into();
     let (s, _) = l.accept().unwrap();
     // Held a little while open, so that dumps sample the flow before it ends.
     close_cleanly(c, s, 50_000, 0, Duration::from_millis(250));
@@ -212,7 +217,7 @@ fn a_refused_connect_has_no_rtt_figures() {
     l.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
     l.listen(0).unwrap();
     let a = l.local_addr().unwrap().as_socket().unwrap();
-    let filter = format!("dport {}", a.port());
+    let filter = format!("dst {} and dport {}", a.ip(), a.port());
     let mut cmd = Command::new(BIN);
     cmd.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
     let m = Monitor::spawn(cmd);
@@ -246,25 +251,25 @@ fn a_refused_connect_has_no_rtt_figures() {
 /// exactly as a later connection's does, whose listener a dump had seen.
 #[test]
 fn the_first_connection_to_a_new_listener_closes_cleanly_with_its_service() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let at = TcpListener::bind((crate::program::own_address(), 0)).unwrap().local_addr().unwrap();
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "2s", "-log-tracker", "-run-http-server", "127.0.0.1:0"]);
-    c.args(["--filter", &format!("sport {port} or dport {port}")]);
+    c.args(["--filter", &crate::program::port_filter(at)]);
     let m = Monitor::spawn(c);
     // Right after a dump, two seconds before the next: the listener and its first
     // connection live and end in between.
     m.wait_log_count("tracker dump", 2, Duration::from_secs(10));
-    let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let l = TcpListener::bind(at).unwrap();
+    let c = TcpStream::connect(at).unwrap();
     let (s, _) = l.accept().unwrap();
     let first = close_cleanly(c, s, 100, 4000, Duration::ZERO);
     // A later connection, after a dump has seen the listener.
     m.wait_log_count("tracker dump", 4, Duration::from_secs(10));
-    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let c = TcpStream::connect(at).unwrap();
     let (s, _) = l.accept().unwrap();
     let later = close_cleanly(c, s, 100, 4000, Duration::ZERO);
     let (recs, _) = stop(m, 4);
-    let server: Vec<&Value> = recs.iter().filter(|r| r["ID"]["SrcPort"] == port).collect();
+    let server: Vec<&Value> = recs.iter().filter(|r| r["ID"]["SrcPort"] == at.port()).collect();
     assert_eq!(server.len(), 2, "{recs:#?}");
     for r in &server {
         assert_eq!(r["Close"], "clean", "{r:#}");
@@ -297,7 +302,7 @@ fn connects_that_never_establish_are_recorded_with_how_they_ended() {
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
     let m = Monitor::spawn(c);
     let closed = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
         l.local_addr().unwrap()
     };
     let (blocking, blocking_port) = bound_client();
@@ -327,7 +332,7 @@ fn connects_that_never_establish_are_recorded_with_how_they_ended() {
     assert_eq!((cause(r), &r["ID"]["DstPort"]), ("refused".into(), &0.into()), "{r:#}");
     assert_eq!(r["Diagnosis"]["Verdict"], "unknown");
     assert!(r["Diagnosis"]["Finding"].as_str().unwrap().contains("port is unknown"), "{r:#}");
-    assert_eq!(r["ID"]["DstIP"], "127.0.0.1");
+    assert_eq!(r["ID"]["DstIP"], closed.ip().to_string());
     let r = the_record(&v, nonblocking_port);
     assert_eq!(cause(r), "refused", "{r:#}");
     assert_eq!(r["ID"]["DstPort"], closed.port(), "{r:#}");

@@ -34,9 +34,9 @@ fn cpu_seconds(pid: u32) -> f64 {
 const CHURN_RATE: u64 = 2_000;
 
 fn churn_for(seconds: u64) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let filter = format!("sport {0} or dport {0}", a.port());
+    let filter = crate::program::port_filter(a);
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
     let m = Monitor::spawn(c);
@@ -137,8 +137,8 @@ fn hold_connections_helper() {
     let (what, n) = (it.next().unwrap(), it.next().unwrap().parse::<usize>().unwrap());
     let mut held = Vec::with_capacity(n);
     if what == "listen" {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        println!("\nPORT {}", l.local_addr().unwrap().port());
+        let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+        println!("\nADDR {}", l.local_addr().unwrap());
         std::io::stdout().flush().unwrap();
         for _ in 0..n {
             held.push(l.accept().unwrap().0);
@@ -202,11 +202,11 @@ fn rss_bytes(pid: u32) -> u64 {
 fn http_abuse_at_20000_flows_leaves_sampling_and_the_bounds_alone() {
     const PAIRS: usize = 10_000;
     let (mut server, mut sout) = helper(format!("listen,{PAIRS}"));
-    let port: u16 = line_with(&mut sout, "PORT ").parse().unwrap();
-    let (mut client, mut cout) = helper(format!("127.0.0.1:{port},{PAIRS}"));
+    let a: SocketAddr = line_with(&mut sout, "ADDR ").parse().unwrap();
+    let (mut client, mut cout) = helper(format!("{a},{PAIRS}"));
     line_with(&mut cout, "HELD");
     line_with(&mut sout, "HELD");
-    let filter = format!("sport {port} or dport {port}");
+    let filter = crate::program::port_filter(a);
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "500ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
     c.args(["--http-header-timeout", "2s"]);
@@ -360,12 +360,12 @@ fn output_faults_lose_nothing_the_backlog_holds() {
     let top = tempfile::tempdir().unwrap();
     let dir = top.path().join("out");
     std::fs::create_dir(&dir).unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "50ms", "-writer-dir", dir.to_str().unwrap()]);
     c.args(["-writer-file", "f.json.gz", "-run-http-server", "127.0.0.1:0"]);
-    c.args(["--filter", &format!("dport {}", a.port())]);
+    c.args(["--filter", &format!("dst {} and dport {}", a.ip(), a.port())]);
     let m = Monitor::spawn(c);
     let addr = http_addr(&m);
     let mut made = 0;

@@ -38,9 +38,9 @@ fn promtool_accepts_the_exposition() {
     if !have("promtool") && skip("promtool (Debian package prometheus) is not installed") {
         return;
     }
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
-    let filter = format!("sport {0} or dport {0}", a.port());
+    let filter = crate::program::port_filter(a);
     let m = monitor(&["--filter", &filter, "--metrics-kernsnoopd"]);
     let addr = http_addr(&m);
     let p = cgmon_rs::testkit::Pair::connect(&l, a).unwrap();
@@ -279,10 +279,10 @@ fn per_service_byte_counters_match_what_each_cgroup_sent() {
     ];
     let Some(cgroups) = test_cgroups(&names) else { return };
     let dirs = cgroups.0.clone();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     // Only the senders' sockets: their remote port is the sink's.
-    let m = monitor(&["--filter", &format!("dport {}", a.port())]);
+    let m = monitor(&["--filter", &format!("dst {} and dport {}", a.ip(), a.port())]);
     let addr = http_addr(&m);
     let sink = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -348,8 +348,8 @@ const SHORT_FLOW_UID: u32 = 47_111;
 fn short_flow_server_helper() {
     let dir = std::env::var("CGMON_TEST_SERVE").expect("run only by the short-flow test");
     std::fs::write(Path::new(&dir).join("cgroup.procs"), std::process::id().to_string()).unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    println!("PORT {}", l.local_addr().unwrap().port());
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    println!("ADDR {}", l.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
     let (mut c, _) = l.accept().unwrap();
     let mut sink = Vec::new();
@@ -422,11 +422,12 @@ fn short_flows_count_under_their_own_services() {
         dirs[1].display().to_string(),
     );
     let mut server_out = std::io::BufReader::new(server.stdout.take().unwrap());
-    let port: u16 = helper_line(&mut server_out, "PORT ").parse().unwrap();
+    let a: SocketAddr = helper_line(&mut server_out, "ADDR ").parse().unwrap();
+    let port = a.port();
     // A long interval: the monitor's first dump sees the listener, and the connection then
     // lives and dies between two dumps, seen only in its destroy events.
     let mut c = Command::new(BIN);
-    let filter = format!("sport {port} or dport {port}");
+    let filter = crate::program::port_filter(a);
     c.args(["-run-interval", "3s", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
     let m = Monitor::spawn(c);
     let addr = http_addr(&m);
@@ -434,7 +435,7 @@ fn short_flows_count_under_their_own_services() {
     let mut client = helper(
         "metrics::short_flow_client_helper",
         "CGMON_TEST_SEND_SHORT",
-        format!("{},127.0.0.1:{port},{n}", dirs[0].display()),
+        format!("{},{a},{n}", dirs[0].display()),
     );
     let mut client_out = std::io::BufReader::new(client.stdout.take().unwrap());
     helper_line(&mut client_out, "SENT");

@@ -58,9 +58,9 @@ async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_connection_record_counts_syn_and_fin() {
     const SENT: usize = 3_000_000;
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let addr = l.local_addr().unwrap();
-    let f = filter::parse(&format!("sport {0} or dport {0}", addr.port())).unwrap();
+    let f = filter::parse(&crate::program::port_filter(addr)).unwrap();
     let cfg = SamplerConfig { filter: Some(f.clone()), ..SamplerConfig::default() };
     let sampler =
         Sampler::new(NetlinkSource::open(SocketOptions::default()).unwrap(), cfg).unwrap();

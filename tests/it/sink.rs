@@ -66,7 +66,7 @@ pub struct Fake {
 
 /// Starts the fake on a loopback port; its base URL.
 pub fn fake(f: Arc<Mutex<Fake>>) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let url = format!("http://{}/", l.local_addr().unwrap());
     std::thread::spawn(move || {
         for c in l.incoming().flatten() {
@@ -281,12 +281,17 @@ pub fn stop(m: Monitor) -> (std::process::ExitStatus, String) {
     (st, log)
 }
 
-pub fn sink_monitor(url: &str, dir: &std::path::Path, port: u16, extra: &[&str]) -> Monitor {
+pub fn sink_monitor(
+    url: &str,
+    dir: &std::path::Path,
+    a: std::net::SocketAddr,
+    extra: &[&str],
+) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
     c.args(["-writer-dir", dir.to_str().unwrap(), "-writer-file", "f.json.gz"]);
     c.args(["--clickhouse", url, "--host-name", "test-host"]);
-    c.args(["--filter", &format!("sport {port} or dport {port}")]);
+    c.args(["--filter", &crate::program::port_filter(a)]);
     c.args(extra);
     Monitor::spawn(c)
 }
@@ -301,9 +306,9 @@ fn a_failing_server_gets_every_record_exactly_once() {
         ..Fake::default()
     }));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &[]);
     // Batches of a second: several rounds, so that each failure meets a batch.
     for _ in 0..6 {
         connections(&l, 10);
@@ -362,17 +367,17 @@ fn bad_sink_flags_are_one_line_and_exit_2() {
 #[test]
 fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_across_restarts() {
     // A port with nothing behind it: the records wait, spooled.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dead_url = format!("http://{}/", dead.local_addr().unwrap());
     drop(dead);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
     let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let sp = spool.path().to_str().unwrap();
     let m = sink_monitor(
         &dead_url,
         dir.path(),
-        port,
+        at,
         &["--spool-dir", sp, "-run-shutdown-timeout", "4s"],
     );
     connections(&l, 20);
@@ -387,7 +392,7 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
     // The next run, with the server up, sends them first, each once.
     let f = Arc::new(Mutex::new(Fake::default()));
     let url = fake(f.clone());
-    let m = sink_monitor(&url, dir.path(), port, &["--spool-dir", sp]);
+    let m = sink_monitor(&url, dir.path(), at, &["--spool-dir", sp]);
     connections(&l, 5);
     let end = Instant::now() + Duration::from_secs(30);
     while f.lock().unwrap().rows.len() < 50 && Instant::now() < end {
@@ -407,13 +412,13 @@ fn an_unreachable_server_at_start_is_not_fatal_and_the_spool_keeps_records_acros
 /// before), and exit status 1; the queue stays within the bound.
 #[test]
 fn records_dropped_past_the_bound_make_healthz_503_and_the_exit_status_1() {
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dead_url = format!("http://{}/", dead.local_addr().unwrap());
     drop(dead);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let args = ["--spool-max", "1M", "-run-shutdown-timeout", "2s"];
-    let m = sink_monitor(&dead_url, dir.path(), l.local_addr().unwrap().port(), &args);
+    let m = sink_monitor(&dead_url, dir.path(), l.local_addr().unwrap(), &args);
     connections(&l, 50);
     std::thread::sleep(Duration::from_millis(1500));
     let health = http_get(&http_addr(&m), "/healthz");
@@ -452,11 +457,11 @@ fn a_table_that_does_not_fit_keeps_the_records_until_it_is_fixed() {
          PARTITION BY toDate(EndTime) ORDER BY Host",
     )
     .unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
     let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let sp = spool.path().to_str().unwrap();
-    let m = sink_monitor(&ch.url(), dir.path(), port, &["--spool-dir", sp]);
+    let m = sink_monitor(&ch.url(), dir.path(), at, &["--spool-dir", sp]);
     connections(&l, 20);
     std::thread::sleep(Duration::from_millis(2500));
     let text = http_get(&http_addr(&m), "/metrics");
@@ -516,12 +521,12 @@ fn table_rows(ch: &ChServer, table: &str) -> Vec<String> {
 #[test]
 fn real_server_killed_and_restarted_holds_every_record_once() {
     let Some(mut ch) = ChServer::start(None, None) else { return };
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
     let (dir, spool) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let sp = spool.path().to_str().unwrap().to_string();
     let args = ["--spool-dir", sp.as_str(), "-run-shutdown-timeout", "4s"];
-    let m = sink_monitor(&ch.url(), dir.path(), port, &args);
+    let m = sink_monitor(&ch.url(), dir.path(), at, &args);
     connections(&l, 30);
     std::thread::sleep(Duration::from_millis(1500));
     ch.kill();
@@ -549,7 +554,7 @@ fn real_server_killed_and_restarted_holds_every_record_once() {
     assert!(std::fs::read_dir(spool.path()).unwrap().count() >= 1, "{log}");
     // Server and monitor back: the spool goes first.
     ch.restart();
-    let m = sink_monitor(&ch.url(), dir.path(), port, &args);
+    let m = sink_monitor(&ch.url(), dir.path(), at, &args);
     connections(&l, 10);
     let end = Instant::now() + Duration::from_secs(60);
     while ch.query("SELECT count() FROM cgmon.flows").ok().as_deref() != Some("240\n") {
@@ -613,9 +618,9 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
             s.query(st).unwrap();
         }
     }
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&a.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&a.url(), dir.path(), l.local_addr().unwrap(), &[]);
     // Rounds a batch apart: batches are the shard key.
     for _ in 0..4 {
         connections(&l, 10);
@@ -727,9 +732,9 @@ fn the_shipped_queries_run_on_current_clickhouse_with_the_right_answers() {
     }
     let f = Arc::new(Mutex::new(Fake::default()));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &[]);
     query_traffic(&l);
     wait_rows(&f, 68, 30);
     let (st, log) = stop(m);
@@ -746,9 +751,9 @@ fn the_shipped_queries_run_on_current_clickhouse_with_the_right_answers() {
 #[test]
 fn the_shipped_queries_run_on_the_monitors_own_table_on_clickhouse_18_16() {
     let Some(ch) = ChServer::start(None, None) else { return };
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap(), &[]);
     query_traffic(&l);
     let end = Instant::now() + Duration::from_secs(30);
     let count = || {
@@ -834,7 +839,7 @@ fn the_readmes_fleet_example_runs() {
         .replace("cgmon-rs ", &format!("{BIN} "))
         .replace("ch.example:8123", &format!("127.0.0.1:{}", ch.http))
         .replace("/var/lib/cgmon-rs/spool", spool.path().join("spool").to_str().unwrap());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let run = std::thread::spawn(move || {
         Command::new("sh")
             .arg("-c")
@@ -896,9 +901,9 @@ fn a_table_the_previous_release_made_gains_the_new_columns() {
          PARTITION BY toDate(EndTime) ORDER BY (Host, Service, EndTime)"
     ))
     .unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap(), &[]);
     connections(&l, 10);
     wait_table(&ch, 20, &m);
     let (st, log) = stop(m);

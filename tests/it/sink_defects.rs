@@ -39,7 +39,7 @@ fn spool_cookies(dir: &std::path::Path) -> Vec<u64> {
 
 /// A URL nothing listens at.
 fn dead_url() -> String {
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     format!("http://{}/", dead.local_addr().unwrap())
 }
 
@@ -95,13 +95,13 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
     let spool = disk.mnt.join("spool");
     std::fs::DirBuilder::new().create(&spool).unwrap();
     let filler = disk.fill();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sp = spool.to_str().unwrap().to_string();
     let url = dead_url();
     let m =
-        sink_monitor(&url, dir.path(), port, &["--spool-dir", &sp, "-run-shutdown-timeout", "2s"]);
+        sink_monitor(&url, dir.path(), at, &["--spool-dir", &sp, "-run-shutdown-timeout", "2s"]);
     connections(&l, 20);
     m.wait_log("cannot spool batches", Duration::from_secs(20));
     // Room again: the batches held in memory reach the disk.
@@ -117,7 +117,7 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
     // The next run, with a server: every record once.
     let f = Arc::new(Mutex::new(Fake::default()));
     let live = fake(f.clone());
-    let m = sink_monitor(&live, dir.path(), port, &["--spool-dir", &sp]);
+    let m = sink_monitor(&live, dir.path(), at, &["--spool-dir", &sp]);
     wait_rows(&f, 60, 30);
     let (st, log) = stop(m);
     assert!(st.success(), "{log}");
@@ -129,7 +129,7 @@ fn a_spool_that_cannot_be_written_loses_nothing_silently() {
     let filler = disk.fill();
     let dir = tempfile::tempdir().unwrap();
     let m =
-        sink_monitor(&url, dir.path(), port, &["--spool-dir", &sp, "-run-shutdown-timeout", "2s"]);
+        sink_monitor(&url, dir.path(), at, &["--spool-dir", &sp, "-run-shutdown-timeout", "2s"]);
     connections(&l, 10);
     m.wait_log("cannot spool batches", Duration::from_secs(20));
     let (st, log) = stop(m);
@@ -151,14 +151,10 @@ fn an_insert_stored_late_is_not_stored_twice() {
         ..Fake::default()
     }));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(
-        &url,
-        dir.path(),
-        l.local_addr().unwrap().port(),
-        &["--clickhouse-timeout", "1s"],
-    );
+    let m =
+        sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &["--clickhouse-timeout", "1s"]);
     connections(&l, 10);
     std::thread::sleep(Duration::from_millis(1500));
     connections(&l, 10);
@@ -181,7 +177,7 @@ fn an_insert_stored_late_is_not_stored_twice() {
 /// server answers again.
 #[test]
 fn a_redirect_is_refused_and_the_password_stays_home() {
-    let thief = TcpListener::bind("127.0.0.1:0").unwrap();
+    let thief = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     thief.set_nonblocking(true).unwrap();
     let f = Arc::new(Mutex::new(Fake {
         script: [Insert::Redirect, Insert::Redirect].into_iter().collect(),
@@ -189,13 +185,13 @@ fn a_redirect_is_refused_and_the_password_stays_home() {
         ..Fake::default()
     }));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0"]);
     c.args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"]);
     c.args(["--clickhouse", &url, "--host-name", "test-host"]);
-    c.args(["--filter", &format!("sport {0} or dport {0}", l.local_addr().unwrap().port())]);
+    c.args(["--filter", &crate::program::port_filter(l.local_addr().unwrap())]);
     c.env("CGMON_CLICKHOUSE_PASSWORD", "pa55word");
     let m = Monitor::spawn(c);
     connections(&l, 10);
@@ -220,7 +216,7 @@ fn the_password_is_in_no_log_line_at_trace_level() {
     ] {
         let f = Arc::new(Mutex::new(Fake::default()));
         let url = fake(f.clone());
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let pw = dir.path().join("pw");
         std::fs::write(&pw, "Tr4ceS3cret\n").unwrap();
@@ -228,7 +224,7 @@ fn the_password_is_in_no_log_line_at_trace_level() {
         c.args(["-run-interval", "100ms", "-writer-dir", dir.path().to_str().unwrap()]);
         c.args(["--clickhouse", &url, "--host-name", "test-host"]);
         c.args(["--clickhouse-password-file", pw.to_str().unwrap()]);
-        c.args(["--filter", &format!("sport {0} or dport {0}", l.local_addr().unwrap().port())]);
+        c.args(["--filter", &crate::program::port_filter(l.local_addr().unwrap())]);
         if let Some(level) = flag {
             c.args(["--log-level", level]);
         }
@@ -259,9 +255,9 @@ fn a_table_without_the_flows_columns_is_not_written_to() {
     let f =
         Arc::new(Mutex::new(Fake { columns: vec!["id".into(), "name".into()], ..Fake::default() }));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &[]);
     connections(&l, 10);
     m.wait_log("lacks the columns", Duration::from_secs(20));
     let text = http_get(&http_addr(&m), "/metrics");
@@ -303,9 +299,9 @@ fn a_broken_spool_file_is_set_aside_and_the_rest_flow_on() {
     std::fs::write(spool.path().join("0000000000000001.batch"), cut).unwrap();
     let f = Arc::new(Mutex::new(Fake::default()));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &["--spool-dir", &sp]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &["--spool-dir", &sp]);
     connections(&l, 10);
     wait_rows(&f, 22, 30);
     let text = http_get(&http_addr(&m), "/metrics");
@@ -326,10 +322,10 @@ fn spool_files_are_private() {
     let top = tempfile::tempdir().unwrap();
     let spool = top.path().join("made/spool");
     let sp = spool.to_str().unwrap().to_string();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = dead_url();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &["--spool-dir", &sp]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &["--spool-dir", &sp]);
     connections(&l, 5);
     let end = Instant::now() + Duration::from_secs(20);
     while spool_cookies(&spool).len() < 10 {
@@ -354,9 +350,9 @@ fn a_batch_the_server_cannot_inflate_does_not_stop_delivery() {
         ..Fake::default()
     }));
     let url = fake(f.clone());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap().port(), &[]);
+    let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &[]);
     connections(&l, 5);
     std::thread::sleep(Duration::from_millis(1500));
     connections(&l, 5);
@@ -461,11 +457,11 @@ fn https_to_a_real_server_verifies_its_certificate() {
     let (ca, cert, key) = make_ca(pki.path());
     let Some(ch) = crate::clickhouse::ChServer::start_tls(&cert, &key) else { return };
     let url = format!("https://127.0.0.1:{}/", ch.https.unwrap());
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
     // The system's roots: refused, and said so.
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), port, &[]);
+    let m = sink_monitor(&url, dir.path(), at, &[]);
     connections(&l, 5);
     m.wait_log("ClickHouse sink failing", Duration::from_secs(20));
     let (st, log) = stop(m);
@@ -478,7 +474,7 @@ fn https_to_a_real_server_verifies_its_certificate() {
     assert!(ch.query("EXISTS TABLE cgmon.flows").unwrap_or_default().trim() != "1", "nothing sent");
     // Its CA: every record once.
     let dir = tempfile::tempdir().unwrap();
-    let m = sink_monitor(&url, dir.path(), port, &["--clickhouse-ca", ca.to_str().unwrap()]);
+    let m = sink_monitor(&url, dir.path(), at, &["--clickhouse-ca", ca.to_str().unwrap()]);
     connections(&l, 10);
     wait_table(&ch, 20, &m);
     let (st, log) = stop(m);
