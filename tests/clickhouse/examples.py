@@ -292,7 +292,17 @@ def main():
         return {x["Service"]: (x["flows"], x["clean"], x["reset"], x["unknown"], x["reset_pct"])
                 for x in got} == want
 
+    def failed_connects_by_destination(got):
+        sel = [r for r in in_day if r["Cause"] in ("refused", "syn-timeout", "abandoned")]
+        g = group(sel, lambda r: (r["Host"], r["DestService"], r["DstIP"], r["DstPort"], r["Cause"]))
+        want = {k: len(v) for k, v in g.items()}
+        got_ = {(x["Host"], x["DestService"], x["DstIP"], x["DstPort"], x["outcome"]): x["attempts"]
+                for x in got}
+        # The monitor's own refused connects are there: the answer is not vacuous.
+        return got_ == want and any(k[4] == "refused" for k in want)
+
     checks = {f.__name__: f for f in [
+        failed_connects_by_destination,
         rtt_by_service_and_host, retransmits_by_destination, verdicts_by_service_and_host,
         time_limited_by_service, slowest_flows_last_hour, hosts_worse_than_yesterday,
         receiver_window_limited_today, bytes_by_service_per_hour, resets_by_service,

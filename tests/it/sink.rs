@@ -667,8 +667,11 @@ fn real_servers_as_two_shards_behind_a_distributed_table() {
 /// Loopback traffic for the shipped queries to answer: 30 short exchanges and four flows
 /// that live across several samples (so that time-weighted questions have flows with a
 /// Duration).
-fn query_traffic(l: &TcpListener) {
-    connections(l, 30);
+/// [`QUERY_RECORDS`] records for the fleet's questions: short connections, longer ones,
+/// and, once the listener is closed, connects to its port refused (non-blocking, so that
+/// the kernel keeps the port and the monitor's filter matches them).
+fn query_traffic(l: TcpListener) {
+    connections(&l, 30);
     let a = l.local_addr().unwrap();
     for _ in 0..4 {
         let mut c = TcpStream::connect(a).unwrap();
@@ -680,7 +683,17 @@ fn query_traffic(l: &TcpListener) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    drop(l);
+    for _ in 0..3 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&a.into());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
+
+/// The records [`query_traffic`] makes: both ends of 34 connections, and 3 refused.
+const QUERY_RECORDS: usize = 71;
 
 /// Runs tests/clickhouse/examples.py with `backend` (`--chdb ROWS` or `--server URL`) over
 /// the records in `dir`; its output, after asserting that every query and dashboard
@@ -735,8 +748,8 @@ fn the_shipped_queries_run_on_current_clickhouse_with_the_right_answers() {
     let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&url, dir.path(), l.local_addr().unwrap(), &[]);
-    query_traffic(&l);
-    wait_rows(&f, 68, 30);
+    query_traffic(l);
+    wait_rows(&f, QUERY_RECORDS, 30);
     let (st, log) = stop(m);
     assert!(st.success(), "{log}");
     let rows = dir.path().join("rows.ndjson.txt");
@@ -754,14 +767,14 @@ fn the_shipped_queries_run_on_the_monitors_own_table_on_clickhouse_18_16() {
     let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap(), &[]);
-    query_traffic(&l);
+    query_traffic(l);
     let end = Instant::now() + Duration::from_secs(30);
     let count = || {
         ch.query("SELECT count() FROM cgmon.flows")
             .ok()
             .and_then(|t| t.trim().parse::<usize>().ok())
     };
-    while count().unwrap_or(0) < 68 && Instant::now() < end {
+    while count().unwrap_or(0) < QUERY_RECORDS && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
     let (st, log) = stop(m);
