@@ -149,10 +149,16 @@ pub struct Host {
     pub health: String,
 }
 
-/// A verdict as a coloured key and its name, with its cause.
+/// A verdict as a coloured key and its name, with its cause: `none` when no rule named
+/// one, as in ClickHouse and the metrics' labels (one vocabulary, no blank).
 pub fn verdict_cell(verdict: &str, cause: Option<&str>) -> String {
-    let cause = cause.map(|c| format!(" <small>({})</small>", esc(c))).unwrap_or_default();
-    format!("<span class=\"key v-{}\"></span>{}{cause}", esc(verdict), esc(verdict))
+    let cause = cause.unwrap_or(crate::metrics::verdicts::NO_CAUSE);
+    format!(
+        "<span class=\"key v-{}\"></span>{} <small>({})</small>",
+        esc(verdict),
+        esc(verdict),
+        esc(cause)
+    )
 }
 
 /// `/`.
