@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cargo bench --bench churn -- [SECS] [RATE ...]
+//! cargo bench --bench churn -- refused [SECS] [RATE ...]   (connects refused, beside churn)
 //! cargo bench --bench churn -- levels FILE   (what each gzip level costs on FILE's records)
 //! cargo bench --bench churn -- writer [N]     (the stdout writer alone into a pipe `cat` reads)
 //! cargo bench --bench churn -- ser [N]        (serialising a record: serde_json's and ours)
@@ -21,6 +22,11 @@
 //! destroy socket gets what `net.core.rmem_max` allows; `MONITOR_ARGS="..."` gives the
 //! monitor more flags; `MONITOR_BIN=PATH` runs another build of it. Figures:
 //! benches/RESULTS.md and the README.
+//!
+//! `refused` (issue 51): for each rate, a run of connects refused by a closed loopback port
+//! (non-blocking, one record each, `refused`) and a run of churned connections at the same
+//! rate, alternating, gzip output: CPU an attempt against CPU a connection, the RSS each
+//! second, and the connect-failure counters against the attempts made.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -120,15 +126,30 @@ fn floor(stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> (f64, u64, u64) {
     ((thread_cpu_ns() - c0) as f64 / 1e9, events, overruns)
 }
 
-fn scrape(port: u16, name: &str) -> f64 {
+/// The monitor's `/metrics` text (empty when it does not answer).
+fn metrics_text(port: u16) -> String {
     use std::io::Write;
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
     let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
-    text.lines()
+    text
+}
+
+fn scrape(port: u16, name: &str) -> f64 {
+    metrics_text(port)
+        .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(f64::NAN)
+}
+
+/// The sum of every series whose line starts with `prefix` (a name and its `{`).
+fn scrape_sum(port: u16, prefix: &str) -> f64 {
+    metrics_text(port)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |a, b| a + b)
 }
 
 /// The monitor to run: this tree's, or `MONITOR_BIN` (another build, for an A/B in one
@@ -137,8 +158,19 @@ fn monitor_bin() -> String {
     std::env::var("MONITOR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cgmon-rs").into())
 }
 
+/// What the generator makes.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    /// Connections opened, 100 bytes written, reset: two records each.
+    Churn,
+    /// Connects refused by a closed port: one record each.
+    Refused,
+}
+
 struct Outcome {
     rate: f64,
+    /// The sum of `cgmon_connect_failures_total`'s series.
+    failures: f64,
     made: u64,
     cpu_us: f64,
     floor_us: f64,
@@ -160,9 +192,10 @@ struct Outcome {
 
 /// One run: `rate` connections a second (0: as many as the generator makes) for `secs`,
 /// the monitor writing to stdout (`gzip` false) or gzip files.
-fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
+fn run(secs: u64, rate: u64, gzip: bool, load: Load) -> Outcome {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
+    let per = if load == Load::Churn { 2.0 } else { 1.0 };
     let http = 19_000 + (std::process::id() % 1000) as u16;
     let dir = tempfile::tempdir().unwrap();
     let filter = format!("sport {0} or dport {0}", a.port());
@@ -230,7 +263,13 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     let t = Instant::now();
     let generator = {
         let stop = stop.clone();
-        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
+        std::thread::spawn(move || match load {
+            Load::Churn => cgmon_rs::testkit::churn(l, a, 4, rate, stop),
+            Load::Refused => {
+                drop(l);
+                cgmon_rs::testkit::refused_connects(a, 4, rate, stop)
+            }
+        })
     };
     // RSS each second of the run: flat after the first seconds, or growing?
     let mut rss = Vec::new();
@@ -260,7 +299,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
             + scrape(http, "cgmon_records_lost_total")
             + scrape(http, "cgmon_records_dropped_total")
             + scrape(http, "cgmon_flows_refused_total");
-        if w >= 2.0 * made as f64 || w == last {
+        if w >= per * made as f64 || w == last {
             break;
         }
         last = w;
@@ -279,6 +318,7 @@ fn run(secs: u64, rate: u64, gzip: bool) -> Outcome {
     let (floor_cpu, _events, floor_overruns) = floor_t.join().unwrap();
     let o = Outcome {
         rate: made as f64 / elapsed,
+        failures: scrape_sum(http, "cgmon_connect_failures_total{"),
         made,
         cpu_us: cpu / made as f64 * 1e6,
         floor_us: floor_cpu / made as f64 * 1e6,
@@ -471,6 +511,12 @@ fn main() {
         let path = a.nth(1).expect("levels FILE: a file of JSON records, one a line");
         return levels(&path);
     }
+    if a.peek().is_some_and(|x| x == "refused") {
+        a.next();
+        let secs: u64 = a.next().map_or(10, |v| v.parse().unwrap());
+        let rates: Vec<u64> = a.map(|v| v.parse().unwrap()).collect();
+        return refused(secs, if rates.is_empty() { vec![10_000] } else { rates });
+    }
     let secs: u64 = a.next().map_or(10, |v| v.parse().unwrap());
     let mut rates: Vec<u64> = a.map(|v| if v == "max" { 0 } else { v.parse().unwrap() }).collect();
     if rates.is_empty() {
@@ -486,7 +532,7 @@ fn main() {
             if only.as_deref().is_some_and(|o| (o == "gzip") != gzip) {
                 continue;
             }
-            let o = run(secs, rate, gzip);
+            let o = run(secs, rate, gzip, Load::Churn);
             println!(
                 "{} | {} | {:.0} | {:.1} | {:.2} | {:.1} | {}/{} ({:.1} %) | {} | {} | {} | {}, {} | {:.1} | {:.2}",
                 if rate == 0 { "max".to_string() } else { rate.to_string() },
@@ -510,6 +556,39 @@ fn main() {
             println!("  RSS MiB each second: {}", each.join(" "));
             println!("  sleeps (voluntary context switches): {}", o.sleeps);
             println!("  CPU by thread, µs a connection: {}", o.by_thread);
+        }
+    }
+}
+
+/// `refused [SECS] [RATE ...]`: connects refused against churned connections at the same
+/// rate, two rounds alternating, gzip files (as a fleet host writes).
+fn refused(secs: u64, rates: Vec<u64>) {
+    println!(
+        "load | rate asked | made/s | monitor µs each | floor µs each | records / expected | dropped | connect failures counted / made | overruns | peak RSS MiB"
+    );
+    for rate in rates {
+        for round in 0..2 {
+            for load in [Load::Refused, Load::Churn] {
+                let o = run(secs, rate, true, load);
+                let (name, per) = if load == Load::Churn { ("churn", 2) } else { ("refused", 1) };
+                println!(
+                    "{name} (round {}) | {rate} | {:.0} | {:.1} | {:.2} | {}/{} | {} | {}/{} | {}, {} | {:.1}",
+                    round + 1,
+                    o.rate,
+                    o.cpu_us,
+                    o.floor_us,
+                    o.written,
+                    per * o.made,
+                    o.dropped,
+                    o.failures,
+                    if load == Load::Refused { o.made } else { 0 },
+                    o.overruns,
+                    o.floor_overruns,
+                    o.peak_mib
+                );
+                let each: Vec<String> = o.rss.iter().map(|m| format!("{m:.0}")).collect();
+                println!("  RSS MiB each second: {}", each.join(" "));
+            }
         }
     }
 }

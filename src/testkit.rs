@@ -187,7 +187,6 @@ pub fn churn(
     rate: u64,
     stop: Arc<AtomicBool>,
 ) -> u64 {
-    let made = Arc::new(AtomicU64::new(0));
     // The server stops only once every client has: a connection made after it stopped
     // accepting sat in the queue until the listener closed, and was counted as made while
     // it ended some other way (one CI run lost a connection's two records so).
@@ -210,9 +209,51 @@ pub fn churn(
             while l.accept().is_ok() {}
         })
     };
+    let made = paced(threads, rate, &stop, move || {
+        let Ok(mut c) = TcpStream::connect(a) else { return false };
+        let _ = c.write_all(&[5u8; 100]);
+        c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let _ = c.read(&mut [0u8; 16]); // the reset
+        true
+    });
+    clients_done.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    made
+}
+
+/// Connects refused: from `threads` threads until `stop`, at `rate` attempts a second in
+/// all (paced as [`churn`] is), a non-blocking connect to `a`, where nothing listens, and a
+/// close once the RST is in (non-blocking, so that the kernel keeps the remote port in the
+/// destroy event). Returns the attempts made.
+pub fn refused_connects(a: SocketAddr, threads: usize, rate: u64, stop: Arc<AtomicBool>) -> u64 {
+    let domain = if a.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    paced(threads, rate, &stop, move || {
+        let Ok(s) = socket2::Socket::new(domain, socket2::Type::STREAM, None) else {
+            return false;
+        };
+        if s.set_nonblocking(true).is_err() {
+            return false;
+        }
+        // EINPROGRESS, or ECONNREFUSED at once: loopback answers within the call.
+        let _ = s.connect(&a.into());
+        true
+    })
+}
+
+/// Runs `attempt` from `threads` threads until `stop`, at `rate` calls a second in all, on
+/// a fixed schedule: the load does not depend on how fast the machine is, and a thread
+/// that falls behind catches up without bursting past the schedule (`rate` 0: as fast as
+/// they can). Returns the calls that said they made one.
+fn paced(
+    threads: usize,
+    rate: u64,
+    stop: &Arc<AtomicBool>,
+    attempt: impl Fn() -> bool + Clone + Send + 'static,
+) -> u64 {
+    let made = Arc::new(AtomicU64::new(0));
     let clients: Vec<_> = (0..threads)
         .map(|_| {
-            let (stop, made) = (stop.clone(), made.clone());
+            let (stop, made, attempt) = (stop.clone(), made.clone(), attempt.clone());
             let every = match rate {
                 0 => Duration::ZERO,
                 r => Duration::from_secs(threads as u64) / r as u32,
@@ -227,11 +268,9 @@ pub fn churn(
                         std::thread::sleep(due - now);
                     }
                     n += 1;
-                    let Ok(mut c) = TcpStream::connect(a) else { continue };
-                    made.fetch_add(1, Ordering::Relaxed);
-                    let _ = c.write_all(&[5u8; 100]);
-                    c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                    let _ = c.read(&mut [0u8; 16]); // the reset
+                    if attempt() {
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             })
         })
@@ -239,7 +278,5 @@ pub fn churn(
     for c in clients {
         c.join().unwrap();
     }
-    clients_done.store(true, Ordering::Relaxed);
-    server.join().unwrap();
     made.load(Ordering::Relaxed)
 }

@@ -120,6 +120,106 @@ fn churn_for_30_seconds() {
     churn_for(30);
 }
 
+/// The refused-connect test's rate (issue 51): a client hammering a dead port.
+const REFUSED_RATE: u64 = 10_000;
+
+/// VmRSS of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let l = st.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap();
+    l.trim().trim_end_matches(" kB").trim().parse().unwrap()
+}
+
+/// Issue 51: 10,000 connects a second refused by a closed port, each a record (`refused`,
+/// with its port) and a count in `cgmon_connect_failures_total`, exactly; the monitor's
+/// memory stays flat (the attempts leave nothing behind in the tracker: under 16 MiB of
+/// growth from the first second to the last). Its CPU an attempt against a churned
+/// connection's is the churn bench's (`cargo bench --bench churn -- refused`).
+#[test]
+fn refused_connects_at_10000_a_second_are_counted_exactly_and_memory_stays_flat() {
+    let dead = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let a = dead.local_addr().unwrap();
+    drop(dead);
+    let filter = crate::program::port_filter(a);
+    let mut c = Command::new(BIN);
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = Instant::now();
+    let generator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || cgmon_rs::testkit::refused_connects(a, 2, REFUSED_RATE, stop))
+    };
+    let mut rss = Vec::new();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_secs(1));
+        rss.push(rss_kib(m.pid()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let made = generator.join().unwrap();
+    let elapsed = t.elapsed().as_secs_f64();
+    let failures = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("cgmon_connect_failures_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .fold(0.0, |s, v| s + v)
+    };
+    let settle = Instant::now();
+    let text = loop {
+        let text = http_get(&addr, "/metrics");
+        let written = metric(&text, "cgmon_records_written_total");
+        if written >= made as f64 || settle.elapsed() > Duration::from_secs(20) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let settled = settle.elapsed().as_secs_f64();
+    let (dropped, overruns) = (
+        metric(&text, "cgmon_records_dropped_total") as u64,
+        metric(&text, "cgmon_destroy_overruns_total") as u64,
+    );
+    m.signal(libc::SIGTERM);
+    let (st, log, lines) = m.wait(Duration::from_secs(30));
+    let records: Vec<Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    eprintln!(
+        "LOAD refused: {made} attempts ({:.0}/s), {} records, {} counted, {dropped} dropped,          {overruns} overruns, settled in {:.1} s; RSS KiB each second {rss:?}",
+        made as f64 / elapsed,
+        records.len(),
+        failures(&text),
+        settled
+    );
+    let mut ends = std::collections::BTreeMap::new();
+    for r in &records {
+        *ends.entry(format!("{}/{}", r["EndReason"], r["Close"])).or_insert(0) += 1;
+    }
+    eprintln!("LOAD refused: records by end reason/close: {ends:?}");
+    // A rare race (about 1 in 300,000 attempts here, see the note of issue 51): a flow a
+    // dump saw connecting whose destroy event does not end it waits out the destroy grace
+    // and is written `gone`, unclassified. Each such record is printed, and may stand for
+    // one uncounted attempt; nothing else may.
+    let gone: Vec<&Value> = records.iter().filter(|r| r["EndReason"] != "destroyed").collect();
+    for r in &gone {
+        eprintln!("LOAD refused: not ended by its destroy event: {r}");
+    }
+    assert!(st.success(), "{log}");
+    let rate = made as f64 / elapsed;
+    assert!(rate > REFUSED_RATE as f64 * 0.8, "the generator kept its pace: {rate:.0}/s");
+    assert_eq!((dropped, overruns), (0, 0), "{log}");
+    assert!(gone.len() <= 1, "{gone:#?}");
+    assert_eq!(failures(&text) + gone.len() as f64, made as f64, "counted exactly\n{text}");
+    assert_eq!(records.len() as u64, made, "a record each");
+    for r in records.iter().filter(|r| r["EndReason"] == "destroyed") {
+        assert_eq!(r["Diagnosis"]["Cause"], "refused", "{r:#}");
+        assert_eq!(r["ID"]["DstPort"], a.port(), "{r:#}");
+    }
+    // The debug build's RSS wanders by several MiB as its allocator warms up; a leak of
+    // 400 bytes an attempt would add 16 MiB over these 40,000. (The release build held
+    // 12–14 MiB through `cargo bench --bench churn -- refused`.)
+    let growth = rss.iter().max().unwrap() - rss[0];
+    assert!(growth < 16 << 10, "RSS grew {growth} KiB: {rss:?}");
+}
+
 /// Holds `CGMON_TEST_HOLD=addr,n` connections: with `listen` in the spec, accepts them on a
 /// new listener and prints its port; else connects them. Waits for stdin to close.
 #[test]
