@@ -233,9 +233,8 @@ pub struct Tracker {
     cold: cold::ColdStore,
     hot: Vec<FlowHead>,
     stages: StagePool,
-    /// Where the next socket of the dump is expected. The kernel walks its hash tables in
-    /// the same order every dump, so flows are kept in walk order: a socket is usually the
-    /// one at the cursor, found without hashing, and the hot array is read sequentially.
+    /// Where the next socket of the dump is expected. Flows are kept in the kernel's walk
+    /// order (the same every dump): a socket is usually the one at the cursor.
     cursor: usize,
     /// Cookies refused for `max_flows`, with the generation they were last seen in and
     /// their namespace.
@@ -243,9 +242,10 @@ pub struct Tracker {
     /// Namespaces the current dump did not walk (nothing moved in them since their last
     /// walk): their flows, listeners and refusals stand as they were.
     carried: Vec<u32>,
-    /// Cookies of flows ended by their destroy event, with that generation. A dump that was
-    /// walking while the socket closed can still hold it; such samples must not reopen it.
-    destroyed: FxHashMap<u64, u32>,
+    /// Cookies ended by their destroy event, with that generation: a dump walking while the
+    /// socket closed may still hold it, and must not reopen it, only supply the port of a
+    /// connect whose event cleared it under a filter (its attempt, time: `attempt_seen_late`).
+    destroyed: FxHashMap<u64, (u32, Option<(attempts::Attempt, u64)>)>,
     /// Flows absent from a complete dump, waiting for their destroy event, by cookie.
     waiting: FxHashMap<u64, Waiting>,
     /// Waiting cookies in the order they began to wait (some may have stopped waiting).
@@ -440,8 +440,8 @@ impl Tracker {
             *g = generation;
             return;
         }
-        if self.destroyed.contains_key(&cookie) {
-            return;
+        if let Some(&(_, late)) = self.destroyed.get(&cookie) {
+            return self.attempt_seen_late(s, &t, late, out);
         }
         if let Some(w) = self.waiting.remove(&cookie) {
             // A socket that left the dumps is back: it connected again (after a refused or

@@ -81,7 +81,7 @@ impl Tracker {
         let carried = &self.carried;
         self.refused.retain(|_, (g, ns)| *g == generation || carried.contains(ns));
         // A dump that started after a destroy cannot hold that socket any more.
-        self.destroyed.retain(|_, g| generation.wrapping_sub(*g) < 2);
+        self.destroyed.retain(|_, (g, _)| generation.wrapping_sub(*g) < 2);
     }
 
     /// The flow of `cookie` is no longer in the kernel's tables (a complete dump missed it,
@@ -172,7 +172,7 @@ impl Tracker {
             self.final_sample(&mut w.flow, s, &t, end);
             w.rest.sampling.event = true;
             let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
-            self.destroyed.insert(cookie, self.generation);
+            self.destroyed.insert(cookie, (self.generation, None));
             w.rest.attempt = attempt;
             self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
             return;
@@ -216,7 +216,7 @@ impl Tracker {
             Some(_) => None,
             None => Some(Close::from_final(&f.last, f.passive_open)),
         };
-        self.destroyed.insert(key.cookie, self.generation);
+        self.destroyed.insert(key.cookie, (self.generation, None));
         rest.sampling.event = true;
         rest.unresolved = unresolved.filter(|_| attempt.is_none());
         rest.attempt = attempt;
@@ -308,7 +308,14 @@ impl Tracker {
             (f, rest, ts_ns)
         } else if let (Some(a), Some(t)) = (attempt, s.tcp_info()) {
             if !self.cfg.unported_attempts {
+                // No filter can be applied to it now. A dump that was walking while it
+                // connected may still hold it, with its port: then it is recorded
+                // (`attempt_seen_late`). Under 10,000 refused connects a second, 1 in
+                // 300,000 connects had been refused within `connect()` (port cleared)
+                // while a dump caught it connecting, and that dump's sample reopened it as
+                // a flow that ended `gone`, unclassified, 5 s later.
                 self.stats.attempts_unported_filtered += 1;
+                self.destroyed.insert(cookie, (self.generation, Some((a, ts_ns))));
                 return;
             }
             if self.full() || self.gone.contains(&cookie) {
@@ -318,12 +325,43 @@ impl Tracker {
             let rest = Rest { attempt: Some(a), ..Rest::default() };
             (f, rest, ts_ns)
         } else {
+            // Nothing followed, nothing recorded; a dump still walking must not reopen it.
+            self.destroyed.insert(cookie, (self.generation, None));
             return;
         };
         // A followed attempt keeps the port its dumps saw.
         rest.attempt = attempt.map(|a| attempts::Attempt { port_known: f.key.dport != 0, ..a });
         rest.sampling.event |= rest.attempt.is_some();
-        self.destroyed.insert(cookie, self.generation);
+        self.destroyed.insert(cookie, (self.generation, None));
+        self.hand_on(f, rest, EndReason::Destroyed, end, Some(Close::Reset), out);
+    }
+
+    /// A dump's sample of a socket whose destroy event came first. When that event was a
+    /// connect's with its port cleared while a filter was set (`disconnected`; `late` its
+    /// attempt and time), the dump, which the filter selected, supplies the port, and the
+    /// attempt is recorded as it would have been had the dump come first; else nothing.
+    pub(super) fn attempt_seen_late(
+        &mut self,
+        s: &Sample<'_>,
+        t: &TcpInfo<'_>,
+        late: Option<(attempts::Attempt, u64)>,
+        out: &mut Vec<EndedFlow>,
+    ) {
+        let Some((a, destroyed_ns)) = late else { return };
+        let cookie = s.key().cookie;
+        self.destroyed.insert(cookie, (self.generation, None));
+        if self.full() {
+            return; // counted as filtered, as before
+        }
+        self.stats.attempts_unported_filtered -= 1;
+        let f = self.open(s, &snap(s, t), false, Seen::Dump);
+        let mut rest = Rest {
+            attempt: Some(attempts::Attempt { port_known: s.key().dport != 0, ..a }),
+            ..Rest::default()
+        };
+        rest.sampling.event = true;
+        // It ended at its destroy event; the dump's sample arrived after that.
+        let end = destroyed_ns.max(f.first_ts_ns);
         self.hand_on(f, rest, EndReason::Destroyed, end, Some(Close::Reset), out);
     }
 

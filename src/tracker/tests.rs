@@ -911,6 +911,44 @@ fn a_disconnected_socket_ends_its_flow_as_reset_without_its_cleared_counters() {
     assert_eq!(t.stats().attempts_unported_filtered, 1);
 }
 
+/// Under 10,000 refused connects a second, a connect refused within `connect()` (its port
+/// cleared) whose destroy event came before the sample of it a dump had taken while it
+/// connected: with a filter set, the dump supplies the port and the attempt is recorded
+/// once; it is never reopened as a flow that ends `gone`.
+#[test]
+fn a_cleared_connect_a_dump_caught_connecting_is_recorded_with_that_dumps_port() {
+    let cfg = TrackerConfig { unported_attempts: false, ..TrackerConfig::default() };
+    let mut t = Tracker::new(cfg);
+    dump(&mut t, 0, &[], true);
+    assert!(destroy(&mut t, S, &SockBuilder::new(5, 40001, 0)).is_empty());
+    assert_eq!(t.stats().attempts_unported_filtered, 1);
+    // The dump that was walking: the socket connecting (SYN-SENT), port 443.
+    let connecting = SockBuilder::new(5, 40001, 443).state(2).rtt_us(0).bytes_acked(0);
+    let ended = dump(&mut t, S + S / 10, &[&connecting], true);
+    assert_eq!(ended.len(), 1);
+    let e = &ended[0];
+    let a = e.attempt.expect("an attempt");
+    assert_eq!((a.outcome, a.port_known), (attempts::Outcome::Refused, true));
+    assert_eq!(
+        (e.flow.key.dport, e.reason, e.close),
+        (443, EndReason::Destroyed, Some(Close::Reset))
+    );
+    assert_eq!(t.stats().attempts_unported_filtered, 0);
+    // Nothing is left to end later.
+    assert_eq!(t.active(), 0);
+    for i in 2..10 {
+        assert!(dump(&mut t, i * S, &[], true).is_empty());
+    }
+    // One no dump held within two dumps is forgotten: counted, never recorded.
+    assert!(destroy(&mut t, 10 * S, &SockBuilder::new(6, 40002, 0)).is_empty());
+    dump(&mut t, 11 * S, &[], true);
+    dump(&mut t, 12 * S, &[], true);
+    let late = SockBuilder::new(6, 40002, 443).state(2).rtt_us(0).bytes_acked(0);
+    let ended = dump(&mut t, 13 * S, &[&late], true);
+    assert!(ended.is_empty() || ended.iter().all(|e| e.attempt.is_none()));
+    assert_eq!(t.stats().attempts_unported_filtered, 1);
+}
+
 #[test]
 fn past_max_samples_the_longest_windows_are_written_early() {
     let cfg = TrackerConfig { max_samples: 20, ..TrackerConfig::default() };
