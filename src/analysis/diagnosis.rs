@@ -188,19 +188,27 @@ pub fn window_stats(samples: &[crate::record::Retained], max: u32) -> Option<Win
         }
     }
     let mut v = if limited.is_empty() { all } else { limited };
-    v.sort_unstable();
-    let half = v.iter().map(|&(_, dt)| dt).sum::<u64>().div_ceil(2);
-    let mut acc = 0;
-    let typical = v.iter().find(|&&(_, dt)| {
-        acc += dt;
-        acc >= half
-    })?;
+    let typical = weighted_median(&mut v)?;
     (total > 0).then(|| WindowStats {
-        typical: typical.0,
+        typical,
         closed_pct: 100.0 * closed as f64 / total as f64,
         stalls,
         closed_ms: closed as f64 / 1e6,
     })
+}
+
+/// The value that half the weight lies at or under: `v` is (value, weight) pairs, sorted
+/// here. `None` when `v` is empty.
+fn weighted_median<T: Ord + Copy>(v: &mut [(T, u64)]) -> Option<T> {
+    v.sort_unstable();
+    let half = v.iter().map(|&(_, w)| w).sum::<u64>().div_ceil(2);
+    let mut acc = 0;
+    v.iter()
+        .find(|&&(_, w)| {
+            acc += w;
+            acc >= half
+        })
+        .map(|&(x, _)| x)
 }
 
 /// The peer's window over a flow's samples ([`window_stats`]).
@@ -255,115 +263,47 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     if l.busy_ms == u32::MAX {
         return None;
     }
-    // From the connection's setup on, as web100's SndLim timers count: a flow first seen
-    // connecting spent its handshake neither busy nor idle, and counting it as the
-    // application's time made a short response's one round trip of SYN a fifth of it.
-    let span_ms = f.span_ns().saturating_sub(causes::handshake_ns(&f.samples)) as f64 / 1e6;
-    let [b0, r0, s0] = f.first_chrono;
-    let (busy, rwnd, sndbuf, elapsed, basis) = if f.samples.len() >= 2 && span_ms > 0.0 {
-        let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
-        (d(l.busy_ms, b0), d(l.rwnd_limited_ms, r0), d(l.sndbuf_limited_ms, s0), span_ms, "span")
-    } else {
-        let busy = f64::from(l.busy_ms);
-        (busy, f64::from(l.rwnd_limited_ms), f64::from(l.sndbuf_limited_ms), busy, "lifetime")
-    };
-    // The kernel's chrono counters tick in jiffies and our timestamps at datagram arrival:
-    // `shares_of` clamps the small disagreements.
-    let shares = if let Some(s) = shares_of(busy, rwnd, sndbuf, elapsed) {
-        TimeShares { basis, ..s }
-    } else {
-        TimeShares {
-            receiver_window: 0.0,
-            send_buffer: 0.0,
-            network: 0.0,
-            application: 100.0,
-            basis,
-        }
-    };
+    let Spent { shares, busy, elapsed } = spent(e);
     // A flow seen in a single sample (typically only its destroy event: it lived between two
     // polls) has no span to divide its bytes by, and its record's SendThroughputMbps is 0.
     // Its rate while busy is the one to judge it by.
-    let got = if basis == "lifetime" && busy > 0.0 {
+    let got = if shares.basis == "lifetime" && busy > 0.0 {
         l.bytes_acked as f64 * 8.0 / (busy / 1000.0) / 1e6
     } else {
         x.throughput_mbps
     };
-    let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
-    let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
-    let mut sig = causes::signals(l, f.options);
-    let setup = causes::setup(&f.samples, l);
-    if let Some((n, delay, _)) = setup {
-        (sig.syn_retransmits, sig.setup_delay_ms) = (n, Some(delay));
-    }
-    let window = window_stats(&f.samples, l.snd_wnd_max);
-    sig.window_closed_pct = window.map(|w| w.closed_pct);
-    sig.zero_window_stalls = window.map(|w| w.stalls);
-    sig.zero_window_ms = window.map(|w| w.closed_ms);
-    // The cap is the window the flow typically had while the window held it: a reader
-    // that let it close is not capped by the largest window it ever offered.
-    let cap_window = window.map_or(l.snd_wnd_max, |w| w.typical);
-    let p = sig.loss_pct / 100.0;
-    let srtt_s = if x.rtt_p50_ms > 0.0 { x.rtt_p50_ms / 1000.0 } else { x.min_rtt_ms / 1000.0 };
-    let caps = Caps {
-        peer_window_bytes: l.snd_wnd_max,
-        typical_window_bytes: window.map(|w| w.typical),
-        window_cap_mbps: (cap_window > 0).then(|| mbps_over(f64::from(cap_window))).flatten(),
-        send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
-        send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
-        loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
-            .then(|| f64::from(l.snd_mss) * 8.0 / srtt_s * MATHIS_C / p.sqrt() / 1e6),
-        bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
-        cwnd_bytes: x.cwnd_p50_bytes,
+    let (sig, caps, setup) = evidence(e, &x, got);
+    let made = |verdict, cause, finding| Diagnosis {
+        shares: shares.clone(),
+        caps: caps.clone(),
+        signals: sig.clone(),
+        achieved_mbps: got,
+        verdict,
+        cause,
+        finding,
     };
     // A connect that never established: how it ended is all there is to say.
     if let Some(a) = e.attempt {
-        sig.syn_retransmits = u32::from(a.syn_retransmits);
+        let finding = findings::attempt(&a, f.span_ns());
         return Some(Diagnosis {
-            shares,
-            caps,
-            signals: sig,
             achieved_mbps: 0.0,
-            verdict: UNKNOWN,
-            cause: Some(a.outcome.as_str()),
-            finding: findings::attempt(&a, f.span_ns()),
+            ..made(UNKNOWN, Some(a.outcome.as_str()), finding)
         });
     }
     // A setup that took longer than the flow then spent sending: whichever end sent, the
     // lost SYNs are what it waited on.
     if let Some((n, delay, exact)) = setup.filter(|s| s.1 >= f64::from(l.busy_ms)) {
-        return Some(Diagnosis {
-            shares,
-            caps,
-            signals: sig,
-            achieved_mbps: got,
-            verdict: "network",
-            cause: Some("syn-retransmit"),
-            finding: findings::setup(n, delay, exact, f64::from(l.busy_ms)),
-        });
+        let finding = findings::setup(n, delay, exact, f64::from(l.busy_ms));
+        return Some(made("network", Some("syn-retransmit"), finding));
     }
     // Which end sent. A flow that mostly received was limited by its peer's sending, which
     // its own counters do not show; one that sent too little to leave slow start shows no
     // limit at all. Neither gets a sender's verdict.
     if let Some(finding) = unjudged(l, &x) {
-        return Some(Diagnosis {
-            shares,
-            caps,
-            signals: sig,
-            achieved_mbps: got,
-            verdict: UNKNOWN,
-            cause: None,
-            finding,
-        });
+        return Some(made(UNKNOWN, None, finding));
     }
     // Too few clock ticks of busy time to divide by: judged by what it is.
-    let tick = crate::analysis::tick::tick_ms(&[
-        l.busy_ms,
-        l.rwnd_limited_ms,
-        l.sndbuf_limited_ms,
-        b0,
-        r0,
-        s0,
-    ]);
+    let tick = tick_of(l, f.first_chrono);
     let in_slow_start = f.samples.last().is_some_and(|s| s.ssthresh_bytes().is_none());
     if let Some((verdict, cause, finding)) = short::judge(
         busy,
@@ -373,15 +313,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         x.min_rtt_ms,
         in_slow_start,
     ) {
-        return Some(Diagnosis {
-            shares,
-            caps,
-            signals: sig,
-            achieved_mbps: got,
-            verdict,
-            cause,
-            finding,
-        });
+        return Some(made(verdict, cause, finding));
     }
     // Over in the round trips slow start needs: the last sample's ssthresh alone does not
     // say, since the kernel sets it when the sender goes idle (a response sent and then
@@ -409,7 +341,100 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             elapsed_ms: elapsed,
         },
     );
-    Some(Diagnosis { shares, caps, signals: sig, achieved_mbps: got, verdict, cause, finding })
+    Some(made(verdict, cause, finding))
+}
+
+/// The kernel's clock tick, ms, as a flow's chrono counters show it, now and at `first`
+/// (the window's first sample): [`crate::analysis::tick::tick_ms`].
+fn tick_of(l: &Last, [b0, r0, s0]: [u32; 3]) -> u32 {
+    crate::analysis::tick::tick_ms(&[l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms, b0, r0, s0])
+}
+
+/// Where a flow's sampled time went, from its chrono counters' growth.
+struct Spent {
+    /// The time shares.
+    shares: TimeShares,
+    /// Busy time's growth, ms.
+    busy: f64,
+    /// The time judged over, ms.
+    elapsed: f64,
+}
+
+/// [`Spent`] of `e`'s flow: over its sampled span, or over its life for a flow of one
+/// sample.
+fn spent(e: &EndedFlow) -> Spent {
+    let f = &e.flow;
+    let l = &f.last;
+    // From the connection's setup on, as web100's SndLim timers count: a flow first seen
+    // connecting spent its handshake neither busy nor idle, and counting it as the
+    // application's time made a short response's one round trip of SYN a fifth of it.
+    let span_ms = f.span_ns().saturating_sub(causes::handshake_ns(&f.samples)) as f64 / 1e6;
+    let [b0, r0, s0] = f.first_chrono;
+    let (busy, rwnd, sndbuf, elapsed, basis) = if f.samples.len() >= 2 && span_ms > 0.0 {
+        let d = |now: u32, then: u32| f64::from(now.saturating_sub(then));
+        (d(l.busy_ms, b0), d(l.rwnd_limited_ms, r0), d(l.sndbuf_limited_ms, s0), span_ms, "span")
+    } else {
+        let busy = f64::from(l.busy_ms);
+        (busy, f64::from(l.rwnd_limited_ms), f64::from(l.sndbuf_limited_ms), busy, "lifetime")
+    };
+    // The kernel's chrono counters tick in jiffies and our timestamps at datagram arrival:
+    // `shares_of` clamps the small disagreements.
+    let shares = if let Some(s) = shares_of(busy, rwnd, sndbuf, elapsed) {
+        TimeShares { basis, ..s }
+    } else {
+        TimeShares {
+            receiver_window: 0.0,
+            send_buffer: 0.0,
+            network: 0.0,
+            application: 100.0,
+            basis,
+        }
+    };
+    Spent { shares, busy, elapsed }
+}
+
+/// The flow's signals and caps, and its setup's SYN retransmits and delay (with whether
+/// that delay is exact), for the rules and the findings; `got` the rate it is judged by.
+fn evidence(e: &EndedFlow, x: &Inputs, got: f64) -> (Signals, Caps, Option<(u32, f64, bool)>) {
+    let f = &e.flow;
+    let l = &f.last;
+    let rtt_s = (x.min_rtt_ms > 0.0).then_some(x.min_rtt_ms / 1000.0);
+    let mbps_over = |bytes: f64| rtt_s.map(|r| bytes * 8.0 / r / 1e6);
+    let mut sig = causes::signals(l, f.options);
+    // A kernel before 6.7 counts no RTOs: the samples' congestion window tells them.
+    if sig.rto_time_ms.is_none()
+        && let Some((n, ms)) = causes::rtos_from_samples(&f.samples)
+    {
+        (sig.rtos, sig.rto_time_ms) = (n, Some(ms));
+    }
+    let setup = causes::setup(&f.samples, l);
+    if let Some((n, delay, _)) = setup {
+        (sig.syn_retransmits, sig.setup_delay_ms) = (n, Some(delay));
+    }
+    let window = window_stats(&f.samples, l.snd_wnd_max);
+    sig.window_closed_pct = window.map(|w| w.closed_pct);
+    sig.zero_window_stalls = window.map(|w| w.stalls);
+    sig.zero_window_ms = window.map(|w| w.closed_ms);
+    // The cap is the window the flow typically had while the window held it: a reader
+    // that let it close is not capped by the largest window it ever offered.
+    let cap_window = window.map_or(l.snd_wnd_max, |w| w.typical);
+    let p = sig.loss_pct / 100.0;
+    let srtt_s = if x.rtt_p50_ms > 0.0 { x.rtt_p50_ms / 1000.0 } else { x.min_rtt_ms / 1000.0 };
+    let caps = Caps {
+        peer_window_bytes: l.snd_wnd_max,
+        typical_window_bytes: window.map(|w| w.typical),
+        window_cap_mbps: (cap_window > 0).then(|| mbps_over(f64::from(cap_window))).flatten(),
+        send_buffer_bytes: (l.sndbuf > 0).then_some(l.sndbuf),
+        send_buffer_cap_mbps: (l.sndbuf > 0).then(|| mbps_over(f64::from(l.sndbuf))).flatten(),
+        loss_cap_mbps: (p > 0.0 && srtt_s > 0.0 && l.snd_mss > 0)
+            .then(|| f64::from(l.snd_mss) * 8.0 / srtt_s * MATHIS_C / p.sqrt() / 1e6),
+        bdp_bytes: rtt_s.map(|r| got * 1e6 / 8.0 * r),
+        cwnd_bytes: x.cwnd_p50_bytes,
+    };
+    if let Some(a) = e.attempt {
+        sig.syn_retransmits = u32::from(a.syn_retransmits);
+    }
+    (sig, caps, setup)
 }
 
 /// The verdict and its cause: the largest time share, then the evidence. `network` needs
@@ -531,6 +556,16 @@ pub fn so_far(f: &Window<'_>, srtt_us: u32) -> Option<(&'static str, Option<&'st
     if unjudged(l, &x).is_some() {
         return Some((UNKNOWN, None));
     }
+    // Under five clock ticks of busy time, no rate to judge by: what the record will say
+    // of it too (slow start needs the samples' ssthresh, which the page does not read).
+    let tick = tick_of(l, f.first_chrono);
+    let busy = f64::from(l.busy_ms.saturating_sub(f.first_chrono[0]));
+    let mss = u32::from(l.snd_mss);
+    if let Some((v, c, _)) =
+        short::judge(busy, f64::from(tick), l.bytes_acked, mss, x.min_rtt_ms, false)
+    {
+        return Some((v, c));
+    }
     let (shares, caps, sig) = so_far_evidence(f, &x)?;
     Some(judge(&shares, &caps, &sig, &x, x.throughput_mbps, l, (f.span_ns as f64 / 1e6, false)))
 }
@@ -543,9 +578,12 @@ pub fn so_far_number(f: &Window<'_>, srtt_us: u32, verdict: &str, cause: Option<
     let Some(x) = so_far_inputs(f, srtt_us) else { return String::new() };
     let Some((shares, caps, sig)) = so_far_evidence(f, &x) else { return String::new() };
     let l = f.last;
+    // A cap only when the flow stayed within it, as in findings.
     let arrow = |bytes: u32, cap: Option<f64>| match cap {
-        Some(c) => format!("{} → {} cap", si_bytes(u64::from(bytes)), si_rate_mbps(c)),
-        None => si_bytes(u64::from(bytes)),
+        Some(c) if is_cap(Some(c), x.throughput_mbps, CAP_TOLERANCE) => {
+            format!("{} → {} cap", si_bytes(u64::from(bytes)), si_rate_mbps(c))
+        }
+        _ => si_bytes(u64::from(bytes)),
     };
     match (verdict, cause) {
         ("receiver-window", Some("slow-reader")) => {
@@ -554,7 +592,13 @@ pub fn so_far_number(f: &Window<'_>, srtt_us: u32, verdict: &str, cause: Option<
         ("receiver-window", _) => {
             format!("window {}", arrow(l.snd_wnd_max, caps.window_cap_mbps))
         }
-        ("send-buffer", _) => format!("send buffer {}", arrow(l.sndbuf, caps.send_buffer_cap_mbps)),
+        // The configured size over the RTT is no cap (a paced sender overshoots it): the
+        // buffer and its share.
+        ("send-buffer", _) => format!(
+            "send buffer {}, limited {} % of the time",
+            si_bytes(u64::from(l.sndbuf)),
+            pct(shares.send_buffer)
+        ),
         ("network", Some("loss")) => format!("{:.2} % loss", sig.loss_pct),
         ("network", Some("queueing")) => {
             format!("RTT {} ms over {} ms min", ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms))
@@ -692,6 +736,26 @@ mod tests {
         let (v, n, i) = so_far(1_000, 0, 50_000, 0);
         assert_eq!((v.0, i), ("application", 3));
         assert_eq!(n, "idle 90 % of the time");
+        // Busy for two ticks of 4 ms, all of it window-limited, in a 10 ms window: too few
+        // ticks for a rate, so no window verdict (the record's rule too).
+        let last = super::Last {
+            busy_ms: 8,
+            rwnd_limited_ms: 8,
+            min_rtt_us: 50,
+            snd_wnd_max: 85_000,
+            snd_mss: 1448,
+            bytes_acked: 200_001,
+            sndbuf_limited_ms: 4,
+            ..super::Last::default()
+        };
+        let w = super::Window {
+            last: &last,
+            first_chrono: [0; 3],
+            first_bytes: (1, 0),
+            span_ns: 10_000_000,
+            options: 4,
+        };
+        assert_eq!(super::so_far(&w, 60), Some((super::UNKNOWN, None)));
     }
 
     /// A 10 s flow whose chrono counters grow by (busy, rwnd, sndbuf) ms, at its 50 ms
@@ -746,6 +810,46 @@ mod tests {
             "{}",
             d.finding
         );
+    }
+
+    /// A kernel before 6.7 counts no RTOs: a 5 s flow whose samples show its window at one
+    /// segment for 2 s (three RTOs backing off through a blackout) is `timeouts` from them,
+    /// as the lab's blackout is from the kernel's counters on 6.18.
+    #[test]
+    fn before_6_7_the_samples_window_tells_the_rtos() {
+        let a = SockBuilder::new(1, 5000, 80)
+            .rtt_us(20_000)
+            .min_rtt_us(20_000)
+            .snd_wnd(1 << 20)
+            .before_6_7();
+        let at = |ms: u64, cwnd: u32, retrans: u32, busy_ms: u64| {
+            let acked = 1 + ms * 2_000;
+            (
+                S + ms * 1_000_000,
+                a.clone()
+                    .cwnd(cwnd)
+                    .total_retrans(retrans)
+                    .bytes_retrans(u64::from(retrans) * 1448)
+                    .segs(2_000 + ms as u32, 0)
+                    .bytes_acked(acked)
+                    .chrono_us(busy_ms * 1000, 0, 0),
+            )
+        };
+        let mut samples = vec![at(0, 10, 0, 0), at(1000, 80, 0, 1000)];
+        // The blackout: three RTOs, 1 s backing off to 2 s, the window at 1 throughout.
+        for (i, ms) in [1100u64, 1600, 2100, 2600, 3100].iter().enumerate() {
+            samples.push(at(*ms, 1, 3 + i as u32, *ms));
+        }
+        samples.extend([at(3200, 4, 9, 3200), at(4000, 60, 9, 4000), at(5000, 80, 9, 5000)]);
+        let mut e = ended_flow(&samples);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!((d.signals.rtos, d.signals.rto_time_ms), (1, Some(2_100)), "{d:?}");
+        assert_eq!((d.verdict, d.cause), ("network", Some("timeouts")), "{}", d.finding);
+        // On 6.7 and later the kernel's own counters stand, whatever the window did.
+        let with = SockBuilder::new(1, 5000, 80).rto(0, 0);
+        let mut e = ended_flow(&[(S, with.clone().cwnd(1)), (2 * S, with.cwnd(1))]);
+        let d = analyze(&mut e, &AnalyzerConfig::default()).diagnosis.unwrap();
+        assert_eq!((d.signals.rtos, d.signals.rto_time_ms), (0, Some(0)));
     }
 
     /// A 10 s flow at 100 ms min RTT with a 32 KiB send buffer that delivered `mbit` Mbit

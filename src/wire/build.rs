@@ -59,6 +59,8 @@ impl MsgBuilder {
 pub struct SockBuilder {
     msg: MsgBuilder,
     info: [u8; 280],
+    /// How much of `info` the kernel sends (280 on 6.18; 240 before 6.7).
+    info_len: usize,
     cong: Option<String>,
     sndbuf: Option<u32>,
     cgroup: Option<u64>,
@@ -70,6 +72,7 @@ impl SockBuilder {
         let mut b = Self {
             msg: MsgBuilder::v4(0, cookie, sport, dport),
             info: [0; 280],
+            info_len: 280,
             cong: None,
             sndbuf: None,
             cgroup: None,
@@ -248,11 +251,17 @@ impl SockBuilder {
         m.head[1] = 6;
         m.build()
     }
+    /// tcp_info as a kernel before 6.7 sends it: 240 bytes, ending before
+    /// `tcpi_total_rto`.
+    pub fn before_6_7(mut self) -> Self {
+        self.info_len = 240;
+        self
+    }
     /// The message (nlmsghdr included).
     pub fn build(&self) -> Vec<u8> {
         let mut m = self.msg.clone();
         m.attrs.clear();
-        m = m.attr(attr::INET_DIAG_INFO, &self.info);
+        m = m.attr(attr::INET_DIAG_INFO, &self.info[..self.info_len]);
         if let Some(c) = &self.cong {
             let mut v = c.as_bytes().to_vec();
             v.push(0);

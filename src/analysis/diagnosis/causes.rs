@@ -137,6 +137,28 @@ pub fn receiver_window(sig: &Signals, caps: &Caps, slow_reader: bool) -> &'stati
     }
 }
 
+/// The RTOs and their recovery time (ms) as the samples show them, for kernels before 6.7,
+/// which report neither (`tcpi_total_rto*`): an RTO is the one event that sets the
+/// congestion window to a single segment (fast recovery keeps it at ssthresh, at least 2;
+/// an idle restart goes back to the initial window), so each fall to 1 is one, and the
+/// time at 1 is the backoff it cost. Samples taken while connecting or closed do not
+/// count. `None` when no sample was at 1. A lower bound: a window back above 1 between two
+/// samples hides the recovery's slow start.
+pub fn rtos_from_samples(samples: &[Retained]) -> Option<(u16, u32)> {
+    let (mut n, mut ns, mut was_one) = (0u16, 0u64, false);
+    for p in samples.windows(2) {
+        let (a, b) = (&p[0], &p[1]);
+        let counts = !connecting(a) && !matches!(a.state(), tcp::CLOSE | tcp::TIME_WAIT);
+        let one = counts && a.snd_cwnd == 1;
+        if one {
+            n = n.saturating_add(u16::from(!was_one));
+            ns += b.ts_ns.saturating_sub(a.ts_ns);
+        }
+        was_one = one;
+    }
+    (n > 0).then(|| (n, u32::try_from(ns / 1_000_000).unwrap_or(u32::MAX)))
+}
+
 /// Whether the RTOs cost the flow at least [`TIMEOUT_SHARE_PCT`] of `elapsed_ms`, with
 /// data sent again (a setup's timeouts are `syn-retransmit`'s).
 pub fn timeouts(sig: &Signals, l: &Last, elapsed_ms: f64) -> bool {
