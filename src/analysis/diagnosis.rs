@@ -321,7 +321,15 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     let rounds = short::round_trips(l.bytes_acked, l.snd_mss.into());
     // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
     // 208 ms for its 4 rounds.
-    let within_rounds = busy <= f64::from(rounds + 1) * x.min_rtt_ms;
+    let slack = f64::from(rounds + 1) * x.min_rtt_ms;
+    // The receiver's window, autotuned up from 64 KB as slow start grows, can lag it for a
+    // round trip or two: such time is not counted against the rounds when the window grew
+    // to hold the whole transfer by the end (a fixed small window never does). In one CI
+    // run a 200 KB response at 50 ms was busy 290 ms, 21 % of it rwnd-limited, with the
+    // window grown to 266 KB.
+    let rwnd_ms = shares.receiver_window / 100.0 * elapsed;
+    let window_caught_up = u64::from(l.snd_wnd_max) >= l.bytes_acked;
+    let within_rounds = busy <= slack || (window_caught_up && busy - rwnd_ms <= slack);
     // Bounded by the rounds, whatever held it within them. (Never leaving slow start alone
     // says little: a flow held by a window never needs to, and a 5 MB one was called
     // "bounded by round trips" for it.)
@@ -1114,6 +1122,40 @@ mod tests {
         assert_eq!((d.verdict, d.cause), ("unknown", None), "{}", d.finding);
         assert!(
             d.finding.starts_with("too short to judge: 200.0 KB in 4 ms busy"),
+            "{}",
+            d.finding
+        );
+    }
+
+    /// A response whose receiver's window, autotuned from 64 KB, lagged slow start: an
+    /// extra round trip rwnd-limited, the window grown past the response by the end (a CI
+    /// lab run: 200 KB at 51 ms, busy 290 ms, 21 % rwnd-limited, window 266 KB). Still
+    /// bounded by round trips; a window that stayed small held the flow instead.
+    #[test]
+    fn a_receive_window_that_lagged_slow_start_leaves_it_slow_start() {
+        let run = |wnd: u32, busy_ms: u64, rwnd_ms: u64| {
+            let a = SockBuilder::new(1, 5000, 80).options(7).rtt_us(51_000).min_rtt_us(51_000);
+            let mut e = ended_flow(&[
+                (S, a.clone().snd_wnd(wnd).chrono_us(0, 0, 0).bytes_acked(1)),
+                (
+                    S + busy_ms * 1_000_000,
+                    a.snd_wnd(wnd)
+                        .chrono_us(busy_ms * 1000, rwnd_ms * 1000, 0)
+                        .bytes_acked(200_001),
+                ),
+            ]);
+            analyze(&mut e, &AnalyzerConfig::default()).diagnosis.expect("busy time")
+        };
+        let d = run(266_240, 290, 60);
+        assert_eq!((d.verdict, d.cause), ("network", Some("slow-start")), "{}", d.finding);
+        // Without the rwnd-limited time to set aside, 290 ms is past 4 rounds and one.
+        let d = run(266_240, 290, 0);
+        assert_ne!(d.cause, Some("slow-start"), "{}", d.finding);
+        // A 16 KB window that never grew: 12 round trips, held by the window.
+        let d = run(16_384, 640, 600);
+        assert_eq!(
+            (d.verdict, d.cause),
+            ("receiver-window", Some("small-buffer")),
             "{}",
             d.finding
         );
