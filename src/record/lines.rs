@@ -90,7 +90,7 @@ impl<'a> Line<'a> {
             delivery_rate_mbps: rate(s.delivery_rate()),
             total_retransmits: s.total_retrans,
             unix_ns: i128::from(s.ts_ns) + realtime_offset_ns,
-            snd_cwnd: s.snd_cwnd,
+            snd_cwnd: s.snd_cwnd(),
             ssthresh_bytes: s.ssthresh_bytes(),
             busy_ms: chrono.map(|c| c[0]),
             rwnd_limited_ms: chrono.map(|c| c[1]),

@@ -18,10 +18,11 @@ pub struct Retained {
     pub rttvar_us: u32,
     /// Cumulative retransmitted segments.
     pub total_retrans: u32,
-    /// tcpi_snd_cwnd, segments.
-    pub snd_cwnd: u32,
-    /// tcpi_snd_ssthresh, segments ([`INFINITE_SSTHRESH`] and above: not yet set).
-    pub ssthresh: u32,
+    /// tcpi_snd_cwnd (low 24 bits), tcpi_snd_ssthresh (next 24; all ones: not yet set)
+    /// and tcpi_unacked (top 16), segments, each saturating: [`Retained::snd_cwnd`],
+    /// [`Retained::ssthresh`], [`Retained::unacked`]. The unacked count took the bytes the
+    /// two windows did not need (16.7 million segments is 24 GB at a 1,448-byte MSS).
+    cwnd_ss: u64,
     /// Low 32 bits of the pacing and delivery rates, bytes/s.
     rates_lo: [u32; 2],
     /// tcpi_snd_mss, bytes (TCP's MSS option is 16 bits wide).
@@ -66,7 +67,63 @@ fn unpack_rate(lo: u32, hi: u8) -> u64 {
     if v == RATE_BITS_MAX { ABSENT_U64 } else { v }
 }
 
+/// The most a 24-bit window field holds; [`Retained::ssthresh`]'s "not yet set" is one more.
+const WINDOW_MAX: u64 = (1 << 24) - 2;
+
 impl Retained {
+    /// tcpi_snd_cwnd, segments (saturating at 16,777,214).
+    #[inline]
+    pub fn snd_cwnd(&self) -> u32 {
+        (self.cwnd_ss & 0xff_ffff) as u32
+    }
+
+    /// Sets [`Retained::snd_cwnd`].
+    #[inline]
+    pub fn set_snd_cwnd(&mut self, v: u32) {
+        self.cwnd_ss = (self.cwnd_ss & !0xff_ffff) | u64::from(v).min(WINDOW_MAX);
+    }
+
+    /// tcpi_snd_ssthresh, segments; [`INFINITE_SSTHRESH`] while not yet set.
+    #[inline]
+    pub fn ssthresh(&self) -> u32 {
+        match (self.cwnd_ss >> 24) & 0xff_ffff {
+            v if v > WINDOW_MAX => INFINITE_SSTHRESH,
+            v => v as u32,
+        }
+    }
+
+    /// Sets [`Retained::ssthresh`] ([`INFINITE_SSTHRESH`] and above: not yet set).
+    #[inline]
+    pub fn set_ssthresh(&mut self, v: u32) {
+        let v = if v >= INFINITE_SSTHRESH { WINDOW_MAX + 1 } else { u64::from(v).min(WINDOW_MAX) };
+        self.cwnd_ss = (self.cwnd_ss & !(0xff_ffff << 24)) | v << 24;
+    }
+
+    /// Sets [`Retained::snd_cwnd`], [`Retained::ssthresh`] and [`Retained::unacked`] at
+    /// once (the decoder's path: one store).
+    #[inline]
+    pub fn set_windows(&mut self, cwnd: u32, ssthresh: u32, unacked: u32) {
+        let ss = if ssthresh >= INFINITE_SSTHRESH {
+            WINDOW_MAX + 1
+        } else {
+            u64::from(ssthresh).min(WINDOW_MAX)
+        };
+        self.cwnd_ss =
+            u64::from(cwnd).min(WINDOW_MAX) | ss << 24 | u64::from(unacked.min(0xffff)) << 48;
+    }
+
+    /// tcpi_unacked: segments in flight, not yet acknowledged (saturating at 65,535).
+    #[inline]
+    pub fn unacked(&self) -> u32 {
+        (self.cwnd_ss >> 48) as u32
+    }
+
+    /// Sets [`Retained::unacked`].
+    #[inline]
+    pub fn set_unacked(&mut self, v: u32) {
+        self.cwnd_ss = (self.cwnd_ss & ((1 << 48) - 1)) | u64::from(v.min(0xffff)) << 48;
+    }
+
     /// TCP state.
     #[inline]
     pub fn state(&self) -> u8 {
@@ -98,14 +155,17 @@ impl Retained {
     /// back exactly.
     pub fn to_words(&self) -> [u64; 13] {
         let [c0, c1, c2] = self.chrono16.map(u64::from);
-        let ssthresh =
-            if self.ssthresh == INFINITE_SSTHRESH { 0 } else { u64::from(self.ssthresh) + 1 };
+        let ssthresh = match self.ssthresh() {
+            INFINITE_SSTHRESH => 0,
+            v => u64::from(v) + 1,
+        };
         [
             self.ts_ns,
             self.rtt_us.into(),
             self.rttvar_us.into(),
             self.total_retrans.into(),
-            self.snd_cwnd.into(),
+            // The window and what is in flight, in one word: 0 for an idle flow's.
+            u64::from(self.snd_cwnd()) | u64::from(self.unacked()) << 24,
             ssthresh,
             self.pacing_rate().wrapping_add(1),
             self.delivery_rate().wrapping_add(1),
@@ -124,8 +184,7 @@ impl Retained {
             rtt_us: w[1] as u32,
             rttvar_us: w[2] as u32,
             total_retrans: w[3] as u32,
-            snd_cwnd: w[4] as u32,
-            ssthresh: if w[5] == 0 { INFINITE_SSTHRESH } else { (w[5] - 1) as u32 },
+            cwnd_ss: 0,
             rates_lo: [0; 2],
             snd_mss: w[8] as u16,
             rates_hi: [0; 2],
@@ -133,6 +192,9 @@ impl Retained {
             state_bits: w[12] as u8,
             wnd8: (w[12] >> 8) as u8,
         };
+        r.set_snd_cwnd((w[4] & 0xff_ffff) as u32);
+        r.set_unacked((w[4] >> 24) as u32);
+        r.set_ssthresh(if w[5] == 0 { INFINITE_SSTHRESH } else { (w[5] - 1) as u32 });
         r.set_pacing_rate(w[6].wrapping_sub(1));
         r.set_delivery_rate(w[7].wrapping_sub(1));
         r
@@ -141,13 +203,13 @@ impl Retained {
     /// `snd_cwnd × snd_mss`, bytes, computed in u64 (cgmon wrapped it in u32: B9).
     #[inline]
     pub fn cwnd_bytes(&self) -> u64 {
-        u64::from(self.snd_cwnd) * u64::from(self.snd_mss)
+        u64::from(self.snd_cwnd()) * u64::from(self.snd_mss)
     }
 
     /// `snd_ssthresh × snd_mss`, bytes; `None` while ssthresh is still infinite.
     pub fn ssthresh_bytes(&self) -> Option<u64> {
-        (self.ssthresh < INFINITE_SSTHRESH)
-            .then(|| u64::from(self.ssthresh) * u64::from(self.snd_mss))
+        (self.ssthresh() < INFINITE_SSTHRESH)
+            .then(|| u64::from(self.ssthresh()) * u64::from(self.snd_mss))
     }
 
     /// Pacing rate, bytes/s; [`ABSENT_U64`] when unlimited or not sent.
@@ -282,11 +344,24 @@ mod packing_tests {
         assert_eq!(r.pacing_rate(), ABSENT_U64);
         r.set_pacing_rate(RATE_BITS_MAX + 5);
         assert_eq!(r.pacing_rate(), RATE_BITS_MAX - 1, "too fast for 40 bits: the largest kept");
-        r.ssthresh = INFINITE_SSTHRESH;
+        r.set_ssthresh(INFINITE_SSTHRESH);
         assert_eq!(r.ssthresh_bytes(), None);
-        (r.ssthresh, r.snd_mss, r.snd_cwnd) = (20, 1448, u32::MAX);
+        r.set_ssthresh(20);
+        r.snd_mss = 1448;
+        r.set_snd_cwnd(u32::MAX);
         assert_eq!(r.ssthresh_bytes(), Some(28_960));
-        assert_eq!(r.cwnd_bytes(), u64::from(u32::MAX) * 1448, "no u32 wrap (B9)");
+        // The window saturates at 24 bits, and its bytes still do not wrap in u32 (B9).
+        assert_eq!(r.snd_cwnd(), (1 << 24) - 2);
+        assert_eq!(r.cwnd_bytes(), ((1 << 24) - 2) * 1448);
+        assert!(r.cwnd_bytes() > u64::from(u32::MAX));
+        // The three share a word and do not disturb each other.
+        r.set_unacked(70_000);
+        assert_eq!((r.snd_cwnd(), r.ssthresh(), r.unacked()), ((1 << 24) - 2, 20, 0xffff));
+        r.set_snd_cwnd(10);
+        r.set_ssthresh(u32::MAX);
+        r.set_unacked(7);
+        assert_eq!((r.snd_cwnd(), r.ssthresh(), r.unacked()), (10, INFINITE_SSTHRESH, 7));
+        assert_eq!(Retained::from_words(r.to_words()), r);
     }
 
     #[test]

@@ -552,8 +552,9 @@ mod tests {
     fn flow(v6: bool, cookie: u64) -> (Flow, Retained) {
         let mut edge = Retained::default();
         (edge.ts_ns, edge.rtt_us, edge.rttvar_us) = (123_456_789_012_345, 1_234, 56);
-        (edge.total_retrans, edge.snd_cwnd, edge.snd_mss) = (3, 10, 1448);
-        edge.ssthresh = crate::record::INFINITE_SSTHRESH;
+        (edge.total_retrans, edge.snd_mss) = (3, 1448);
+        edge.set_snd_cwnd(10);
+        edge.set_ssthresh(crate::record::INFINITE_SSTHRESH);
         edge.chrono16 = [65_000, 7, 0];
         edge.set_state(1);
         edge.set_after_pause(true);

@@ -64,9 +64,12 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
     let state = s.msg().state();
     let total_retrans = t.total_retrans().unwrap_or(0);
     r.ts_ns = s.ts_ns;
-    r.snd_cwnd = t.snd_cwnd().unwrap_or(0);
     r.snd_mss = t.snd_mss().map_or(0, |m| m.min(u32::from(u16::MAX)) as u16);
-    r.ssthresh = t.snd_ssthresh().unwrap_or(INFINITE_SSTHRESH);
+    r.set_windows(
+        t.snd_cwnd().unwrap_or(0),
+        t.snd_ssthresh().unwrap_or(INFINITE_SSTHRESH),
+        t.unacked().unwrap_or(0),
+    );
     r.set_pacing_rate(t.pacing_rate().unwrap_or(ABSENT_U64));
     // The kernel leaves tcpi_delivery_rate 0 until it has a rate sample: not measured.
     r.set_delivery_rate(t.delivery_rate().filter(|&v| v != 0).unwrap_or(ABSENT_U64));

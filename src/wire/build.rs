@@ -251,6 +251,11 @@ impl SockBuilder {
         m.head[1] = 6;
         m.build()
     }
+    /// tcpi_unacked, segments in flight.
+    pub fn unacked(mut self, v: u32) -> Self {
+        self.set32(24, v);
+        self
+    }
     /// tcp_info as a kernel before 6.7 sends it: 240 bytes, ending before
     /// `tcpi_total_rto`.
     pub fn before_6_7(mut self) -> Self {

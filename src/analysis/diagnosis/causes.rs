@@ -149,7 +149,7 @@ pub fn rtos_from_samples(samples: &[Retained]) -> Option<(u16, u32)> {
     for p in samples.windows(2) {
         let (a, b) = (&p[0], &p[1]);
         let counts = !connecting(a) && !matches!(a.state(), tcp::CLOSE | tcp::TIME_WAIT);
-        let one = counts && a.snd_cwnd == 1;
+        let one = counts && a.snd_cwnd() == 1;
         if one {
             n = n.saturating_add(u16::from(!was_one));
             ns += b.ts_ns.saturating_sub(a.ts_ns);

@@ -27,6 +27,9 @@ pub struct Evidence<'a> {
     pub got: f64,
     /// The time judged over, ms.
     pub elapsed_ms: f64,
+    /// What it had in flight while its send buffer held it, bytes
+    /// ([`super::sndbuf_in_flight`]).
+    pub sndbuf_in_flight: Option<u32>,
 }
 
 /// The finding that explains `verdict` in the flow's own figures. It names a cap only when
@@ -37,6 +40,7 @@ pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
     let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
     let got_t = si_rate_mbps(got);
     let rtt = ms_text(x.min_rtt_ms);
+    let in_flight_cap = e.sndbuf_in_flight.and_then(|b| mbps_at(f64::from(b), x.min_rtt_ms));
     let spurious = match sig.spurious {
         0 => String::new(),
         n => format!("; {n} retransmits were spurious (the peer had the data), not loss"),
@@ -96,11 +100,15 @@ pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
             cap(caps.window_cap_mbps),
             kb(f64::from(l.snd_wnd_max))
         ),
-        ("send-buffer", _) if is_cap(caps.send_buffer_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "send buffer {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} ({} % \
-             of the time send-buffer limited{})",
+        // The cap is what the buffer let it have in flight, measured, over the RTT: the
+        // configured size over the RTT is no cap (a 16 KB SO_SNDBUF flow was told "caps
+        // this flow at 5.2 Mbit/s; it reached 6.0").
+        ("send-buffer", _) if is_cap(in_flight_cap, got, CAP_TOLERANCE) => format!(
+            "send buffer {} held {} in flight: at {rtt} ms RTT that caps this flow at {}; it \
+             reached {got_t} ({} % of the time send-buffer limited{})",
             kb(f64::from(l.sndbuf)),
-            cap(caps.send_buffer_cap_mbps),
+            kb(f64::from(e.sndbuf_in_flight.unwrap_or(0))),
+            cap(in_flight_cap),
             pct(shares.send_buffer),
             if shares.network > shares.send_buffer {
                 format!(", {:.0} % sending out what it held", shares.network)
@@ -109,12 +117,19 @@ pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
             }
         ),
         ("send-buffer", _) => format!(
-            "send-buffer limited {} % of the time with a {} buffer, though it reached \
-             {got_t}, above the {} that buffer carries at {rtt} ms RTT (the kernel let \
-             its queue grow past it): cause unclear",
+            "send-buffer limited {} % of the time with a {} buffer; it reached {got_t}, {}: \
+             cause unclear",
             pct(shares.send_buffer),
             kb(f64::from(l.sndbuf)),
-            cap(caps.send_buffer_cap_mbps)
+            match e.sndbuf_in_flight {
+                Some(b) => format!(
+                    "above the {} its {} in flight carry at {rtt} ms RTT",
+                    cap(in_flight_cap),
+                    kb(f64::from(b))
+                ),
+                None =>
+                    "and no sample caught what it had in flight while the buffer held it".into(),
+            }
         ),
         ("network", _) => network_finding(cause, e),
         ("application", Some("paced")) => format!(
@@ -137,7 +152,7 @@ pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
 /// bottleneck, or the loss as evidence when its Mathis bound is no cap; without either,
 /// the cause is unclear.
 fn network_finding(cause: Option<&str>, e: &Evidence<'_>) -> String {
-    let Evidence { l, x, shares, caps, sig, got, elapsed_ms } = *e;
+    let Evidence { l, x, shares, caps, sig, got, elapsed_ms, .. } = *e;
     let got_t = si_rate_mbps(got);
     let (rtt, min) = (ms_text(x.rtt_p50_ms), ms_text(x.min_rtt_ms));
     let share = shares.network;
