@@ -214,23 +214,22 @@ fn weighted_median<T: Ord + Copy>(v: &mut [(T, u64)]) -> Option<T> {
 /// What a flow had in flight while its send buffer held it, bytes: `tcpi_unacked` × MSS in
 /// the samples that closed an interval in which `tcpi_sndbuf_limited` grew, their
 /// time-weighted mean (by Little's law the rate is the mean in flight over the RTT; the
-/// median read low: a lab flow reached 1.09 × its cap); `None` when there was none. The cap a send-buffer finding names
-/// is this over the RTT, what the flow was held at, not the configured SO_SNDBUF: a paced
-/// sender overshoots that by a packet train, and the kernel's delivery rate is no stand-in
-/// (the lab's 16 KB flow at 50 ms: 2.1 Mbit/s while limited, 2.95 reached).
+/// median read low: a lab flow reached 1.09 × its cap); `None` when there was none. The
+/// cap a send-buffer finding names is this over the RTT, what the flow was held at, not
+/// the configured SO_SNDBUF: a paced sender overshoots that by a packet train, and the
+/// kernel's delivery rate is no stand-in (the lab's 16 KB flow at 50 ms: 2.1 Mbit/s while
+/// limited, 2.95 reached).
 pub fn sndbuf_in_flight(samples: &[crate::record::Retained]) -> Option<u32> {
-    let v: Vec<(u32, u64)> = samples
+    let (sum, weight) = samples
         .windows(2)
         .filter(|p| p[1].chrono16[2] != p[0].chrono16[2])
         .map(|p| {
             let bytes = p[1].unacked().saturating_mul(u32::from(p[1].snd_mss));
-            (bytes, p[1].ts_ns.saturating_sub(p[0].ts_ns))
+            (u128::from(bytes), u128::from(p[1].ts_ns.saturating_sub(p[0].ts_ns)))
         })
         .filter(|&(bytes, _)| bytes > 0)
-        .collect();
-    let weight: u64 = v.iter().map(|&(_, dt)| dt).sum();
-    let sum: u128 = v.iter().map(|&(b, dt)| u128::from(b) * u128::from(dt)).sum();
-    (weight > 0).then(|| (sum / u128::from(weight)) as u32)
+        .fold((0u128, 0u128), |(s, w), (b, dt)| (s + b * dt, w + dt));
+    (weight > 0).then(|| (sum / weight) as u32)
 }
 
 /// The peer's window over a flow's samples ([`window_stats`]).
@@ -369,7 +368,10 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
             sig: &sig,
             got,
             elapsed_ms: elapsed,
-            sndbuf_in_flight: sndbuf_in_flight(&f.samples),
+            // Only a send-buffer finding reads it: no pass over every flow's samples.
+            sndbuf_in_flight: (verdict == "send-buffer")
+                .then(|| sndbuf_in_flight(&f.samples))
+                .flatten(),
         },
     );
     Some(made(verdict, cause, finding))
