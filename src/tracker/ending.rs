@@ -228,10 +228,12 @@ impl Tracker {
     /// Whether the flow of `cookie`, if followed, never had a sample past its handshake
     /// (a socket never seen counts as never established: its counters decide).
     fn never_established(&mut self, cookie: u64) -> bool {
-        let connecting = |f: &super::Flow| {
-            f.samples.iter().all(|r| matches!(r.state(), tcp::SYN_SENT | tcp::SYN_RECV))
-                && matches!(f.last.state, tcp::SYN_SENT | tcp::SYN_RECV | tcp::CLOSE)
-        };
+        // CLOSE too: a dump collects the sockets of a hash bucket under its lock and reads
+        // them after, so a connect refused in between is read closed, its port still set
+        // (1 in 40,000 refused connects under load).
+        let unset = |st: u8| matches!(st, tcp::SYN_SENT | tcp::SYN_RECV | tcp::CLOSE);
+        let connecting =
+            |f: &super::Flow| f.samples.iter().all(|r| unset(r.state())) && unset(f.last.state);
         if let Some(w) = self.waiting.get(&cookie) {
             return connecting(&w.flow);
         }
@@ -239,8 +241,7 @@ impl Tracker {
             Some(slot) => {
                 let f = self.flow_at(slot);
                 let latest = self.stages.latest(&f.stage, &f.samples).map(|r| r.state());
-                connecting(&f)
-                    && latest.is_none_or(|st| matches!(st, tcp::SYN_SENT | tcp::SYN_RECV))
+                connecting(&f) && latest.is_none_or(unset)
             }
             None => true,
         }
