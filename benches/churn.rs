@@ -495,6 +495,173 @@ fn ser(n: usize) {
     }
 }
 
+/// The floor of `whole` as a process of its own (`floor-process`): joins both TCP destroy
+/// groups with the monitor's receive buffer (4 MiB, forced when the capability allows) and
+/// `recv()`s each datagram as it arrives, blocking, until killed.
+fn floor_process() {
+    let mut s = Socket::new(NETLINK_SOCK_DIAG).unwrap();
+    s.bind(&SocketAddr::new(0, 0)).unwrap();
+    for g in [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY] {
+        s.add_membership(g).unwrap();
+    }
+    let n: libc::c_int = 4 << 20;
+    // SAFETY: a valid fd and a c_int of the given size.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let p = (&raw const n).cast();
+        let len = size_of::<libc::c_int>() as libc::socklen_t;
+        if libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, p, len) != 0 {
+            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len);
+        }
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let _ = s.recv(&mut &mut buf[..], 0);
+    }
+}
+
+/// `whole [SECS] [RUNS] [RATE ...]` (issue 52's measure): the monitor with its defaults
+/// (`-run-interval 100ms`, gzip files, naming on, no filter) and the floor, a separate bare
+/// process ([`floor_process`]), both started together in a network namespace of this
+/// bench's own; each one's CPU (user + system, /proc/PID/stat) from 1.5 s after their start
+/// to 0.6 s after the churn ends. RUNS runs a rate (default 5), in turn; the medians.
+fn whole(secs: u64, runs: usize, rates: Vec<u64>) {
+    if std::env::var_os("CHURN_NETNS").is_none() {
+        // Again, in a network namespace of its own (root), its loopback up.
+        let me = std::env::current_exe().unwrap();
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let st = Command::new("unshare")
+            .args(["--net", "--", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
+            .arg(me)
+            .args(args)
+            .env("CHURN_NETNS", "1")
+            .status()
+            .unwrap();
+        std::process::exit(st.code().unwrap_or(1));
+    }
+    println!(
+        "rate asked | run | conn/s | monitor µs/conn | floor µs/conn | × floor | records / 2×conns | lost | dropped | overruns | named, skipped (flows)"
+    );
+    for rate in rates {
+        let mut ratios = Vec::new();
+        let mut figures = Vec::new();
+        for run in 0..runs {
+            let o = whole_run(secs, rate);
+            let ratio = o.cpu_us / o.floor_us;
+            println!(
+                "{} | {} | {:.0} | {:.2} | {:.2} | {ratio:.2} | {}/{} | {} | {} | {} | {}",
+                if rate == 0 { "max".to_string() } else { rate.to_string() },
+                run + 1,
+                o.rate,
+                o.cpu_us,
+                o.floor_us,
+                o.written,
+                2 * o.made,
+                o.lost,
+                o.dropped,
+                o.overruns,
+                o.sleeps,
+            );
+            println!("  CPU by thread, µs a connection: {}", o.by_thread);
+            ratios.push(ratio);
+            figures.push((o.cpu_us, o.floor_us, o.rate));
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        println!(
+            "{} | median of {runs} | {:.0} | {:.2} | {:.2} | {:.2} (runs {:.2}–{:.2})",
+            if rate == 0 { "max".to_string() } else { rate.to_string() },
+            med(figures.iter().map(|f| f.2).collect()),
+            med(figures.iter().map(|f| f.0).collect()),
+            med(figures.iter().map(|f| f.1).collect()),
+            med(ratios.clone()),
+            ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            ratios.iter().copied().fold(0.0, f64::max),
+        );
+    }
+}
+
+/// One run of `whole`.
+fn whole_run(secs: u64, rate: u64) -> Outcome {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let http = 19_000 + (std::process::id() % 1000) as u16;
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::env::current_exe().unwrap();
+    let mut floor = Command::new(me).args(["--bench", "floor-process"]).spawn().unwrap();
+    let mut child = Command::new(monitor_bin())
+        .args(["-run-interval", "100ms", "-run-http-server", &format!("127.0.0.1:{http}")])
+        .args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (pid, fpid) = (child.id(), floor.id());
+    std::thread::sleep(Duration::from_millis(1500));
+    let (c0, f0) = (proc_cpu_s(pid).unwrap(), proc_cpu_s(fpid).unwrap());
+    let cpu0 = thread_cpu(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = Instant::now();
+    let generator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
+    };
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let made = generator.join().unwrap();
+    let elapsed = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(600));
+    let (cpu, floor_cpu) = (proc_cpu_s(pid).unwrap() - c0, proc_cpu_s(fpid).unwrap() - f0);
+    let by_thread: Vec<String> = thread_cpu(pid)
+        .into_iter()
+        .map(|(k, v)| {
+            let us = (v - cpu0.get(&k).copied().unwrap_or(0)) as f64 / 1e3 / made as f64;
+            format!("{k} {us:.2}")
+        })
+        .collect();
+    let _ = floor.kill();
+    let _ = floor.wait();
+    // Every record through (the files count one written at their flush, each second).
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(15)
+        && scrape(http, "cgmon_records_written_total")
+            + scrape(http, "cgmon_records_lost_total")
+            + scrape(http, "cgmon_records_dropped_total")
+            < 2.0 * made as f64
+    {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let owners = |how: &str| scrape(http, &format!("cgmon_flow_owners_total{{how=\"{how}\"}}"));
+    let o = Outcome {
+        rate: made as f64 / elapsed,
+        failures: 0.0,
+        made,
+        cpu_us: cpu / made as f64 * 1e6,
+        floor_us: floor_cpu / made as f64 * 1e6,
+        written: scrape(http, "cgmon_records_written_total"),
+        lost: scrape(http, "cgmon_records_lost_total"),
+        dropped: scrape(http, "cgmon_records_dropped_total"),
+        refused: scrape(http, "cgmon_flows_refused_total"),
+        overruns: scrape(http, "cgmon_destroy_overruns_total"),
+        floor_overruns: 0,
+        peak_mib: status_mib(pid, "VmHWM:"),
+        exact_per_conn: 0.0,
+        rss: Vec::new(),
+        sleeps: format!(
+            "{}, {}",
+            owners("socket") + owners("listener"),
+            owners("skipped")
+        ),
+        by_thread: by_thread.join(", "),
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    o
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --all-targets`: a benchmark of minutes, not a test
@@ -510,6 +677,16 @@ fn main() {
     if a.peek().is_some_and(|x| x == "levels") {
         let path = a.nth(1).expect("levels FILE: a file of JSON records, one a line");
         return levels(&path);
+    }
+    if a.peek().is_some_and(|x| x == "floor-process") {
+        floor_process();
+    }
+    if a.peek().is_some_and(|x| x == "whole") {
+        a.next();
+        let secs: u64 = a.next().map_or(10, |v| v.parse().unwrap());
+        let runs: usize = a.next().map_or(5, |v| v.parse().unwrap());
+        let rates: Vec<u64> = a.map(|v| if v == "max" { 0 } else { v.parse().unwrap() }).collect();
+        return whole(secs, runs, if rates.is_empty() { vec![2000, 0] } else { rates });
     }
     if a.peek().is_some_and(|x| x == "refused") {
         a.next();

@@ -24,7 +24,6 @@ pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
 use crate::poll::namespaces;
 use crate::poll::{self as task, DumpOutcome, ENDED_CHANNEL_CAPACITY};
-use crate::processes::WALK_SHARE;
 use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
@@ -198,6 +197,7 @@ impl Sources {
 async fn run_main(cfg: Config) -> u8 {
     let s = cfg.settings;
     let metrics = Arc::new(Metrics::new(s.task.interval));
+    metrics.budget.set_share(s.task.cpu_budget);
     // The spool before the files: a --spool-dir that cannot be had is a usage error that
     // has not yet moved the last run's output aside.
     if let Some(d) = s.sink.as_ref().and_then(|c| c.spool_dir.as_ref())
@@ -326,7 +326,7 @@ pub async fn run(
     // Service names of cgroups: one cache for the records, `/metrics` and the web view.
     let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
     let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
-    let tracker = attributed(Tracker::new(tcfg), s.process, &dests);
+    let tracker = attributed(Tracker::new(tcfg), s.process, &dests, &metrics);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
     let mut ring = None;
     let http = match s.http {
@@ -614,9 +614,10 @@ fn attributed(
     mut tracker: Tracker,
     process: bool,
     dests: &Arc<std::sync::Mutex<writer::dests::Dests>>,
+    metrics: &Arc<Metrics>,
 ) -> Tracker {
     let link = process
-        .then(|| crate::processes::spawn(crate::processes::RealProcfs::new(), WALK_SHARE))
+        .then(|| crate::processes::spawn(crate::processes::RealProcfs::new(), metrics.clone()))
         .and_then(|r| {
             r.map_err(|e| tracing::warn!("cannot start the process walker ({e}): no Comm, Pid"))
                 .ok()

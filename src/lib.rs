@@ -33,6 +33,7 @@
 
 pub mod analysis;
 pub mod app;
+pub mod budget;
 pub mod chart;
 pub mod cli;
 pub mod clock;

@@ -299,6 +299,17 @@ pub struct Metrics {
     pub sampling_cpu_ns: Counter,
     /// `--cpu-budget`, in millionths of one core.
     pub cpu_budget_ppm: Gauge,
+    /// The budget's ledger, shared by the sampling task and the process walker.
+    pub budget: crate::budget::Budget,
+    /// CPU time the process walks that name flows' programs spent, ns.
+    pub naming_cpu_ns: Counter,
+    /// Naming requests answered with a process found.
+    pub naming_named: Counter,
+    /// Naming requests walked for and not found (the socket had closed, or its process is
+    /// not readable).
+    pub naming_not_found: Counter,
+    /// Naming requests not walked for: the budget could not cover them.
+    pub naming_skipped: Counter,
     /// What the pace planned now costs (hot flows' polls and full dumps), in millionths of
     /// one core.
     pub sampling_cpu_planned_ppm: Gauge,
@@ -457,6 +468,11 @@ impl Metrics {
             full_dump_interval_planned_ns: Gauge::default(),
             sampling_cpu_ns: Counter::default(),
             cpu_budget_ppm: Gauge::default(),
+            budget: crate::budget::Budget::default(),
+            naming_cpu_ns: Counter::default(),
+            naming_named: Counter::default(),
+            naming_not_found: Counter::default(),
+            naming_skipped: Counter::default(),
             sampling_cpu_planned_ppm: Gauge::default(),
             over_budget: Gauge::default(),
             flows_discovered_late: Counter::default(),

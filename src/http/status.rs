@@ -28,6 +28,7 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
         m.churn_text(up)
     );
     pace_line(&mut p, m);
+    naming_line(&mut p, m);
     p.push_str("<h3>Pipeline stage times (µs)</h3>\n<table class=\"num\"><tr><th>stage</th><th>calls</th><th>min</th><th>mean</th><th>max</th><th>stddev</th></tr>\n");
     for (st, t) in crate::metrics::Stage::ALL.iter().zip(m.stage_times()) {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -85,6 +86,42 @@ fn pace_line(p: &mut String, m: &Metrics) {
     }
 }
 
+/// How far naming programs has got: new flows named, not found, skipped and waiting for
+/// the CPU budget; when some were skipped, a warning with the share named.
+fn naming_line(p: &mut String, m: &Metrics) {
+    use std::fmt::Write as _;
+    let (named, absent, skipped, waiting) = (
+        m.naming_named.get(),
+        m.naming_not_found.get(),
+        m.naming_skipped.get(),
+        m.budget.waiting(),
+    );
+    let asked = named + absent + skipped;
+    if asked + waiting == 0 {
+        return;
+    }
+    let wait = if waiting > 0 {
+        format!(", <b>{waiting}</b> waiting for the CPU budget")
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        p,
+        "<p id=\"naming\">Programs: {named} new flows named, {absent} not found, {skipped} \
+         skipped{wait}.</p>"
+    );
+    if skipped > 0 {
+        let _ = writeln!(
+            p,
+            "<p class=\"warn\" id=\"naming-skipped\"><b>Programs named for {:.0} % of new \
+             flows, the rest marked skipped:</b> the CPU budget ({:.2} % of a core) does not \
+             cover a walk for each. --cpu-budget raises it; --no-process names none.</p>",
+            named as f64 / asked as f64 * 100.0,
+            m.budget.share() * 100.0
+        );
+    }
+}
+
 /// The counters' rows, from the catalogue: a heading row for each section that applies,
 /// then its series (value, and what it is); the sampling CPU's share of a core and the
 /// sink's last error follow their sections, the memory ends the table.
@@ -95,10 +132,13 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
         let mut rows: Vec<(String, String)> =
             section.series().map(|x| (x.says.to_string(), x.shown(m))).collect();
         match section {
-            Section::Sampling => rows.push((
-                "sampling CPU: mean share of a core".into(),
-                format!("{:.2} %", m.sampling_cpu_ns.get() as f64 / 1e9 / up * 100.0),
-            )),
+            Section::Sampling => {
+                let share = |ns: u64| format!("{:.2} %", ns as f64 / 1e9 / up * 100.0);
+                let (s, n) = (m.sampling_cpu_ns.get(), m.naming_cpu_ns.get());
+                rows.push(("sampling CPU: mean share of a core".into(), share(s)));
+                rows.push(("naming CPU: mean share of a core".into(), share(n)));
+                rows.push(("CPU budget used (sampling and naming): mean share".into(), share(s + n)));
+            }
             Section::Sink => rows.push((
                 "state".into(),
                 m.sink.failing_with().map_or("delivering".into(), |e| format!("failing: {e}")),
@@ -159,5 +199,28 @@ mod tests {
         let p = status_section(&m, None);
         assert!(p.contains("planned at 2.86 % of a core against 2.00 %"), "{p}");
         assert!(p.contains("the last full dumps were 10.0 s apart"), "{p}");
+    }
+
+    #[test]
+    fn the_page_says_how_far_naming_has_got_and_what_it_skipped() {
+        let m = Metrics::default();
+        assert!(!status_section(&m, None).contains("id=\"naming\""), "nothing asked yet");
+        m.budget.set_share(0.02);
+        m.budget.set_waiting(5_000);
+        m.naming_named.add(15_000);
+        let p = status_section(&m, None);
+        assert!(
+            p.contains("15000 new flows named, 0 not found, 0 skipped, <b>5000</b> waiting"),
+            "{p}"
+        );
+        assert!(!p.contains("naming-skipped"), "{p}");
+        m.budget.set_waiting(0);
+        m.naming_named.add(16_000);
+        m.naming_not_found.add(1_000);
+        m.naming_skipped.add(18_000);
+        let p = status_section(&m, None);
+        assert!(p.contains("Programs named for 62 % of new flows, the rest marked skipped"), "{p}");
+        assert!(p.contains("CPU budget (2.00 % of a core)"), "{p}");
+        assert!(!p.contains("waiting for the CPU budget"), "{p}");
     }
 }

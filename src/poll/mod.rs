@@ -388,6 +388,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let mut tick = tokio::time::interval_at(grid0, cfg.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
         metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
+        metrics.budget.set_share(cfg.cpu_budget);
         metrics.netns_sampled.set(spaces.len() as u64);
         let capped = spaces.iter().any(|sp| sp.destroy.as_ref().is_some_and(|d| d.capped()));
         let rest = if capped { DESTROY_REST_CAPPED } else { DESTROY_REST };
@@ -423,6 +424,8 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let start = tokio::time::Instant::now();
         self.metrics.tick_lateness.observe(start.saturating_duration_since(due));
         let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
+        // Names waiting for the budget take their share of it from full dumps.
+        self.pacer.set_naming_reserve(self.metrics.budget.naming_reserve());
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
         // The flows opened since the last tick that are still open go to the process

@@ -27,6 +27,7 @@ pub(super) async fn full_dump<S: DumpSource, D: DumpSource>(
     let (r, cpu) = cpu_timed(spaces::dump_all(spaces, tracker, out, metrics, walk)).await;
     metrics.dumps.inc();
     metrics.sampling_cpu_ns.add(cpu);
+    metrics.budget.spend(cpu);
     if why == Why::Cheaper {
         metrics.full_dumps_cheaper.inc();
     }
@@ -85,6 +86,7 @@ pub(super) async fn exact_poll<S: DumpSource, D: DumpSource>(
     let mut p = ExactPoll::default();
     let (r, cpu) = cpu_timed(spaces::poll_all(spaces, tracker, out, &mut p)).await;
     metrics.sampling_cpu_ns.add(cpu);
+    metrics.budget.spend(cpu);
     let asked = r?;
     pacer.exact_done(cpu, asked);
     metrics.exact_polls.inc();

@@ -25,13 +25,10 @@ use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::metrics::Metrics;
+
 pub use naming::program_name;
 pub use procfs::{Procfs, RealProcfs};
-
-/// Share of one core the walks may take on average. With 20,000 sockets in 50 processes
-/// the first walk took 80–120 ms, once (`cargo bench --bench attribution -- flows`); after
-/// that only new sockets are looked for.
-pub const WALK_SHARE: f64 = 0.02;
 
 /// Batches that may wait for the walker; a batch past them is answered as skipped.
 const QUEUED_BATCHES: usize = 16;
@@ -139,6 +136,7 @@ pub struct Answer {
 pub struct Link {
     tx: SyncSender<Vec<Request>>,
     rx: Receiver<Vec<Answer>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Link {
@@ -149,8 +147,16 @@ impl Link {
     /// The batch, not sent.
     pub fn send(&self, batch: Vec<Request>) -> Result<(), Vec<Request>> {
         self.tx.try_send(batch).map_err(|e| match e {
-            TrySendError::Full(b) | TrySendError::Disconnected(b) => b,
+            TrySendError::Full(b) | TrySendError::Disconnected(b) => {
+                skipped(&self.metrics, b.len());
+                b
+            }
         })
+    }
+
+    /// A new flow named without a walk, from its listener: counted as named.
+    pub fn inherited(&self) {
+        self.metrics.naming_named.inc();
     }
 
     /// The answers ready now, without waiting, in the walker's batches.
@@ -164,21 +170,65 @@ impl Link {
     }
 }
 
-/// Starts the walker on a thread of its own, over `fs`, paced to `share` of a core (0: no
-/// pacing). It stops when the link is dropped.
+/// Starts the walker on a thread of its own, over `fs`, spending the CPU budget in
+/// `metrics` (`Metrics::budget`: what sampling leaves; with none set, as fast as it goes),
+/// and counting what it named, did not find and skipped there. It stops when the link is
+/// dropped.
 ///
 /// # Errors
 /// The thread could not be started.
-pub fn spawn(fs: impl Procfs + Send + 'static, share: f64) -> std::io::Result<Link> {
+pub fn spawn(fs: impl Procfs + Send + 'static, metrics: Arc<Metrics>) -> std::io::Result<Link> {
     let (tx, requests) = std::sync::mpsc::sync_channel::<Vec<Request>>(QUEUED_BATCHES);
     let (answers, rx) = std::sync::mpsc::channel();
+    let m = metrics.clone();
     std::thread::Builder::new().name("cgmon-procs".into()).spawn(move || {
         let mut r = Resolver::new(fs);
-        while let Ok(mut batch) = requests.recv() {
+        let mut waiting: Vec<Request> = Vec::new();
+        loop {
+            if waiting.is_empty() {
+                match requests.recv() {
+                    Ok(b) => waiting = b,
+                    Err(_) => return,
+                }
+            }
             // What queued meanwhile is walked together: each process once.
-            batch.extend(requests.try_iter().flatten());
-            let cpu = crate::clock::thread_cpu_ns();
-            let out = r.resolve(&batch);
+            waiting.extend(requests.try_iter().flatten());
+            if let Some(skipped) = skip_past(&mut waiting, &m)
+                && answers.send(skipped).is_err()
+            {
+                return;
+            }
+            let batch = std::mem::take(&mut waiting);
+            m.budget.set_waiting(batch.len());
+            let mut cpu = crate::clock::thread_cpu_ns();
+            // Between steps of a walk: the CPU spent so far is charged, and while the
+            // budget is in debt the walk rests, taking in what the tracker sends meanwhile
+            // (so that its queue never fills while a large first walk is spread).
+            let mut pace = || {
+                let now = crate::clock::thread_cpu_ns();
+                let spent = now.saturating_sub(cpu);
+                cpu = now;
+                m.naming_cpu_ns.add(spent);
+                m.budget.spend(spent);
+                loop {
+                    let rest = m.budget.wait();
+                    if rest.is_zero() {
+                        break;
+                    }
+                    waiting.extend(requests.try_iter().flatten());
+                    m.budget.set_waiting(batch.len() + waiting.len());
+                    std::thread::sleep(rest.min(PACE_REST));
+                }
+            };
+            let out = r.resolve(&batch, &mut pace);
+            pace();
+            for a in &out {
+                match a.owner.how {
+                    How::Socket => m.naming_named.inc(),
+                    _ => m.naming_not_found.inc(),
+                }
+            }
+            m.budget.set_waiting(waiting.len());
             if answers.send(out).is_err() {
                 return;
             }
@@ -186,13 +236,43 @@ pub fn spawn(fs: impl Procfs + Send + 'static, share: f64) -> std::io::Result<Li
                 drop(batch);
                 give_back_freed_memory();
             }
-            if share > 0.0 {
-                let spent = crate::clock::thread_cpu_ns().saturating_sub(cpu) as f64;
-                std::thread::sleep(Duration::from_nanos((spent / share - spent) as u64));
-            }
         }
     })?;
-    Ok(Link { tx, rx })
+    Ok(Link { tx, rx, metrics })
+}
+
+/// The longest a walk rests at once while the budget is in debt before it looks at its
+/// queue again.
+const PACE_REST: Duration = Duration::from_millis(50);
+
+/// Most requests that may wait for the budget; those past it are answered as skipped.
+pub const MAX_WAITING: usize = 1 << 17;
+
+/// The requests past [`MAX_WAITING`] in `waiting`, answered as skipped (and counted).
+fn skip_past(waiting: &mut Vec<Request>, m: &Metrics) -> Option<Vec<Answer>> {
+    if waiting.len() <= MAX_WAITING {
+        return None;
+    }
+    let skipped: Vec<Answer> = waiting
+        .drain(MAX_WAITING..)
+        .map(|r| Answer { target: r.target, owner: Owner::none(How::Skipped) })
+        .collect();
+    self::skipped(m, skipped.len());
+    Some(skipped)
+}
+
+/// `n` flows not looked for: counted, and the first time said in the log.
+fn skipped(m: &Metrics, n: usize) {
+    m.naming_skipped.add(n as u64);
+    if m.budget.first_skip() {
+        tracing::warn!(
+            skipped = n,
+            "the CPU budget ({:.2} % of a core) does not cover naming every new flow's \
+             program: flows not looked for are marked skipped (cgmon_naming_skipped_total; \
+             --cpu-budget raises the budget, --no-process names none)",
+            m.budget.share() * 100.0
+        );
+    }
 }
 
 /// Requests in one batch past which freed memory is handed back to the system.
@@ -214,11 +294,26 @@ pub fn give_back_freed_memory() {
 /// Finds owners, keeping what it learns between batches.
 pub struct Resolver<P> {
     fs: P,
-    /// Socket inode → pid, from earlier walks.
+    /// Socket inode → pid, from earlier walks; an answered socket leaves it.
     cache: FxHashMap<u64, u32>,
+    /// Each walked process's descriptors as last read: fd → socket inode (0: not a
+    /// socket). A later walk reads the links of new descriptor numbers only, and of the
+    /// others only when a socket is still missing (a number closed and reused since).
+    held: FxHashMap<u32, FxHashMap<u32, u64>>,
+    /// Processes that held a socket asked for lately, most recent first: walked first.
+    recent: Vec<u32>,
     names: FxHashMap<Arc<str>, u32>,
     by_id: Vec<Arc<str>>,
 }
+
+/// Links read between two calls of a walk's `pace`.
+const PACE_EVERY: usize = 256;
+
+/// Processes kept in [`Resolver::recent`].
+const RECENT: usize = 8;
+
+/// Most descriptors [`Resolver::held`] keeps, over all processes, before it starts again.
+const HELD_FDS: usize = 1 << 20;
 
 impl<P: Procfs> Resolver<P> {
     /// A resolver over `fs`.
@@ -226,27 +321,50 @@ impl<P: Procfs> Resolver<P> {
         let unknown: Arc<str> = Arc::from("unknown");
         let mut names = FxHashMap::default();
         names.insert(unknown.clone(), UNKNOWN);
-        Resolver { fs, cache: FxHashMap::default(), names, by_id: vec![unknown] }
+        Resolver {
+            fs,
+            cache: FxHashMap::default(),
+            held: FxHashMap::default(),
+            recent: Vec::new(),
+            names,
+            by_id: vec![unknown],
+        }
     }
 
-    /// Answers every request: the cache first, then a walk of each cgroup that has misses
-    /// (each process once).
-    pub fn resolve(&mut self, batch: &[Request]) -> Vec<Answer> {
-        let mut walked = FxHashSet::default();
-        let mut missing: Vec<u64> = batch
+    /// Answers every request: the cache first, then walks of the processes of each
+    /// cgroup that has misses, stopping once none is missing: first the descriptors new
+    /// since a process's last walk, then, for what is still missing, the others (a
+    /// number may have been closed and reused). `pace` is called every [`PACE_EVERY`]
+    /// links read: it charges the budget and rests while it is spent.
+    pub fn resolve(&mut self, batch: &[Request], pace: &mut dyn FnMut()) -> Vec<Answer> {
+        let mut missing: FxHashSet<u64> =
+            batch.iter().map(|r| r.inode).filter(|i| !self.cache.contains_key(i)).collect();
+        let mut cgroups: Vec<u64> = batch
             .iter()
-            .filter(|r| !self.cache.contains_key(&r.inode))
+            .filter(|r| missing.contains(&r.inode))
             .map(|r| r.cgroup_id)
             .collect();
-        missing.sort_unstable();
-        missing.dedup();
-        for cg in missing {
-            let pids = self.fs.cgroup_pids(cg).unwrap_or_else(|| self.fs.all_pids());
-            for pid in pids {
-                if walked.insert(pid) {
-                    for inode in self.fs.socket_inodes(pid) {
-                        self.cache.insert(inode, pid);
+        cgroups.sort_unstable();
+        cgroups.dedup();
+        let mut read = 0usize;
+        let mut walked = FxHashSet::default();
+        for cg in cgroups {
+            if missing.is_empty() {
+                break;
+            }
+            let mut pids = self.fs.cgroup_pids(cg).unwrap_or_else(|| self.fs.all_pids());
+            // The processes that held sockets asked for lately first.
+            let rank = |p: &u32| self.recent.iter().position(|r| r == p).unwrap_or(RECENT);
+            pids.sort_by_key(rank);
+            for fresh_only in [true, false] {
+                for &pid in &pids {
+                    if missing.is_empty() {
+                        break;
                     }
+                    if fresh_only && !walked.insert(pid) {
+                        continue;
+                    }
+                    self.walk(pid, fresh_only, &mut missing, &mut read, pace);
                 }
             }
         }
@@ -257,6 +375,11 @@ impl<P: Procfs> Resolver<P> {
                 // Asked once per socket: what is answered leaves the cache.
                 let owner = match self.cache.remove(&r.inode) {
                     Some(pid) => {
+                        if let Some(i) = self.recent.iter().position(|&p| p == pid) {
+                            self.recent.remove(i);
+                        }
+                        self.recent.insert(0, pid);
+                        self.recent.truncate(RECENT);
                         let (name_id, name) =
                             named.entry(pid).or_insert_with(|| self.name_of(pid)).clone();
                         Owner { pid, name_id, name, how: How::Socket }
@@ -266,15 +389,87 @@ impl<P: Procfs> Resolver<P> {
                 Answer { target: r.target, owner }
             })
             .collect();
+        self.trim();
+        answers
+    }
+
+    /// Reads `pid`'s descriptors: with `fresh_only`, the links of the numbers not seen at
+    /// its last walk (and forgets those closed since); else the links of the others.
+    /// Every socket found goes to the cache; each one missing that is found is struck off.
+    fn walk(
+        &mut self,
+        pid: u32,
+        fresh_only: bool,
+        missing: &mut FxHashSet<u64>,
+        read: &mut usize,
+        pace: &mut dyn FnMut(),
+    ) {
+        let mut held = self.held.remove(&pid).unwrap_or_default();
+        let todo: Vec<u32> = if fresh_only {
+            let Some(fds) = self.fs.fds(pid) else {
+                self.forget(pid, held.values());
+                return;
+            };
+            let now: FxHashSet<u32> = fds.iter().copied().collect();
+            let closed: Vec<u64> =
+                held.iter().filter(|(fd, _)| !now.contains(fd)).map(|(_, &i)| i).collect();
+            held.retain(|fd, _| now.contains(fd));
+            self.forget(pid, closed.iter());
+            fds.into_iter().filter(|fd| !held.contains_key(fd)).collect()
+        } else {
+            held.keys().copied().collect()
+        };
+        // Stops once nothing is missing: numbers not read stay new for the next walk.
+        for fd in todo {
+            if missing.is_empty() {
+                break;
+            }
+            let inode = self.fs.fd_socket(pid, fd).unwrap_or(0);
+            if let Some(old) = held.insert(fd, inode)
+                && old != inode
+                && old != 0
+                && self.cache.get(&old) == Some(&pid)
+            {
+                self.cache.remove(&old);
+            }
+            if inode != 0 {
+                self.cache.insert(inode, pid);
+                missing.remove(&inode);
+            }
+            *read += 1;
+            if (*read).is_multiple_of(PACE_EVERY) {
+                pace();
+            }
+        }
+        self.held.insert(pid, held);
+    }
+
+    /// The sockets of `pid` that closed leave the cache.
+    fn forget<'a>(&mut self, pid: u32, inodes: impl Iterator<Item = &'a u64>) {
+        for i in inodes {
+            if self.cache.get(i) == Some(&pid) {
+                self.cache.remove(i);
+            }
+        }
+    }
+
+    /// Keeps the tables within bounds: a walk caches every socket of the processes it
+    /// reads, most of which (UDP, unix sockets) are never asked for.
+    fn trim(&mut self) {
         if self.cache.len() > CACHE_INODES {
             // Dropped, not cleared: a walk of a host of many sockets grows the table to
-            // hundreds of thousands of entries, and a cleared table keeps its room.
+            // hundreds of thousands of entries, and a cleared table keeps its room. The
+            // descriptors go with it, to be read again.
             self.cache = FxHashMap::default();
+            self.held = FxHashMap::default();
         } else if self.cache.capacity() > 2 * CACHE_INODES {
             // The answered left it: at a million sockets 33 MB of room for a few entries.
             self.cache.shrink_to_fit();
         }
-        answers
+        if self.held.values().map(FxHashMap::len).sum::<usize>() > HELD_FDS {
+            // Read again from scratch at the next walk of each.
+            self.held = FxHashMap::default();
+        }
     }
 
     /// The id and name of `pid`'s program.

@@ -16,8 +16,12 @@ pub trait Procfs {
     fn cgroup_pids(&mut self, id: u64) -> Option<Vec<u32>>;
     /// Every pid.
     fn all_pids(&mut self) -> Vec<u32>;
-    /// The inodes of the sockets `pid` holds (none when it is gone or not readable).
-    fn socket_inodes(&mut self, pid: u32) -> Vec<u64>;
+    /// The descriptor numbers `pid` holds (None when it is gone or not readable): a
+    /// directory listing, about a tenth of what reading each link costs.
+    fn fds(&mut self, pid: u32) -> Option<Vec<u32>>;
+    /// The inode of the socket descriptor `fd` of `pid` names; None when it is not a
+    /// socket or is gone.
+    fn fd_socket(&mut self, pid: u32, fd: u32) -> Option<u64>;
     /// Its task name (`/proc/PID/comm`).
     fn comm(&mut self, pid: u32) -> Option<String>;
     /// Its command line, NUL-separated.
@@ -80,13 +84,14 @@ impl Procfs for RealProcfs {
         rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
     }
 
-    fn socket_inodes(&mut self, pid: u32) -> Vec<u64> {
-        let dir = PathBuf::from(format!("/proc/{pid}/fd"));
-        let Ok(rd) = std::fs::read_dir(&dir) else { return Vec::new() };
-        rd.flatten()
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            .filter_map(|l| socket_inode(l.as_os_str().as_bytes()))
-            .collect()
+    fn fds(&mut self, pid: u32) -> Option<Vec<u32>> {
+        let rd = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        Some(rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+    }
+
+    fn fd_socket(&mut self, pid: u32, fd: u32) -> Option<u64> {
+        let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+        socket_inode(link.as_os_str().as_bytes())
     }
 
     fn comm(&mut self, pid: u32) -> Option<String> {

@@ -94,8 +94,18 @@ impl Tracker {
         let key = listen_key(self.netns, f.key.sport);
         let mut owner = None;
         let mut pending = false;
-        if self.attr.link.is_some() {
-            if seen == Seen::Dump && inode != 0 {
+        if let Some(link) = self.attr.link.as_ref() {
+            // An accepted connection is its listener's process's, once that is known: no
+            // walk for it (docs/processes.md, "What naming costs").
+            let inherited = f
+                .passive_open
+                .then(|| self.attr.listeners.get(&key))
+                .flatten()
+                .map(|o| Owner { how: How::Listener, ..o.clone() });
+            if inherited.is_some() {
+                link.inherited();
+                owner = inherited;
+            } else if seen == Seen::Dump && inode != 0 {
                 let r = Request {
                     target: Target::Flow(f.key.cookie),
                     inode: inode.into(),
@@ -103,12 +113,6 @@ impl Tracker {
                 };
                 self.attr.requests.push(r);
                 pending = true;
-            } else if f.passive_open {
-                owner = self
-                    .attr
-                    .listeners
-                    .get(&key)
-                    .map(|o| Owner { how: How::Listener, ..o.clone() });
             }
         }
         let names = Names {
@@ -227,10 +231,13 @@ impl Tracker {
     /// A flow seen only in its destroy event whose side was just decided: the accepted
     /// side inherits its listener's process.
     pub(super) fn owner_of_side(&mut self, e: &mut EndedFlow, ns: u32) {
-        if e.flow.passive_open && self.attr.link.is_some() {
+        if let Some(link) = self.attr.link.as_ref().filter(|_| e.flow.passive_open) {
             let key = listen_key(ns, e.flow.key.sport);
             e.owner =
                 self.attr.listeners.get(&key).map(|o| Owner { how: How::Listener, ..o.clone() });
+            if e.owner.is_some() {
+                link.inherited();
+            }
         }
         let how = e.owner.as_ref().map_or(How::None, |o| o.how);
         self.attr.count(how);

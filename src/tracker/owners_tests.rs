@@ -20,12 +20,20 @@ impl Procfs for Host {
     fn all_pids(&mut self) -> Vec<u32> {
         vec![42, 43]
     }
-    fn socket_inodes(&mut self, pid: u32) -> Vec<u64> {
+    fn fds(&mut self, pid: u32) -> Option<Vec<u32>> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match pid {
-            42 => vec![500, 600],
-            43 => vec![700],
-            _ => vec![],
+            42 => Some(vec![3, 4]),
+            43 => Some(vec![3]),
+            _ => None,
+        }
+    }
+    fn fd_socket(&mut self, pid: u32, fd: u32) -> Option<u64> {
+        match (pid, fd) {
+            (42, 3) => Some(500),
+            (42, 4) => Some(600),
+            (43, 3) => Some(700),
+            _ => None,
         }
     }
     fn comm(&mut self, pid: u32) -> Option<String> {
@@ -43,7 +51,7 @@ fn tracker() -> Tracker {
 fn tracker_over(host: Host) -> Tracker {
     let mut t = Tracker::new(TrackerConfig::default());
     let namer: DestNamer = Box::new(|_, port| Arc::from(if port == 5432 { "db" } else { "web" }));
-    t.attribute(Some(spawn(host, 0.0).expect("walker")), Some(namer));
+    t.attribute(Some(spawn(host, Arc::default()).expect("walker")), Some(namer));
     t
 }
 
@@ -226,4 +234,26 @@ fn count_packed_owner(t: &Tracker) -> Option<u32> {
         super::Body::Cold(at) => t.cold.get(*at).1.map(|o| o.pid),
         super::Body::Live(_) => None,
     }
+}
+
+#[test]
+fn an_accepted_connection_a_dump_holds_is_named_from_its_listener_without_a_walk() {
+    let walks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut t = tracker_over(Host(walks.clone()));
+    let listener =
+        SockBuilder::new(9, 8080, 0).state(crate::states::tcp::LISTEN).inode(600).cgroup(7);
+    dump(&mut t, 1, &[&listener]);
+    settle_until(&mut t, |t| !t.attr.listeners.is_empty());
+    let read = walks.load(std::sync::atomic::Ordering::Relaxed);
+    // Accepted, and open at the next dump: its inode is one no walk has read.
+    let accepted = SockBuilder::new(3, 8080, 51000).inode(901).cgroup(7).bytes_acked(100);
+    dump(&mut t, 2, &[&listener, &accepted]);
+    dump(&mut t, 3, &[&listener, &accepted]);
+    std::thread::sleep(Duration::from_millis(50));
+    t.settle_owners();
+    assert_eq!(walks.load(std::sync::atomic::Ordering::Relaxed), read, "no walk for it");
+    let ended = destroy(&mut t, 4, &accepted);
+    let o = ended[0].owner.as_ref().expect("its listener's process");
+    assert_eq!((o.pid, &*o.name, o.how), (42, "api", How::Listener));
+    assert_eq!(bytes_of(&t, "api"), 100);
 }
