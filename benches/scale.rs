@@ -216,11 +216,176 @@ fn metric(port: u16, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Forks the bare loop of `budget`: the request a full dump makes, every 100 ms, the answer
+/// read and discarded, until told to stop.
+fn paced_floor(others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
+    fork_helper(others, |stop| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut src = NetlinkSource::open(SocketOptions::default()).unwrap();
+            let cfg = SamplerConfig::default();
+            let req = DumpRequest {
+                kind: RequestKind::SingleWalk,
+                states: cfg.states.0,
+                ext: cfg.ext,
+                bytecode: None,
+            }
+            .emit(1);
+            let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
+            let mut pfd = libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 };
+            let t0 = Instant::now();
+            for i in 1u32.. {
+                src.send(&req).await.unwrap();
+                loop {
+                    src.recv(&mut buf).await.unwrap();
+                    let last = NlMsgIter::new(&buf).flatten().last();
+                    if last.is_some_and(|m| m.kind == NLMSG_DONE || m.kind == NLMSG_ERROR) {
+                        break;
+                    }
+                }
+                // The next point of a 100 ms grid, as the monitor's ticks.
+                let due = Duration::from_millis(100) * i;
+                let wait = due.saturating_sub(t0.elapsed()).as_millis() as libc::c_int;
+                // SAFETY: polling one valid pollfd.
+                if unsafe { libc::poll(&mut pfd, 1, wait) } != 0 {
+                    break;
+                }
+            }
+        });
+    })
+}
+
+/// One monitor of `budget`: `-run-interval 100ms`, no filter, records to `out`, `/metrics`
+/// on `port`, and `more` flags.
+fn budget_monitor(port: u16, out: &std::path::Path, more: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .args(["-run-interval", "100ms", "--http", &format!("127.0.0.1:{port}")])
+        .arg("-writer-partial")
+        .args(more)
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Stops the helpers: closes their pipes, reaps them.
+fn stop_helpers(helpers: Vec<(libc::pid_t, libc::c_int)>) {
+    for (p, w) in helpers {
+        // SAFETY: closing our pipe end and reaping our own child.
+        unsafe {
+            libc::close(w);
+            libc::waitpid(p, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// `budget [RUNS]` (issue 52's targets): 20,000 idle sockets held by 2 processes (5,000
+/// connections each, both ends), the release monitor with its defaults (`-run-interval
+/// 100ms`, the 2 % budget, naming on), no filter. Each run, with fresh helpers:
+/// - idle: the whole process's CPU (user + system, /proc/PID/stat) over its first 10 s,
+///   and over 20–30 s, with naming's progress at 30 s;
+/// - busy: 200 busy flows added (100 connections, 1 KB every 20 ms each): the first 10 s,
+///   and each busy flow's share of its 100 ms samples;
+/// - `--cpu-budget 0` (a full dump every tick) over 10–20 s, beside a bare loop that makes
+///   the same request on the same 100 ms grid in the same window (a process of its own).
+///
+/// The medians of RUNS (default 5), and each run.
+fn budget(runs: usize) {
+    println!(
+        "run | idle 0–10 s CPU s | idle 20–30 s CPU s | named, skipped, waiting at 30 s | +200 busy 0–10 s CPU s | busy coverage (min, median) | --cpu-budget 0, 10–20 s: monitor s | bare loop s | × loop"
+    );
+    let port = 19_000 + (std::process::id() % 1000) as u16;
+    let busy_port = 18_000 + (std::process::id() % 1000) as u16;
+    let out = std::env::temp_dir().join(format!("cgmon-budget-{}.json", std::process::id()));
+    let mut rows: Vec<[f64; 6]> = Vec::new();
+    let series = |name: &str| metric(port, name);
+    for run in 1..=runs {
+        // Idle.
+        settle();
+        let mut helpers = Vec::new();
+        for _ in 0..2 {
+            let h = helper(5_000, &helpers);
+            helpers.push(h);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let mut m = budget_monitor(port, &out, &[]);
+        let pid = m.id();
+        std::thread::sleep(Duration::from_secs(10));
+        let first = proc_cpu_s(pid).unwrap();
+        std::thread::sleep(Duration::from_secs(10));
+        let at20 = proc_cpu_s(pid).unwrap();
+        std::thread::sleep(Duration::from_secs(10));
+        let later = proc_cpu_s(pid).unwrap() - at20;
+        let naming = format!(
+            "{:.0}, {:.0}, {:.0}",
+            series("cgmon_naming_named_total"),
+            series("cgmon_naming_skipped_total"),
+            series("cgmon_naming_waiting")
+        );
+        let _ = m.kill();
+        let _ = m.wait();
+        // Busy added: a fresh monitor over the same idle sockets and the busy helper's.
+        let busy_h = busy_helper(100, busy_port, &helpers);
+        std::thread::sleep(Duration::from_secs(1));
+        let mut m = budget_monitor(port, &out, &[]);
+        let pid = m.id();
+        std::thread::sleep(Duration::from_secs(10));
+        let busy_cpu = proc_cpu_s(pid).unwrap();
+        stop_helpers(vec![busy_h]);
+        std::thread::sleep(Duration::from_secs(3)); // their records written
+        let mut cov = coverage(&std::fs::read_to_string(&out).unwrap_or_default(), busy_port);
+        cov.sort_by(f64::total_cmp);
+        let _ = m.kill();
+        let _ = m.wait();
+        // No budget, beside the bare loop.
+        let mut m = budget_monitor(port, &out, &["--cpu-budget", "0"]);
+        let pid = m.id();
+        let bare = paced_floor(&helpers);
+        std::thread::sleep(Duration::from_secs(10));
+        let (m0, b0) = (proc_cpu_s(pid).unwrap(), proc_cpu_s(bare.0 as u32).unwrap());
+        std::thread::sleep(Duration::from_secs(10));
+        let (m1, b1) = (proc_cpu_s(pid).unwrap() - m0, proc_cpu_s(bare.0 as u32).unwrap() - b0);
+        stop_helpers(vec![bare]);
+        let _ = m.kill();
+        let _ = m.wait();
+        stop_helpers(helpers);
+        let _ = std::fs::remove_file(&out);
+        let (lo, med) = match cov.len() {
+            0 => (f64::NAN, f64::NAN),
+            n => (cov[0], cov[n / 2]),
+        };
+        println!(
+            "{run} | {first:.2} | {later:.2} | {naming} | {busy_cpu:.2} | {} flows: {:.1} %, {:.1} % | {m1:.2} | {b1:.2} | {:.2}",
+            cov.len(),
+            lo * 100.0,
+            med * 100.0,
+            m1 / b1
+        );
+        rows.push([first, later, busy_cpu, lo, m1 / b1, med]);
+    }
+    let med = |i: usize| {
+        let mut v: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "median of {runs} | {:.2} | {:.2} | | {:.2} | min {:.1} % | | | {:.2}",
+        med(0),
+        med(1),
+        med(2),
+        med(3) * 100.0,
+        med(4)
+    );
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --all-targets`: a benchmark of minutes, not a test
     }
     let all: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    if all.first().is_some_and(|a| a == "budget") {
+        return budget(all.get(1).map_or(5, |v| v.parse().unwrap()));
+    }
     let opt = |k: &str| all.iter().find_map(|a| a.strip_prefix(k)).map(str::to_string);
     let busy: usize = opt("busy=").map_or(0, |v| v.parse().unwrap());
     let extra = opt("args=").unwrap_or_default();

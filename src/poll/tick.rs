@@ -18,12 +18,20 @@ pub(super) async fn full_dump<S: DumpSource, D: DumpSource>(
     why: Why,
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
     let opened = tracker.stats().flows_opened;
-    tracker.begin_dump();
     let walk = match why {
         Why::Always => Walk::Every,
         Why::First => Walk::All(now_ns),
         Why::Due | Why::Cheaper => Walk::Moved(now_ns),
     };
+    // Nothing moved anywhere: no dump (the next tick asks again, for a file read).
+    let (moved, cpu) = cpu_timed(async { spaces::any_to_walk(spaces, walk) }).await;
+    if !moved {
+        metrics.sampling_cpu_ns.add(cpu);
+        metrics.budget.spend(cpu);
+        metrics.netns_walks_skipped.add(spaces.len() as u64);
+        return Ok(None);
+    }
+    tracker.begin_dump();
     let (r, cpu) = cpu_timed(spaces::dump_all(spaces, tracker, out, metrics, walk)).await;
     metrics.dumps.inc();
     metrics.sampling_cpu_ns.add(cpu);

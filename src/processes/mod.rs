@@ -299,11 +299,23 @@ pub struct Resolver<P> {
     /// Each walked process's descriptors as last read: fd → socket inode (0: not a
     /// socket). A later walk reads the links of new descriptor numbers only, and of the
     /// others only when a socket is still missing (a number closed and reused since).
-    held: FxHashMap<u32, FxHashMap<u32, u64>>,
+    held: FxHashMap<u32, FxHashMap<u32, Read>>,
+    /// The batch being answered, counted from 1: a link read in it is not read again.
+    batch: u32,
+    /// Processes whose descriptor listing changed in this batch's walk.
+    changed: FxHashSet<u32>,
     /// Processes that held a socket asked for lately, most recent first: walked first.
     recent: Vec<u32>,
     names: FxHashMap<Arc<str>, u32>,
     by_id: Vec<Arc<str>>,
+}
+
+/// What a descriptor's link named when it was read: the socket inode (0: not a socket),
+/// and in which batch.
+#[derive(Debug, Clone, Copy)]
+struct Read {
+    inode: u64,
+    batch: u32,
 }
 
 /// Links read between two calls of a walk's `pace`.
@@ -325,6 +337,8 @@ impl<P: Procfs> Resolver<P> {
             fs,
             cache: FxHashMap::default(),
             held: FxHashMap::default(),
+            batch: 0,
+            changed: FxHashSet::default(),
             recent: Vec::new(),
             names,
             by_id: vec![unknown],
@@ -337,6 +351,8 @@ impl<P: Procfs> Resolver<P> {
     /// number may have been closed and reused). `pace` is called every [`PACE_EVERY`]
     /// links read: it charges the budget and rests while it is spent.
     pub fn resolve(&mut self, batch: &[Request], pace: &mut dyn FnMut()) -> Vec<Answer> {
+        self.batch = self.batch.wrapping_add(1);
+        self.changed.clear();
         let mut missing: FxHashSet<u64> =
             batch.iter().map(|r| r.inode).filter(|i| !self.cache.contains_key(i)).collect();
         let mut cgroups: Vec<u64> = batch
@@ -361,7 +377,13 @@ impl<P: Procfs> Resolver<P> {
                     if missing.is_empty() {
                         break;
                     }
-                    if fresh_only && !walked.insert(pid) {
+                    // The known links again only where the listing changed since the last
+                    // walk: a process whose descriptors are as they were (a server holding
+                    // 10,000 idle connections) is not read again for a socket that closed
+                    // before the walk, which would cost a read of every link it holds.
+                    if fresh_only && !walked.insert(pid)
+                        || !fresh_only && !self.changed.contains(&pid)
+                    {
                         continue;
                     }
                     self.walk(pid, fresh_only, &mut missing, &mut read, pace);
@@ -407,17 +429,26 @@ impl<P: Procfs> Resolver<P> {
         let mut held = self.held.remove(&pid).unwrap_or_default();
         let todo: Vec<u32> = if fresh_only {
             let Some(fds) = self.fs.fds(pid) else {
-                self.forget(pid, held.values());
+                self.forget(pid, held.values().map(|l| l.inode));
                 return;
             };
             let now: FxHashSet<u32> = fds.iter().copied().collect();
             let closed: Vec<u64> =
-                held.iter().filter(|(fd, _)| !now.contains(fd)).map(|(_, &i)| i).collect();
+                held.iter().filter(|(fd, _)| !now.contains(fd)).map(|(_, l)| l.inode).collect();
             held.retain(|fd, _| now.contains(fd));
-            self.forget(pid, closed.iter());
-            fds.into_iter().filter(|fd| !held.contains_key(fd)).collect()
+            // Highest numbers first: a process whose descriptors are stable gets its
+            // newest socket at the next number up.
+            let mut fresh: Vec<u32> =
+                fds.into_iter().filter(|fd| !held.contains_key(fd)).collect();
+            fresh.sort_unstable_by(|a, b| b.cmp(a));
+            if !closed.is_empty() || !fresh.is_empty() {
+                self.changed.insert(pid);
+            }
+            self.forget(pid, closed.into_iter());
+            fresh
         } else {
-            held.keys().copied().collect()
+            // Those read in an earlier batch only: one read in this one is current.
+            held.iter().filter(|(_, l)| l.batch != self.batch).map(|(&fd, _)| fd).collect()
         };
         // Stops once nothing is missing: numbers not read stay new for the next walk.
         for fd in todo {
@@ -425,12 +456,12 @@ impl<P: Procfs> Resolver<P> {
                 break;
             }
             let inode = self.fs.fd_socket(pid, fd).unwrap_or(0);
-            if let Some(old) = held.insert(fd, inode)
-                && old != inode
-                && old != 0
-                && self.cache.get(&old) == Some(&pid)
+            if let Some(old) = held.insert(fd, Read { inode, batch: self.batch })
+                && old.inode != inode
+                && old.inode != 0
+                && self.cache.get(&old.inode) == Some(&pid)
             {
-                self.cache.remove(&old);
+                self.cache.remove(&old.inode);
             }
             if inode != 0 {
                 self.cache.insert(inode, pid);
@@ -445,10 +476,10 @@ impl<P: Procfs> Resolver<P> {
     }
 
     /// The sockets of `pid` that closed leave the cache.
-    fn forget<'a>(&mut self, pid: u32, inodes: impl Iterator<Item = &'a u64>) {
+    fn forget(&mut self, pid: u32, inodes: impl Iterator<Item = u64>) {
         for i in inodes {
-            if self.cache.get(i) == Some(&pid) {
-                self.cache.remove(i);
+            if self.cache.get(&i) == Some(&pid) {
+                self.cache.remove(&i);
             }
         }
     }

@@ -109,28 +109,34 @@ fn a_later_walk_reads_only_the_new_descriptors_unless_one_was_reused() {
     let socks: Vec<u64> = (1000..11_000).collect();
     let fake = Fake { procs: vec![(10, 7, "api", vec![], socks)], ..Fake::default() };
     let mut r = Resolver::new(fake);
-    let out = r.resolve(&[req(1, 1000, 7)], &mut || {});
+    let out = r.resolve(&[req(1, 10_999, 7)], &mut || {});
     assert_eq!(out[0].owner.pid, 10);
-    // The first walk stops at the first socket asked for: fd 0.
+    // The first walk reads the highest numbers first, and stops at the socket asked for.
     assert_eq!(r.fs.links_read, 1);
-    let out = r.resolve(&[req(2, 10_999, 7)], &mut || {});
+    let out = r.resolve(&[req(2, 1000, 7)], &mut || {});
     assert_eq!((out[0].owner.pid, r.fs.links_read), (10, 10_000), "then the rest, once");
     // A new connection on a new descriptor number: one link read.
     r.fs.procs[0].4.push(20_000);
     let out = r.resolve(&[req(3, 20_000, 7)], &mut || {});
     assert_eq!((out[0].owner.pid, r.fs.links_read), (10, 10_001));
     assert_eq!(r.fs.fd_walks, 3, "one listing a walk");
-    // A number closed and reused for another socket: the new ones are read first, then
-    // the known ones again, until it is found.
-    r.fs.procs[0].4[5] = 30_000;
-    let out = r.resolve(&[req(4, 30_000, 7)], &mut || {});
-    assert_eq!(out[0].owner.pid, 10);
-    assert!(r.fs.links_read <= 10_001 + 10_001, "{}", r.fs.links_read);
-    // Asked for a socket no process holds: every link is read once more, no listing twice.
+    // A socket no process holds (closed before the walk): with the listing as it was, no
+    // link is read again.
     let before = (r.fs.links_read, r.fs.fd_walks);
     let out = r.resolve(&[req(5, 99, 7)], &mut || {});
     assert_eq!(out[0].owner, Owner::none(How::NotFound));
-    assert_eq!((r.fs.links_read - before.0, r.fs.fd_walks - before.1), (10_001, 1));
+    assert_eq!((r.fs.links_read - before.0, r.fs.fd_walks - before.1), (0, 1));
+    // A number closed and reused for another socket while another opened: the new one is
+    // read first, then the known ones again, until it is found.
+    r.fs.procs[0].4[5] = 30_000;
+    r.fs.procs[0].4.push(30_001);
+    let out = r.resolve(&[req(4, 30_000, 7)], &mut || {});
+    assert_eq!(out[0].owner.pid, 10);
+    assert!(r.fs.links_read - before.0 <= 10_002, "{}", r.fs.links_read);
+    // The price of that rule: a number reused with nothing else changed is not found.
+    r.fs.procs[0].4[6] = 30_002;
+    let out = r.resolve(&[req(6, 30_002, 7)], &mut || {});
+    assert_eq!(out[0].owner, Owner::none(How::NotFound));
 }
 
 #[test]
@@ -194,4 +200,18 @@ fn a_batch_the_full_queue_refuses_is_counted_as_skipped() {
     }
     assert!(refused > 0);
     assert_eq!(m.naming_skipped.get(), refused);
+}
+
+#[test]
+fn a_socket_no_process_holds_costs_no_second_read_of_links_read_in_the_same_batch() {
+    let socks: Vec<u64> = (1000..6000).collect();
+    let fake = Fake { procs: vec![(10, 7, "api", vec![], socks)], ..Fake::default() };
+    let mut r = Resolver::new(fake);
+    // The first walk of a host: 5,000 sockets asked for and one (a kernel socket) no
+    // process holds. Each link is read once.
+    let mut batch: Vec<Request> = (1000..6000).map(|i| req(i, i, 7)).collect();
+    batch.push(req(1, 99, 7));
+    let out = r.resolve(&batch, &mut || {});
+    assert_eq!(out.iter().filter(|a| a.owner.pid == 10).count(), 5000);
+    assert_eq!(r.fs.links_read, 5000);
 }
