@@ -649,11 +649,7 @@ fn whole_run(secs: u64, rate: u64) -> Outcome {
         peak_mib: status_mib(pid, "VmHWM:"),
         exact_per_conn: 0.0,
         rss: Vec::new(),
-        sleeps: format!(
-            "{}, {}",
-            owners("socket") + owners("listener"),
-            owners("skipped")
-        ),
+        sleeps: format!("{}, {}", owners("socket") + owners("listener"), owners("skipped")),
         by_thread: by_thread.join(", "),
     };
     // SAFETY: signalling our own child.

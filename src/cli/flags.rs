@@ -238,12 +238,14 @@ pub struct Cli {
     #[arg(long = "netns-rescan", env = "CGMON_NETNS_RESCAN", value_name = "DURATION",
           value_parser = positive_duration, default_value = "10s", help_heading = "Run")]
     pub netns_rescan: Duration,
-    /// CPU for sampling, in percent of one core. Flows whose counters move are polled
-    /// every interval by exact requests; full dumps (which find new flows and refresh idle
-    /// ones) run as often as the rest of the budget allows, at most every interval: on a
-    /// host of 200,000 sockets about every 15 s, so new flows are found that late
-    /// (cgmon_full_dump_interval_planned_seconds). 0 = a full dump every interval (cgmon's
-    /// way)
+    /// CPU for what the monitor does on its own initiative, in percent of one core: full
+    /// dumps, exact polls, namespace scans and the process walks that name each flow's
+    /// program (destroy events and records come on top). Flows whose counters move are
+    /// polled every interval; full dumps (which find new flows and refresh idle ones) run as
+    /// often as the rest allows, at most every interval: on a host of 200,000 sockets about
+    /// every 15 s (cgmon_full_dump_interval_planned_seconds). Naming gets what is left;
+    /// flows it cannot cover are marked skipped (cgmon_naming_skipped_total). 0 = no budget:
+    /// a full dump every interval (cgmon's way) and naming unthrottled
     #[arg(long = "cpu-budget", env = "CGMON_CPU_BUDGET", value_name = "PERCENT",
           value_parser = cpu_budget, default_value = "2", help_heading = "Run")]
     pub cpu_budget: f64,

@@ -137,7 +137,10 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
                 let (s, n) = (m.sampling_cpu_ns.get(), m.naming_cpu_ns.get());
                 rows.push(("sampling CPU: mean share of a core".into(), share(s)));
                 rows.push(("naming CPU: mean share of a core".into(), share(n)));
-                rows.push(("CPU budget used (sampling and naming): mean share".into(), share(s + n)));
+                rows.push((
+                    "CPU budget used (sampling and naming): mean share".into(),
+                    share(s + n),
+                ));
             }
             Section::Sink => rows.push((
                 "state".into(),

@@ -189,8 +189,8 @@ impl Pacer {
     /// [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
     pub fn full_interval_ns(&self, hot: usize) -> u64 {
         let Some(full) = self.full_ns else { return self.interval_ns };
-        let left = (self.budget - self.polls_share(hot) - self.naming)
-            .max(self.budget * MIN_DUMP_SHARE);
+        let left =
+            (self.budget - self.polls_share(hot) - self.naming).max(self.budget * MIN_DUMP_SHARE);
         let paced = if left > 0.0 { (full / left).min(u64::MAX as f64) as u64 } else { u64::MAX };
         paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
     }

@@ -355,11 +355,8 @@ impl<P: Procfs> Resolver<P> {
         self.changed.clear();
         let mut missing: FxHashSet<u64> =
             batch.iter().map(|r| r.inode).filter(|i| !self.cache.contains_key(i)).collect();
-        let mut cgroups: Vec<u64> = batch
-            .iter()
-            .filter(|r| missing.contains(&r.inode))
-            .map(|r| r.cgroup_id)
-            .collect();
+        let mut cgroups: Vec<u64> =
+            batch.iter().filter(|r| missing.contains(&r.inode)).map(|r| r.cgroup_id).collect();
         cgroups.sort_unstable();
         cgroups.dedup();
         let mut read = 0usize;
@@ -438,8 +435,7 @@ impl<P: Procfs> Resolver<P> {
             held.retain(|fd, _| now.contains(fd));
             // Highest numbers first: a process whose descriptors are stable gets its
             // newest socket at the next number up.
-            let mut fresh: Vec<u32> =
-                fds.into_iter().filter(|fd| !held.contains_key(fd)).collect();
+            let mut fresh: Vec<u32> = fds.into_iter().filter(|fd| !held.contains_key(fd)).collect();
             fresh.sort_unstable_by(|a, b| b.cmp(a));
             if !closed.is_empty() || !fresh.is_empty() {
                 self.changed.insert(pid);

@@ -259,3 +259,83 @@ fn nobody_sees_other_users_processes_only_with_both_capabilities() {
         assert_eq!((&r["Comm"], &r["Pid"]), (&Value::from("root-sender"), &Value::from(pid2)));
     }
 }
+
+/// A program holding 20,000 descriptors (all the hard limit allows, less a few) that then
+/// connects: says READY once it holds them, connects to the port given and sends one byte
+/// at GO, says SENT, closes when its stdin does.
+const CROWDED: &str = r#"
+import os, resource, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = 20_000 if hard == resource.RLIM_INFINITY else min(20_000, hard)
+resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+null = os.open("/dev/null", os.O_RDONLY)
+held = [os.dup(null) for _ in range(want - 16)]
+print("READY", len(held) + 1, flush=True)
+sys.stdin.readline()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"x")
+print("SENT", flush=True)
+sys.stdin.read()
+s.close()
+"#;
+
+#[test]
+fn a_connection_of_a_process_holding_20000_descriptors_is_named_within_the_budget() {
+    if !python() {
+        return;
+    }
+    let (ports, sinks) = sinks(1);
+    let filter = format!("dport {}", ports[0]);
+    let mut c = Command::new(BIN);
+    // A budget of 20 % of a core: the tests run the debug build, whose walk of 20,000
+    // descriptors costs ten times the release build's (named after 47 s at 2 %).
+    c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", &filter]);
+    c.args(["--cpu-budget", "20"]);
+    let t0 = std::time::Instant::now();
+    let m = Monitor::spawn(c);
+    let addr = http_addr(&m);
+    let mut child = Command::new("python3")
+        .args(["-c", CROWDED, &ports[0].to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    out.read_line(&mut ready).unwrap();
+    let held: usize = ready.trim().strip_prefix("READY ").unwrap().parse().unwrap();
+    assert!(held >= 19_000, "the limit allowed only {held} descriptors");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "GO").unwrap();
+    line(&mut out, "SENT");
+    // Named while it is open: found among 20,000 descriptors.
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = http_get(&addr, "/metrics");
+        // Found by the walker, and its answer applied: its byte counted to its program.
+        if value(&text, "cgmon_naming_named_total") >= 1.0
+            && summed(&text, "cgmon_flow_acked_bytes_total{", "comm=\"python3\"") >= 1.0
+        {
+            break text;
+        }
+        assert!(std::time::Instant::now() < end, "never named\n{text}\n{}", m.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("named after {:.1} s", t0.elapsed().as_secs_f64());
+    // Sampling and naming together kept to the budget: 20 % of the time so far, the second
+    // the ledger may save, and one step of a walk.
+    let spent = value(&text, "cgmon_sampling_cpu_seconds_total")
+        + value(&text, "cgmon_naming_cpu_seconds_total");
+    let allowed = 0.2 * t0.elapsed().as_secs_f64() + 0.2 + 0.05;
+    assert!(spent <= allowed, "{spent} s of CPU against {allowed}\n{text}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(sinks.into_iter().map(|h| h.join().unwrap()).sum::<u64>(), 1);
+    let records = m.records(1, Duration::from_secs(10));
+    m.signal(libc::SIGTERM);
+    m.wait(Duration::from_secs(10));
+    let r = &records[0];
+    assert_eq!((r["Pid"].as_u64(), r["Comm"].as_str()), (Some(u64::from(pid)), Some("python3")));
+    assert_eq!(value(&text, "cgmon_naming_skipped_total"), 0.0, "{text}");
+}
