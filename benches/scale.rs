@@ -283,7 +283,8 @@ fn stop_helpers(helpers: Vec<(libc::pid_t, libc::c_int)>) {
 /// connections each, both ends), the release monitor with its defaults (`-run-interval
 /// 100ms`, the 2 % budget, naming on), no filter. Each run, with fresh helpers:
 /// - idle: the whole process's CPU (user + system, /proc/PID/stat) over its first 10 s,
-///   and over 20–30 s, with naming's progress at 30 s;
+///   and over a later 10 s, starting a second after every flow is named (asked of
+///   `/metrics` every 2 s until then, which moves the namespace; nothing asks in the 10 s);
 /// - busy: 200 busy flows added (100 connections, 1 KB every 20 ms each): the first 10 s,
 ///   and each busy flow's share of its 100 ms samples;
 /// - `--cpu-budget 0` (a full dump every tick) over 10–20 s, beside a bare loop that makes
@@ -292,7 +293,7 @@ fn stop_helpers(helpers: Vec<(libc::pid_t, libc::c_int)>) {
 /// The medians of RUNS (default 5), and each run.
 fn budget(runs: usize) {
     println!(
-        "run | idle 0–10 s CPU s | idle 20–30 s CPU s | named, skipped, waiting at 30 s | +200 busy 0–10 s CPU s | busy coverage (min, median) | --cpu-budget 0, 10–20 s: monitor s | bare loop s | × loop"
+        "run | idle 0–10 s CPU s | idle, a later 10 s once named: CPU s | named, skipped, waiting after it | +200 busy 0–10 s CPU s | busy coverage (min, median) | --cpu-budget 0, 10–20 s: monitor s | bare loop s | × loop"
     );
     let port = 19_000 + (std::process::id() % 1000) as u16;
     let busy_port = 18_000 + (std::process::id() % 1000) as u16;
@@ -310,14 +311,23 @@ fn budget(runs: usize) {
         std::thread::sleep(Duration::from_secs(2));
         let mut m = budget_monitor(port, &out, &[]);
         let pid = m.id();
+        let t0 = Instant::now();
         std::thread::sleep(Duration::from_secs(10));
         let first = proc_cpu_s(pid).unwrap();
+        // Once every flow is named (asked every 2 s, from 10 s on; at most a minute), a
+        // later 10 s in which nothing asks.
+        while t0.elapsed() < Duration::from_secs(70)
+            && (series("cgmon_naming_waiting") > 0.0 || series("cgmon_naming_named_total") < 1.0)
+        {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let named_at = t0.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs(1));
+        let from = proc_cpu_s(pid).unwrap();
         std::thread::sleep(Duration::from_secs(10));
-        let at20 = proc_cpu_s(pid).unwrap();
-        std::thread::sleep(Duration::from_secs(10));
-        let later = proc_cpu_s(pid).unwrap() - at20;
+        let later = proc_cpu_s(pid).unwrap() - from;
         let naming = format!(
-            "{:.0}, {:.0}, {:.0}",
+            "{:.0}, {:.0}, {:.0} (all named by {named_at:.0} s)",
             series("cgmon_naming_named_total"),
             series("cgmon_naming_skipped_total"),
             series("cgmon_naming_waiting")
@@ -369,11 +379,11 @@ fn budget(runs: usize) {
         v[v.len() / 2]
     };
     println!(
-        "median of {runs} | {:.2} | {:.2} | | {:.2} | min {:.1} % | | | {:.2}",
+        "median of {runs} | {:.2} | {:.2} | | {:.2} | lowest run's min {:.1} % | | | {:.2}",
         med(0),
         med(1),
         med(2),
-        med(3) * 100.0,
+        rows.iter().map(|r| r[3]).fold(f64::INFINITY, f64::min) * 100.0,
         med(4)
     );
 }

@@ -88,6 +88,9 @@ pub struct Pacer {
     fulls: u32,
     /// The share of a core left to naming programs now (`crate::budget`).
     naming: f64,
+    /// The share of a core the rest of the process takes besides sampling, naming and the
+    /// work the kernel pushes (the ticks, the runtime): paid from the budget too.
+    overhead: f64,
 }
 
 fn smooth(old: Option<f64>, new: f64) -> f64 {
@@ -109,6 +112,7 @@ impl Pacer {
             last_full_ns: None,
             fulls: 0,
             naming: 0.0,
+            overhead: 0.0,
         }
     }
 
@@ -169,6 +173,12 @@ impl Pacer {
         self.naming = share.max(0.0);
     }
 
+    /// The share of a core the process takes besides the budget's work and the pushed
+    /// work, measured: taken from full dumps down to their [`MIN_DUMP_SHARE`].
+    pub fn set_overhead(&mut self, share: f64) {
+        self.overhead = share.max(0.0);
+    }
+
     /// The tick, ns.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
@@ -185,12 +195,13 @@ impl Pacer {
     }
 
     /// The time between full dumps that the budget allows with `hot` flows polled every
-    /// tick: a dump's cost over the share of a core the polls and naming leave (at least
+    /// tick: a dump's cost over the share of a core the polls, naming and the rest of the
+    /// process leave (at least
     /// [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
     pub fn full_interval_ns(&self, hot: usize) -> u64 {
         let Some(full) = self.full_ns else { return self.interval_ns };
-        let left =
-            (self.budget - self.polls_share(hot) - self.naming).max(self.budget * MIN_DUMP_SHARE);
+        let left = (self.budget - self.polls_share(hot) - self.naming - self.overhead)
+            .max(self.budget * MIN_DUMP_SHARE);
         let paced = if left > 0.0 { (full / left).min(u64::MAX as f64) as u64 } else { u64::MAX };
         paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
     }
@@ -309,6 +320,9 @@ mod tests {
         // Named: the whole rest again.
         p.set_naming_reserve(0.0);
         assert_eq!(p.full_interval_ns(0), 1250 * MS);
+        // The rest of the process (ticks, runtime) taking 0.5 %: dumps get 1.5 %.
+        p.set_overhead(0.005);
+        assert_eq!(p.full_interval_ns(0), 1666 * MS + 666_666);
     }
 
     #[test]
