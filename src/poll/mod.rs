@@ -476,6 +476,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         if self.cfg.whole_process {
             let overhead = self.overhead.charge(&self.metrics, now_ns);
             self.pacer.set_overhead(overhead);
+            self.pacer.set_in_debt(!self.metrics.budget.wait().is_zero());
         }
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
