@@ -39,16 +39,6 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// CPU time the whole process has used, in ns (every thread, user and system): what `top`
-/// shows.
-pub fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: as in monotonic_ns; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    debug_assert_eq!(rc, 0);
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A future that adds the CPU time spent polling it to a counter.
 ///
 /// Each poll runs on one thread, start to end, so the thread's CPU clock read before and

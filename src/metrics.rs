@@ -303,9 +303,6 @@ pub struct Metrics {
     pub budget: crate::budget::Budget,
     /// CPU time the process walks that name flows' programs spent, ns.
     pub naming_cpu_ns: Counter,
-    /// CPU time spent on the work the kernel pushes: destroy events (read and tracked),
-    /// analysis and writing of records, ns. Not in the budget.
-    pub pushed_cpu_ns: Counter,
     /// Naming requests answered with a process found.
     pub naming_named: Counter,
     /// Naming requests walked for and not found (the socket had closed, or its process is
@@ -473,7 +470,6 @@ impl Metrics {
             cpu_budget_ppm: Gauge::default(),
             budget: crate::budget::Budget::default(),
             naming_cpu_ns: Counter::default(),
-            pushed_cpu_ns: Counter::default(),
             naming_named: Counter::default(),
             naming_not_found: Counter::default(),
             naming_skipped: Counter::default(),

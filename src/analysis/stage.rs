@@ -57,7 +57,6 @@ pub async fn run(
         // What still waits behind this batch (the poll task sets it when it sends).
         metrics.ended_queue.set(ended_rx.len() as u64);
         let start = std::time::Instant::now();
-        let cpu = crate::clock::thread_cpu_ns();
         let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
         let mut out = Batch { records: Vec::with_capacity(ended.len()), ..Batch::default() };
         // The written flows from this one on get chart points. At 2,000 connections a
@@ -96,7 +95,6 @@ pub async fn run(
             out.records.push(r);
         }
         metrics.ended_queue_samples.sub(samples);
-        metrics.pushed_cpu_ns.add(crate::clock::thread_cpu_ns().saturating_sub(cpu));
         let took = start.elapsed();
         metrics.time(crate::metrics::Stage::Analyzer, took);
         tracing::debug!(target: "cgmon_rs::analyzer", time_us = took.as_micros() as u64,

@@ -125,7 +125,6 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             max_errors: c.max_errors,
             cpu_budget: c.cpu_budget,
             max_full_interval: c.max_full_interval,
-            whole_process: true,
         },
         analyzer: StageConfig {
             analysis: parts.analyzer,

@@ -38,39 +38,6 @@ use crate::tracker::views::{self, Query};
 use crate::tracker::{EndedFlow, Tracker, TrackerStats};
 use pace::{Pacer, Plan, Why};
 
-/// What the process spends besides the budget's work (sampling, naming) and the work the
-/// kernel pushes (destroy events, records): the ticks themselves, the runtime, the HTTP
-/// server. On an idle host it is a tenth of the default budget or more, so it is charged to
-/// the budget: the whole process then stays within it.
-#[derive(Debug, Default)]
-struct Overhead {
-    /// What was charged so far, ns.
-    charged: u64,
-    /// When it was last charged (the tick clock), ns.
-    at_ns: Option<u64>,
-    /// The smoothed share of a core it takes.
-    share: f64,
-}
-
-impl Overhead {
-    /// Charges what the process spent since the last call besides the budget's work and
-    /// the pushed work; the smoothed share of a core that is.
-    fn charge(&mut self, m: &Metrics, now_ns: u64) -> f64 {
-        let known = m.sampling_cpu_ns.get() + m.naming_cpu_ns.get() + m.pushed_cpu_ns.get();
-        let other = crate::clock::process_cpu_ns().saturating_sub(known);
-        let new = other.saturating_sub(self.charged);
-        self.charged = self.charged.max(other);
-        m.budget.spend(new);
-        if let Some(at) = self.at_ns.replace(now_ns)
-            && now_ns > at
-        {
-            let share = new as f64 / (now_ns - at) as f64;
-            self.share += 0.1 * (share - self.share);
-        }
-        self.share
-    }
-}
-
 /// Longest back-off between failed dumps, however many failed.
 pub const MAX_ERROR_DELAY: Duration = Duration::from_secs(300);
 
@@ -91,10 +58,6 @@ pub struct TaskConfig {
     /// The longest time between full dumps whatever the budget (`--max-full-interval`);
     /// `None`: the budget alone sets it.
     pub max_full_interval: Option<Duration>,
-    /// Whether the process is the monitor alone, so that what it spends besides sampling,
-    /// naming and the pushed work is charged to the budget too (the binary: true; a test
-    /// that runs the stage inside a process of many tests: false).
-    pub whole_process: bool,
 }
 
 impl TaskConfig {
@@ -106,7 +69,6 @@ impl TaskConfig {
             max_errors: 5,
             cpu_budget: 0.0,
             max_full_interval: None,
-            whole_process: false,
         }
     }
 }
@@ -315,10 +277,8 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 // and the loop rests again; only a rest after which nothing came waits in
                 // epoll for the next event. Under steady churn a rest then costs one
                 // recvmmsg, not two epoll_ctl calls and a wake-up through epoll.
-                let cpu = crate::clock::thread_cpu_ns();
                 let (s, t, o, m) = (&mut p.spaces, &mut p.tracker, &mut p.out, &p.metrics);
                 let (taken, full) = spaces::drain_all(s, t, o, m);
-                m.pushed_cpu_ns.add(crate::clock::thread_cpu_ns().saturating_sub(cpu));
                 p.destroy_rest_until = match (taken, full) {
                     (0, _) => None,
                     (_, true) => Some(tokio::time::Instant::now()),
@@ -328,14 +288,10 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                     publish(&p.tracker, &p.metrics, p.accounts.as_deref());
                 }
             }
-            ((ns, b), recv_cpu) = crate::clock::cpu_timed(spaces::next_destroy_any(&mut p.spaces)),
-                if resting.is_none() => {
+            (ns, b) = spaces::next_destroy_any(&mut p.spaces), if resting.is_none() => {
                 // A batch that stopped at its cap leaves events waiting: no rest then.
                 let more = b.as_ref().is_ok_and(|b| b.full);
-                let cpu = crate::clock::thread_cpu_ns();
                 p.on_destroy(ns, b);
-                let spent = crate::clock::thread_cpu_ns().saturating_sub(cpu) + recv_cpu;
-                p.metrics.pushed_cpu_ns.add(spent);
                 if !more {
                     p.destroy_rest_until = Some(tokio::time::Instant::now() + p.destroy_rest);
                     for d in p.spaces.iter_mut().filter_map(|sp| sp.destroy.as_mut()) {
@@ -413,7 +369,6 @@ struct Poll<S, D> {
     destroy_rest: Duration,
     overrun_warn: RateLimited,
     drop_warn: RateLimited,
-    overhead: Overhead,
 }
 
 impl<S: DumpSource, D: DumpSource> Poll<S, D> {
@@ -456,7 +411,6 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             destroy_rest,
             overrun_warn: RateLimited::default(),
             drop_warn: RateLimited::default(),
-            overhead: Overhead::default(),
         }
     }
 
@@ -470,14 +424,8 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let start = tokio::time::Instant::now();
         self.metrics.tick_lateness.observe(start.saturating_duration_since(due));
         let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
-        // Names waiting for the budget take their share of it from full dumps, and so does
-        // what the process spends besides the budget's work and the kernel's pushed work.
+        // Names waiting for the budget take their share of it from full dumps.
         self.pacer.set_naming_reserve(self.metrics.budget.naming_reserve());
-        if self.cfg.whole_process {
-            let overhead = self.overhead.charge(&self.metrics, now_ns);
-            self.pacer.set_overhead(overhead);
-            self.pacer.set_in_debt(!self.metrics.budget.wait().is_zero());
-        }
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
         // The flows opened since the last tick that are still open go to the process
@@ -490,9 +438,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             Plan::Exact => exact_poll(t, sp, out, m, pacer).await,
             Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
         };
-        let cpu = crate::clock::thread_cpu_ns();
         spaces::drain_all(&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        self.metrics.pushed_cpu_ns.add(crate::clock::thread_cpu_ns().saturating_sub(cpu));
         match r {
             Ok(d) => {
                 self.errors = 0;

@@ -88,11 +88,6 @@ pub struct Pacer {
     fulls: u32,
     /// The share of a core left to naming programs now (`crate::budget`).
     naming: f64,
-    /// The share of a core the rest of the process takes besides sampling, naming and the
-    /// work the kernel pushes (the ticks, the runtime): paid from the budget too.
-    overhead: f64,
-    /// Whether the budget's ledger is in debt.
-    in_debt: bool,
 }
 
 fn smooth(old: Option<f64>, new: f64) -> f64 {
@@ -114,8 +109,6 @@ impl Pacer {
             last_full_ns: None,
             fulls: 0,
             naming: 0.0,
-            overhead: 0.0,
-            in_debt: false,
         }
     }
 
@@ -137,9 +130,7 @@ impl Pacer {
         if self.fulls < 2 {
             return Plan::Full(Why::First);
         }
-        let since = now_ns.saturating_sub(last);
-        if since >= self.full_interval_ns(hot) && (!self.in_debt || since >= self.quarter_ns(full))
-        {
+        if now_ns.saturating_sub(last) >= self.full_interval_ns(hot) {
             return Plan::Full(Why::Due);
         }
         if hot as f64 * self.exact_request_ns() >= full {
@@ -178,19 +169,6 @@ impl Pacer {
         self.naming = share.max(0.0);
     }
 
-    /// Whether the budget's ledger is in debt now (`crate::budget`): the process spent more
-    /// than the budget lately (the first dumps, which are not paced; a burst). A full dump
-    /// then waits, down to the pace of its own quarter of the budget.
-    pub fn set_in_debt(&mut self, in_debt: bool) {
-        self.in_debt = in_debt;
-    }
-
-    /// The share of a core the process takes besides the budget's work and the pushed
-    /// work, measured: taken from full dumps down to their [`MIN_DUMP_SHARE`].
-    pub fn set_overhead(&mut self, share: f64) {
-        self.overhead = share.max(0.0);
-    }
-
     /// The tick, ns.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
@@ -207,21 +185,13 @@ impl Pacer {
     }
 
     /// The time between full dumps that the budget allows with `hot` flows polled every
-    /// tick: a dump's cost over the share of a core the polls, naming and the rest of the
-    /// process leave (at least
+    /// tick: a dump's cost over the share of a core the polls and naming leave (at least
     /// [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
     pub fn full_interval_ns(&self, hot: usize) -> u64 {
         let Some(full) = self.full_ns else { return self.interval_ns };
-        let left = (self.budget - self.polls_share(hot) - self.naming - self.overhead)
-            .max(self.budget * MIN_DUMP_SHARE);
+        let left =
+            (self.budget - self.polls_share(hot) - self.naming).max(self.budget * MIN_DUMP_SHARE);
         let paced = if left > 0.0 { (full / left).min(u64::MAX as f64) as u64 } else { u64::MAX };
-        paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
-    }
-
-    /// The time between full dumps at [`MIN_DUMP_SHARE`] of the budget (and the cap): how
-    /// long a due dump may wait while the ledger is in debt.
-    fn quarter_ns(&self, full: f64) -> u64 {
-        let paced = (full / (self.budget * MIN_DUMP_SHARE)).min(u64::MAX as f64) as u64;
         paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
     }
 
@@ -339,29 +309,6 @@ mod tests {
         // Named: the whole rest again.
         p.set_naming_reserve(0.0);
         assert_eq!(p.full_interval_ns(0), 1250 * MS);
-        // The rest of the process (ticks, runtime) taking 0.5 %: dumps get 1.5 %.
-        p.set_overhead(0.005);
-        assert_eq!(p.full_interval_ns(0), 1666 * MS + 666_666);
-    }
-
-    #[test]
-    fn while_the_ledger_is_in_debt_a_due_dump_waits_down_to_its_quarter() {
-        let mut p = Pacer::new(Duration::from_millis(100), 0.02, None);
-        p.full_done(0, 25 * MS, 20_000);
-        p.full_done(0, 25 * MS, 20_000);
-        assert_eq!(p.plan(1250 * MS, 0), Plan::Full(Why::Due));
-        p.set_in_debt(true);
-        // Due at 1.25 s; in debt it waits, to 25 ms / 0.5 % = 5 s at the latest.
-        assert_eq!(p.plan(1250 * MS, 0), Plan::Exact);
-        assert_eq!(p.plan(4900 * MS, 0), Plan::Exact);
-        assert_eq!(p.plan(5000 * MS, 0), Plan::Full(Why::Due));
-        // A cap still holds.
-        let mut c = Pacer::new(Duration::from_millis(100), 0.02, Some(Duration::from_secs(2)));
-        c.full_done(0, 25 * MS, 20_000);
-        c.full_done(0, 25 * MS, 20_000);
-        c.set_in_debt(true);
-        assert_eq!(c.plan(1999 * MS, 0), Plan::Exact);
-        assert_eq!(c.plan(2000 * MS, 0), Plan::Full(Why::Due));
     }
 
     #[test]

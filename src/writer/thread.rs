@@ -73,12 +73,9 @@ pub(super) fn serve(
         let wait = if w.waiting_for_reader() { STREAM_RETRY } else { TICK };
         match rx.recv_timeout(wait) {
             Ok(Msg::Batch(b)) => {
-                let cpu = crate::clock::thread_cpu_ns();
                 w.metrics.writer_queue_bytes.sub(b.queued_bytes);
                 taken.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let r = w.write_batch(b);
-                w.metrics.pushed_cpu_ns.add(crate::clock::thread_cpu_ns().saturating_sub(cpu));
-                r?;
+                w.write_batch(b)?;
             }
             Ok(Msg::Reopen) => reopen.request(),
             Err(RecvTimeoutError::Timeout) => {}

@@ -441,16 +441,6 @@ pub static SERIES: &[Series] = &[
             |m| m.naming_cpu_ns.get(),
         ),
     ),
-    in_unit(
-        Unit::Nanos,
-        counter(
-            Sampling,
-            "cgmon_pushed_cpu_seconds",
-            "of CPU on destroy events and records (outside the budget)",
-            "CPU time spent on the work the kernel pushes, which --cpu-budget does not cover: destroy events read and tracked, records analysed and written",
-            |m| m.pushed_cpu_ns.get(),
-        ),
-    ),
     counter(
         Sampling,
         "cgmon_naming_named",
