@@ -72,10 +72,9 @@ fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, u64> {
     })
 }
 
-/// The floor: receives destroy events and discards them until `stop`; its thread's CPU
-/// seconds, the events and the overruns. Its receive buffer is the monitor's (4 MiB,
-/// forced when the capability allows, as the monitor does).
-fn floor(stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> (f64, u64, u64) {
+/// A socket in both TCP destroy groups with the monitor's receive buffer (4 MiB, forced
+/// when the capability allows, as the monitor does).
+fn destroy_socket() -> Socket {
     let mut s = Socket::new(NETLINK_SOCK_DIAG).unwrap();
     s.bind(&SocketAddr::new(0, 0)).unwrap();
     for g in [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY] {
@@ -91,6 +90,14 @@ fn floor(stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> (f64, u64, u64) {
             libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len);
         }
     }
+    s
+}
+
+/// The floor: receives destroy events and discards them until `stop`; its thread's CPU
+/// seconds, the events and the overruns. Its receive buffer is the monitor's (4 MiB,
+/// forced when the capability allows, as the monitor does).
+fn floor(stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> (f64, u64, u64) {
+    let s = destroy_socket();
     s.set_non_blocking(true).unwrap();
     let mut buf = vec![0u8; 64 << 10];
     let (mut events, mut overruns) = (0u64, 0u64);
@@ -499,21 +506,7 @@ fn ser(n: usize) {
 /// groups with the monitor's receive buffer (4 MiB, forced when the capability allows) and
 /// `recv()`s each datagram as it arrives, blocking, until killed.
 fn floor_process() {
-    let mut s = Socket::new(NETLINK_SOCK_DIAG).unwrap();
-    s.bind(&SocketAddr::new(0, 0)).unwrap();
-    for g in [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY] {
-        s.add_membership(g).unwrap();
-    }
-    let n: libc::c_int = 4 << 20;
-    // SAFETY: a valid fd and a c_int of the given size.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        let p = (&raw const n).cast();
-        let len = size_of::<libc::c_int>() as libc::socklen_t;
-        if libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, p, len) != 0 {
-            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len);
-        }
-    }
+    let s = destroy_socket();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let _ = s.recv(&mut &mut buf[..], 0);

@@ -171,31 +171,43 @@ fn settle() {
     }
 }
 
+/// A sock_diag socket and the request a full dump makes (both families in one walk, the
+/// monitor's states and extensions).
+fn dump_socket() -> (NetlinkSource, Vec<u8>) {
+    let src = NetlinkSource::open(SocketOptions::default()).unwrap();
+    let cfg = SamplerConfig::default();
+    let req = DumpRequest {
+        kind: RequestKind::SingleWalk,
+        states: cfg.states.0,
+        ext: cfg.ext,
+        bytecode: None,
+    }
+    .emit(1);
+    (src, req)
+}
+
+/// One dump: `req` sent, every answer read and discarded.
+async fn dump_once(src: &mut NetlinkSource, req: &[u8], buf: &mut Vec<u8>) {
+    src.send(req).await.unwrap();
+    loop {
+        src.recv(buf).await.unwrap();
+        let last = NlMsgIter::new(buf).flatten().last();
+        if last.is_some_and(|m| m.kind == NLMSG_DONE || m.kind == NLMSG_ERROR) {
+            break;
+        }
+    }
+}
+
 /// The floor: dumps every socket `rounds` times and discards the answer; seconds a dump.
 fn floor(rounds: usize) -> f64 {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let mut src = NetlinkSource::open(SocketOptions::default()).unwrap();
-        let cfg = SamplerConfig::default();
-        let req = DumpRequest {
-            kind: RequestKind::SingleWalk,
-            states: cfg.states.0,
-            ext: cfg.ext,
-            bytecode: None,
-        }
-        .emit(1);
+        let (mut src, req) = dump_socket();
         let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
         let mut times = Vec::new();
         for _ in 0..rounds {
             let t = Instant::now();
-            src.send(&req).await.unwrap();
-            loop {
-                src.recv(&mut buf).await.unwrap();
-                let last = NlMsgIter::new(&buf).flatten().last();
-                if last.is_some_and(|m| m.kind == NLMSG_DONE || m.kind == NLMSG_ERROR) {
-                    break;
-                }
-            }
+            dump_once(&mut src, &req, &mut buf).await;
             times.push(t.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);
@@ -222,27 +234,12 @@ fn paced_floor(others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_i
     fork_helper(others, |stop| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let mut src = NetlinkSource::open(SocketOptions::default()).unwrap();
-            let cfg = SamplerConfig::default();
-            let req = DumpRequest {
-                kind: RequestKind::SingleWalk,
-                states: cfg.states.0,
-                ext: cfg.ext,
-                bytecode: None,
-            }
-            .emit(1);
+            let (mut src, req) = dump_socket();
             let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
             let mut pfd = libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 };
             let t0 = Instant::now();
             for i in 1u32.. {
-                src.send(&req).await.unwrap();
-                loop {
-                    src.recv(&mut buf).await.unwrap();
-                    let last = NlMsgIter::new(&buf).flatten().last();
-                    if last.is_some_and(|m| m.kind == NLMSG_DONE || m.kind == NLMSG_ERROR) {
-                        break;
-                    }
-                }
+                dump_once(&mut src, &req, &mut buf).await;
                 // The next point of a 100 ms grid, as the monitor's ticks.
                 let due = Duration::from_millis(100) * i;
                 let wait = due.saturating_sub(t0.elapsed()).as_millis() as libc::c_int;
