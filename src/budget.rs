@@ -8,16 +8,17 @@
 //! never refused (its plan is paced beforehand); naming spends only while the ledger is not
 //! in debt, so it takes what the plan leaves. The order when the budget is short:
 //! - the hot flows' polls, whatever they cost (the plan says when that is over budget);
-//! - full dumps, at least a quarter of the budget ([`crate::poll::pace::MIN_DUMP_SHARE`]);
-//!   while names wait, the plan leaves [`NAMING_SHARE`] of the budget to naming;
-//! - naming: what is left. Names that would wait past [`crate::processes`]' queue are
-//!   not looked for, and counted as skipped.
+//! - full dumps, as often as the rest of the budget pays for, and never less than a quarter
+//!   of it (`MIN_DUMP_SHARE`, poll/pace.rs);
+//! - naming: what is left (on a host where nothing moved, full dumps are not taken and
+//!   naming has the budget; where dumps take it all, names wait). Names that would wait
+//!   past the walker's queue are not looked for, and counted as skipped.
 //!
 //! With no budget (`--cpu-budget 0`) nothing waits: a full dump every tick, as cgmon does,
 //! and naming as fast as it goes.
 //!
 //! Every thread that spends the budget already holds the metrics, so the ledger is kept
-//! there ([`crate::metrics::Metrics::budget`]).
+//! there (`Metrics::budget`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,9 +27,6 @@ use std::time::{Duration, Instant};
 /// The most a ledger saves up while nothing spends: a second's share. A walk or a dump
 /// after a quiet spell may spend that much at once, and no more.
 pub const SAVED: Duration = Duration::from_secs(1);
-
-/// The share of the budget the sampling plan leaves to naming while names wait.
-pub const NAMING_SHARE: f64 = 0.5;
 
 /// The budget's ledger.
 #[derive(Debug, Default)]
@@ -135,12 +133,6 @@ impl Budget {
     pub fn first_skip(&self) -> bool {
         !self.skipped.swap(true, Ordering::Relaxed)
     }
-
-    /// The share of a core the sampling plan leaves to naming now: [`NAMING_SHARE`] of the
-    /// budget while names wait, else none.
-    pub fn naming_reserve(&self) -> f64 {
-        if self.waiting() > 0 { self.share() * NAMING_SHARE } else { 0.0 }
-    }
 }
 
 #[cfg(test)]
@@ -193,15 +185,10 @@ mod tests {
     }
 
     #[test]
-    fn no_budget_never_waits_and_reserves_nothing() {
+    fn no_budget_never_waits() {
         let b = Budget::new(0.0);
         b.spend(1_000_000_000);
         assert_eq!(b.wait(), Duration::ZERO);
-        b.set_waiting(10);
-        assert_eq!(b.naming_reserve(), 0.0);
-        let b = Budget::new(0.02);
-        assert_eq!(b.naming_reserve(), 0.0, "nothing waits");
-        b.set_waiting(10);
-        assert!((b.naming_reserve() - 0.01).abs() < 1e-12);
+        assert!(!b.limited());
     }
 }

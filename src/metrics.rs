@@ -205,7 +205,7 @@ pub struct Metrics {
     pub flows_refused: Counter,
     /// Flows dropped by `-tracker-min-samples`.
     pub flows_too_short: Counter,
-    /// Flows ended, by how their process was found ([`crate::processes::How::ALL`] order).
+    /// Flows ended, by how their process was found (in the order of `processes::How::ALL`).
     pub flow_owners: [Counter; 5],
     /// Samples retained and deduped.
     pub samples_retained: Counter,

@@ -15,6 +15,7 @@ const RANKS: &[(&str, u32)] = &[
     ("states", 0),
     ("units", 0),
     ("clock", 0),
+    ("budget", 0),
     ("stats", 0),
     ("services", 0),
     ("destinations", 0),

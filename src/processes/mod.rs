@@ -9,9 +9,12 @@
 //!   destroy event, inherit its process);
 //! - only the processes of the socket's cgroup (`cgroup.procs`) are walked, each at most
 //!   once per batch, and what a walk finds is cached by inode;
-//! - the walks run on a thread of their own, paced to [`WALK_SHARE`] of a core: a batch
-//!   that arrives while the walker rests waits, and one that finds the queue full is
-//!   answered "skipped" at once by the tracker.
+//! - the walks run on a thread of their own and spend the monitor's one CPU budget
+//!   (`crate::budget`): while it is in debt a walk rests, taking in new batches; requests
+//!   past `MAX_WAITING`, or a batch that finds the queue full, are answered "skipped";
+//! - a later walk of a process reads only the links of descriptors new since its last
+//!   walk, highest first, and stops once every socket asked for is found
+//!   (docs/processes.md, "What it costs").
 //!
 //! The tracker sends [`Request`]s and takes [`Answer`]s through a [`Link`]; the walking
 //! is behind [`Procfs`], so a test can give it processes without /proc.
@@ -348,7 +351,7 @@ impl<P: Procfs> Resolver<P> {
     /// Answers every request: the cache first, then walks of the processes of each
     /// cgroup that has misses, stopping once none is missing: first the descriptors new
     /// since a process's last walk, then, for what is still missing, the others (a
-    /// number may have been closed and reused). `pace` is called every [`PACE_EVERY`]
+    /// number may have been closed and reused). `pace` is called every `PACE_EVERY`
     /// links read: it charges the budget and rests while it is spent.
     pub fn resolve(&mut self, batch: &[Request], pace: &mut dyn FnMut()) -> Vec<Answer> {
         self.batch = self.batch.wrapping_add(1);
