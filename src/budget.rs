@@ -8,11 +8,12 @@
 //! never refused (its plan is paced beforehand); naming spends only while the ledger is not
 //! in debt, so it takes what the plan leaves. The order when the budget is short:
 //! - the hot flows' polls, whatever they cost (the plan says when that is over budget);
-//! - full dumps, as often as the rest of the budget pays for, and never less than a quarter
-//!   of it (`MIN_DUMP_SHARE`, poll/pace.rs);
-//! - naming: what is left (on a host where nothing moved, full dumps are not taken and
-//!   naming has the budget; where dumps take it all, names wait). Names that would wait
-//!   past the walker's queue are not looked for, and counted as skipped.
+//! - full dumps, at least a quarter of the budget (`MIN_DUMP_SHARE`, poll/pace.rs); while
+//!   names wait, the plan leaves [`NAMING_SHARE`] of the budget to naming (without it,
+//!   on any host where something moves, full dumps would take the whole budget and no
+//!   program would ever be named);
+//! - naming: what is left. Names that would wait past the walker's queue are not looked
+//!   for, and counted as skipped.
 //!
 //! With no budget (`--cpu-budget 0`) nothing waits: a full dump every tick, as cgmon does,
 //! and naming as fast as it goes.
@@ -27,6 +28,9 @@ use std::time::{Duration, Instant};
 /// The most a ledger saves up while nothing spends: a second's share. A walk or a dump
 /// after a quiet spell may spend that much at once, and no more.
 pub const SAVED: Duration = Duration::from_secs(1);
+
+/// The share of the budget the sampling plan leaves to naming while names wait.
+pub const NAMING_SHARE: f64 = 0.5;
 
 /// The budget's ledger.
 #[derive(Debug, Default)]
@@ -128,6 +132,12 @@ impl Budget {
         self.waiting.load(Ordering::Relaxed)
     }
 
+    /// The share of a core the sampling plan leaves to naming now: [`NAMING_SHARE`] of the
+    /// budget while names wait, else none.
+    pub fn naming_reserve(&self) -> f64 {
+        if self.waiting() > 0 { self.share() * NAMING_SHARE } else { 0.0 }
+    }
+
     /// True the first time it is called: the first flow naming skips is said in the log,
     /// once.
     pub fn first_skip(&self) -> bool {
@@ -185,10 +195,15 @@ mod tests {
     }
 
     #[test]
-    fn no_budget_never_waits() {
+    fn no_budget_never_waits_and_reserves_nothing() {
         let b = Budget::new(0.0);
         b.spend(1_000_000_000);
         assert_eq!(b.wait(), Duration::ZERO);
-        assert!(!b.limited());
+        b.set_waiting(10);
+        assert_eq!(b.naming_reserve(), 0.0);
+        let b = Budget::new(0.02);
+        assert_eq!(b.naming_reserve(), 0.0, "nothing waits");
+        b.set_waiting(10);
+        assert!((b.naming_reserve() - 0.01).abs() < 1e-12);
     }
 }

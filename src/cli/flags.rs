@@ -239,7 +239,7 @@ pub struct Cli {
           value_parser = positive_duration, default_value = "10s", help_heading = "Run")]
     pub netns_rescan: Duration,
     /// CPU for what the monitor does on its own initiative, in percent of one core: full
-    /// dumps, exact polls, namespace scans and the process walks that name each flow's
+    /// dumps, exact polls and the process walks that name each flow's
     /// program (destroy events and records come on top). Flows whose counters move are
     /// polled every interval; full dumps (which find new flows and refresh idle ones) run as
     /// often as the rest allows, at most every interval: on a host of 200,000 sockets about

@@ -424,6 +424,8 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let start = tokio::time::Instant::now();
         self.metrics.tick_lateness.observe(start.saturating_duration_since(due));
         let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
+        // Names waiting for the budget take their share of it from full dumps.
+        self.pacer.set_naming_reserve(self.metrics.budget.naming_reserve());
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
         // The flows opened since the last tick that are still open go to the process

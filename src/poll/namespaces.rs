@@ -245,12 +245,7 @@ impl Scanner {
             let before: HashSet<u32> = self.known.values().map(|(ns, _)| *ns).collect();
             // Scanning /proc and entering namespaces block: off the runtime's workers.
             let (me, opened) = match tokio::task::spawn_blocking(move || {
-                // A rescan is the monitor's own initiative: inside the CPU budget.
-                let cpu = crate::clock::thread_cpu_ns();
                 let opened = self.scan_and_open();
-                let spent = crate::clock::thread_cpu_ns().saturating_sub(cpu);
-                self.metrics.sampling_cpu_ns.add(spent);
-                self.metrics.budget.spend(spent);
                 (self, opened)
             })
             .await

@@ -86,6 +86,8 @@ pub struct Pacer {
     last_full_ns: Option<u64>,
     /// Full dumps measured.
     fulls: u32,
+    /// The share of a core left to naming programs now (`crate::budget`).
+    naming: f64,
 }
 
 fn smooth(old: Option<f64>, new: f64) -> f64 {
@@ -106,6 +108,7 @@ impl Pacer {
             exact_ns: None,
             last_full_ns: None,
             fulls: 0,
+            naming: 0.0,
         }
     }
 
@@ -159,6 +162,13 @@ impl Pacer {
         })
     }
 
+    /// Leaves `share` of a core to naming programs (while names wait: the budget's
+    /// [`NAMING_SHARE`](crate::budget::NAMING_SHARE)), taken from full dumps down to their
+    /// [`MIN_DUMP_SHARE`].
+    pub fn set_naming_reserve(&mut self, share: f64) {
+        self.naming = share.max(0.0);
+    }
+
     /// The tick, ns.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
@@ -175,11 +185,12 @@ impl Pacer {
     }
 
     /// The time between full dumps that the budget allows with `hot` flows polled every
-    /// tick: a dump's cost over the share of a core the polls leave (at least
+    /// tick: a dump's cost over the share of a core the polls and naming leave (at least
     /// [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
     pub fn full_interval_ns(&self, hot: usize) -> u64 {
         let Some(full) = self.full_ns else { return self.interval_ns };
-        let left = (self.budget - self.polls_share(hot)).max(self.budget * MIN_DUMP_SHARE);
+        let left =
+            (self.budget - self.polls_share(hot) - self.naming).max(self.budget * MIN_DUMP_SHARE);
         let paced = if left > 0.0 { (full / left).min(u64::MAX as f64) as u64 } else { u64::MAX };
         paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
     }
@@ -279,6 +290,25 @@ mod tests {
         p.full_done(0, 250_000, 200);
         assert_eq!(p.full_interval_ns(0), 100 * MS);
         assert_eq!(p.plan(100 * MS, 0), Plan::Full(Why::Due));
+    }
+
+    #[test]
+    fn while_names_wait_dumps_leave_them_half_the_budget_and_keep_a_quarter() {
+        // 20,000 sockets, 25 ms a dump, 2 %: 1.25 s apart with nothing else to pay for.
+        let mut p = Pacer::new(Duration::from_millis(100), 0.02, None);
+        p.full_done(0, 25 * MS, 20_000);
+        p.full_done(0, 25 * MS, 20_000);
+        assert_eq!(p.full_interval_ns(0), 1250 * MS);
+        // Names waiting: dumps get the other 1 %, 2.5 s apart.
+        p.set_naming_reserve(0.01);
+        assert_eq!(p.full_interval_ns(0), 2500 * MS);
+        assert!(!p.over_budget(0));
+        // With 200 hot flows at 2.5 µs (0.5 %) they keep a quarter: 0.5 %, 5 s apart.
+        p.exact_done(500_000, 200);
+        assert_eq!(p.full_interval_ns(200), 5000 * MS);
+        // Named: the whole rest again.
+        p.set_naming_reserve(0.0);
+        assert_eq!(p.full_interval_ns(0), 1250 * MS);
     }
 
     #[test]
