@@ -60,12 +60,27 @@ fn diagnosis_a_blackout_is_the_network_by_timeouts() {
             l.live_ab().blackout(Duration::from_millis(1500));
             l.live_ba().blackout(Duration::from_millis(1500));
         };
-        let ((recs, _), grew) = counted(&lab, Side::A, || {
-            measured_while(&lab, &bulk, v6, None, Reader::Full, &EVERY, &arm)
-        });
-        eprintln!("LAB blackout {delay_ms} ms v6={v6}: nstat A {grew:?}");
-        assert!(n(&grew, "TcpExtTCPTimeouts") >= 2, "the blackout made no timeouts: {grew:?}");
-        assert_cause(&recs, "network", "timeouts", &format!("blackout {delay_ms} ms v6={v6}"));
+        // A blackout loses what it holds. A CI run's v6 path once delivered it late
+        // instead (144 of 275 retransmits came back as DSACKs, so the monitor rightly said
+        // `spurious`): the kernel's counters say the lab did not build the case, and it is
+        // built once more.
+        for attempt in 1..=2 {
+            let ((recs, _), grew) = counted(&lab, Side::A, || {
+                measured_while(&lab, &bulk, v6, None, Reader::Full, &EVERY, &arm)
+            });
+            eprintln!("LAB blackout {delay_ms} ms v6={v6}: nstat A {grew:?}");
+            let (dsacks, sent_again) = (n(&grew, "TcpExtTCPDSACKRecv"), n(&grew, "TcpRetransSegs"));
+            if attempt == 1 && dsacks * 4 > sent_again {
+                eprintln!(
+                    "LAB blackout {delay_ms} ms v6={v6}: {dsacks} DSACKs for {sent_again} retransmits: delayed, not lost; built again"
+                );
+                continue;
+            }
+            assert!(dsacks * 4 <= sent_again, "delayed, not lost, twice: {grew:?}");
+            assert!(n(&grew, "TcpExtTCPTimeouts") >= 2, "the blackout made no timeouts: {grew:?}");
+            assert_cause(&recs, "network", "timeouts", &format!("blackout {delay_ms} ms v6={v6}"));
+            break;
+        }
     }
 }
 
