@@ -3,7 +3,7 @@
 //! `-run-interval 1s`, and phases of 20 s run back to back:
 //! - idle: no HTTP requests;
 //! - `/metrics` scraped every 100 ms (150× a typical 15 s scrape interval);
-//! - `/flows` (its first page: 1,000 flows as JSON, copied by the tracker task between
+//! - `/flows` (its first page: 1,000 flows as JSON, copied by the poll task between
 //!   dumps) every 1 s;
 //! - the web view's `/` (issue 23: the top 100 flows by rate with sparklines, and per-service
 //!   summaries over all 20,000) every 1 s, its largest page (`/?limit=1000`) every 1 s, then

@@ -173,7 +173,7 @@ fn main() {
     });
     g.finish();
 
-    // The web view's share of the tracker task (issue 23): `/` asks for the top 100 flows by
+    // The web view's share of the poll task (issue 23): `/` asks for the top 100 flows by
     // rate (the default page), each with its sparkline samples, and a brief of every flow; a flow page asks
     // for one flow by its index. The tracker answers between dumps, so this is how long a
     // request can hold the next dump back.

@@ -2,8 +2,9 @@
 //! status.
 //!
 //! ```text
-//! tracker task ──(tokio mpsc, 256 batches, try_send)──→ analyzer task
+//! poll task ──(tokio mpsc, 256 batches, try_send)──→ analysis task
 //!   ──(std sync_channel, 1024 batches)──→ writer thread ──→ stdout | files
+//!                                              └─(sync_channel, 256 batches, try_send)─→ sink thread ──→ ClickHouse
 //! ```
 //!
 //! Shutdown (SIGINT/SIGTERM or `-run-duration`): the tracker stops sampling and hands every
@@ -23,7 +24,7 @@ use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
 use crate::metrics::Metrics;
 use crate::poll::namespaces;
-use crate::poll::{self as task, DumpOutcome, ENDED_CHANNEL_CAPACITY};
+use crate::poll::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
 use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
@@ -313,7 +314,7 @@ pub async fn run(
     };
     spaces.insert(
         0,
-        task::Space::new(0, first_label, sampler, sources.destroy).with_activity(sources.activity),
+        poll::Space::new(0, first_label, sampler, sources.destroy).with_activity(sources.activity),
     );
     // Without destroy events nothing would end a waiting flow but the grace period.
     let no_events = spaces.iter().all(|sp| sp.destroy.is_none());
@@ -377,12 +378,12 @@ pub async fn run(
         }
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let tracker_task = tokio::spawn(task::run_spaces(
+    let poll_task = tokio::spawn(poll::run_spaces(
         tracker,
         spaces,
         updates,
         s.task.clone(),
-        task::Wiring {
+        poll::Wiring {
             stop: stop_rx,
             ended_tx,
             metrics: metrics.clone(),
@@ -396,7 +397,7 @@ pub async fn run(
     for w in &s.warnings {
         tracing::warn!("{w}");
     }
-    let (tracker, analyzer, writer, stop) = (tracker_task, analyzer_task, writer_thread, stop_tx);
+    let (tracker, analyzer, writer, stop) = (poll_task, analyzer_task, writer_thread, stop_tx);
     let stage = Running { tracker, analyzer, writer, sink, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
     drop(wtx); // the analyzer's sender is the writer's last one

@@ -1,9 +1,11 @@
 //! The one clock the pipeline reads: CLOCK_MONOTONIC in nanoseconds, the same base `ss`,
-//! cgmon (`TstampStartNs`) and the kernel's own timers use. Only the sampler calls it.
+//! cgmon (`TstampStartNs`) and the kernel's own timers use. Sample times come from the sampler
+//! alone; the poll task reads it to end a namespace's flows, and the program once for the
+//! wall-clock offset of records.
 //!
-//! Also the CPU clock of the calling thread, with which the sampling task measures what its
-//! own work costs ([`CpuTimed`]): the CPU budget paces sampling on measured cost, not on a
-//! model of it.
+//! Also the CPU clock of the calling thread, with which the poll task and the walker measure
+//! what their own work costs ([`CpuTimed`]): the CPU budget (`budget`) paces them on measured
+//! cost, not on a model of it.
 
 use std::future::Future;
 use std::pin::Pin;

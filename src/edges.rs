@@ -3,8 +3,9 @@
 //! stage on the other end.
 //!
 //! ```text
-//! tracker task ──Vec<EndedFlow>, ENDED_CHANNEL_CAPACITY──→ analyzer task
+//! poll task ──Vec<EndedFlow>, ENDED_CHANNEL_CAPACITY──→ analysis task
 //!   ──Msg (Batch of FlowStats), RECORDS_CHANNEL_CAPACITY──→ writer thread
+//!   ──SinkMsg, sink::SINK_CHANNEL_CAPACITY──→ sink thread (with `--clickhouse`)
 //! ```
 
 use crate::record::FlowStats;

@@ -5,10 +5,11 @@
 //! ```text
 //! poll task:    DumpSource → Sampler::dump_with → Tracker::observe     (poll)
 //!               DestroyListener → Tracker::destroyed
-//!   ─ Vec<EndedFlow> (tokio mpsc) → analyzer task: gather, analyze      (analysis::stage)
-//!     (an ended flow's samples still lie in the tracker's pool blocks; the analyzer
+//!   ─ Vec<EndedFlow> (tokio mpsc) → analysis task: gather, analyze      (analysis::stage)
+//!     (an ended flow's samples still lie in the tracker's pool blocks; the analysis
 //!     copies them out and gives the blocks back: tracker/pool.rs)
 //!   ─ writer::Batch (std sync_channel) → writer thread: JSON → stdout | gzip files (writer)
+//!   ─ sink::SinkMsg (std sync_channel, try_send) → sink thread: ClickHouse (sink)
 //! ```
 //!
 //! Layers:

@@ -29,7 +29,7 @@ HTTP PATHS (with --http ADDR):
   /metrics               Prometheus metrics (OpenMetrics when asked)
   /flows, /flows/{cookie}  active flows as JSON
   /healthz               liveness (200 while dumps succeed)
-  /flow-duration-histogram  ended flows' durations as JSON
+  /flow-duration-histogram  ended flows' durations, cgmon's plain-text histogram
   /static/style.css, /static/live.js  the pages' style and refresh script
 
 Every long option may be spelled with one dash, as cgmon's are (-run-interval 1s), and

@@ -1,6 +1,6 @@
 //! `-run-http-server`: the monitor's own state over HTTP (cgmon's status page), Prometheus
 //! metrics, and the active flows. Read-only: no endpoint changes state. Handlers read
-//! atomics, or ask the tracker task (which answers between dumps), so serving never blocks
+//! atomics, or ask the poll task (which answers between dumps), so serving never blocks
 //! sampling.
 //!
 //! The server runs on a thread and a single-threaded runtime of its own ([`spawn`]), so
@@ -101,7 +101,7 @@ pub struct Served {
     pub metrics: Arc<Metrics>,
     /// The Prometheus registry.
     pub registry: Registry,
-    /// Questions to the tracker task.
+    /// Questions to the poll task.
     pub queries: mpsc::Sender<Query>,
     /// The sampling interval (for `/healthz`).
     pub interval: Duration,

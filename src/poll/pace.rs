@@ -19,7 +19,7 @@
 //! since their last walk, and each at least every [`NAMESPACE_REWALK`]
 //! (`poll/spaces.rs`, `Walk::Moved`); its cost, and so the pace, follows what it walked.
 //!
-//! Pure: given costs and times, it decides; the tracker task measures and acts.
+//! Pure: given costs and times, it decides; the poll task measures and acts.
 
 use std::time::Duration;
 

@@ -1,7 +1,9 @@
 //! What the program emits, below every stage: the flow record and its parts, the sample
-//! as retained, and the sample line. The analyzer builds records; the writer and the HTTP
-//! side only read them. No logic here beyond construction and serialisation. (The field
-//! names and units are cgmon's where it had the field: docs/cgmon.md.)
+//! as retained (packed: `sample`), and the sample line. The analysis builds records; the
+//! writer and the HTTP side add only the service name (`FlowStats::name_service`) and
+//! otherwise read them. The logic here is construction, packing and serialisation; what a
+//! record says is decided in `analysis`. (The field names and units are cgmon's where it had
+//! the field: docs/cgmon.md.)
 //!
 //! Its rooms: `flow` the record and its parts, `sample` the retained sample, `lines` the
 //! sample line and the live view, `text` addresses and rates as text, `json` the one-line

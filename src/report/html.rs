@@ -231,16 +231,26 @@ pub fn report_html(records: &[Rec], samples: &BTreeMap<u64, Vec<Point>>, src: &S
         esc(first.unwrap_or("")),
         esc(last)
     );
+    // Why a flow has no charts belongs at the top, before a reader looks for them.
+    if src.samples.is_none() {
+        b.push_str(
+            "<p id=\"no-samples\">No per-flow charts: no samples file was given. Run the \
+             monitor with <code>--samples-out FILE</code> and pass that file here with \
+             <code>--samples FILE</code>.</p>",
+        );
+    }
+    // The answer first: which flows were slow and why; then the distributions, the listed
+    // flows' charts, and the long per-service table last.
+    let listed = slowest(records, src.slowest, src.min_bytes);
+    slowest_flows(&mut b, records, &listed, src);
     b.push_str("<h2>Distributions</h2><div class=\"charts\">");
     let cdf_thr =
         cdf("cdf-throughput", "Send throughput per flow", "send throughput", Unit::Mbps, thr);
     b.push_str(&cdf_thr.svg());
     b.push_str(&cdf("cdf-rtt", "Median RTT per flow", "median RTT", Unit::Ms, rtt).svg());
     b.push_str("</div>");
-    verdicts_per_service(&mut b, records);
-    let listed = slowest(records, src.slowest, src.min_bytes);
-    slowest_flows(&mut b, records, &listed, src);
     charted(&mut b, &listed, samples, src);
+    verdicts_per_service(&mut b, records);
     b.push_str("</main></body></html>\n");
     b
 }
@@ -309,13 +319,12 @@ fn slowest_flows(b: &mut String, records: &[Rec], listed: &[&Rec], src: &Sources
 
 /// A section per listed flow, with its charts when the samples file holds its samples.
 fn charted(b: &mut String, listed: &[&Rec], samples: &BTreeMap<u64, Vec<Point>>, src: &Sources) {
-    match &src.samples {
-        None => b.push_str(
-            "<p>No samples file was given (<code>--samples</code>): the flows are not charted.</p>",
-        ),
-        Some(name) => {
-            let _ = write!(b, "<p>Charts from {}.</p>", esc(name));
-        }
+    if listed.is_empty() {
+        return;
+    }
+    b.push_str("<h2>The slowest flows, one by one</h2>");
+    if let Some(name) = &src.samples {
+        let _ = write!(b, "<p>Charts from {}.</p>", esc(name));
     }
     for r in listed {
         let (cookie, seq) = (r.cookie, r.seq);

@@ -1,5 +1,5 @@
 //! Read-only views of active flows, for the HTTP server's `/flows` endpoints. When asked
-//! ([`Query`]), the tracker task copies, between dumps, only the flows a response shows
+//! ([`Query`]), the poll task copies, between dumps, only the flows a response shows
 //! (a page of them, or one found by its cookie) with only the samples it shows, read in
 //! place from the flows' blocks; the server turns the copies into JSON on its own thread.
 
@@ -147,7 +147,7 @@ pub struct Overview {
     pub now_ns: u64,
 }
 
-/// A question to the tracker task.
+/// A question to the poll task.
 #[derive(Debug)]
 pub enum Query {
     /// Active flows with a cookie above `after`, at most `limit`, in cookie order.

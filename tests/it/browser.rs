@@ -457,5 +457,8 @@ fn a_report_of_a_hundred_thousand_records_is_small_and_opens() {
     // Ephemeral ports grouped: one row per service, not one per port.
     let table = rdom.split("id=\"verdicts\"").nth(1).unwrap().split("</table>").next().unwrap();
     assert_eq!(table.matches("<tr>").count(), 1 + 40, "a header and 40 services");
+    // The answer first: the slowest flows before the distributions and the 40-row table.
+    let at = |id: &str| rdom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no {id}"));
+    assert!(at("slowest") < at("cdf-throughput") && at("cdf-throughput") < at("verdicts"));
     screenshot(browser, &url, "report-100k.png", "1300,1600");
 }

@@ -959,6 +959,12 @@ fn flow_duration_histogram_files_each_flow_by_its_measured_span() {
     }
     // The status page links to it, as cgmon's did.
     assert!(http_get(&addr, "/").contains("href=\"/flow-duration-histogram\""));
+    // `--help` describes it as what it serves (it once said JSON).
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let line = help.lines().find(|l| l.trim_start().starts_with("/flow-duration-histogram"));
+    let line = line.unwrap_or_else(|| panic!("no histogram path in --help:\n{help}"));
+    assert!(line.contains("plain-text") && !line.contains("JSON"), "{line}");
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");

@@ -919,9 +919,14 @@ fn an_iperf3_run_gives_one_record_per_connection_that_agrees_with_iperf3() {
     let data = v.iter().max_by_key(|r| r["BytesAcked"].as_u64().unwrap()).unwrap();
     let acked = f(data, "BytesAcked");
     let mbps = f(data, "SendThroughputMbps");
+    // Compared in bytes. In words, the units differ: iperf3's MBytes are binary (2^20
+    // bytes) and its Mbits/sec decimal; our pages' MB are SI (10^6), like its rates.
     eprintln!(
-        "LAB iperf3: sent {sent_bytes} B, received {recv_bytes} B at {recv_mbps:.2} Mbit/s; \
+        "LAB iperf3: sent {sent_bytes} B, received {recv_bytes} B ({:.2} MBytes as iperf3 \
+         prints it, binary; {} as our pages print it, SI) at {recv_mbps:.2} Mbit/s; \
          record: {} ({:?}), {acked} B acked, {mbps:.2} Mbit/s over {} samples",
+        recv_bytes / f64::from(1u32 << 20),
+        cgmon_rs::units::si_bytes(recv_bytes as u64),
         data["EndReason"],
         data.get("Close"),
         data["Samples"]

@@ -81,6 +81,35 @@ fn the_slowest_are_limited_flows_above_the_minimum_size() {
 }
 
 #[test]
+fn the_answer_comes_first_and_a_report_without_samples_says_why_it_has_no_charts() {
+    let records: Vec<Value> = (0..200u16)
+        .map(|i| {
+            let mut r = rec(Some(&format!("svc{i}")), 7, 443, 50_000 + i);
+            r["BytesAcked"] = 2_000_000.into();
+            r
+        })
+        .collect();
+    let html = html_of(&records, 5);
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+    // The reason comes right after the title line, before any table or chart.
+    let why = at("id=\"no-samples\"");
+    assert!(why < at("<h2>"), "{}", &html[..why]);
+    assert!(html[why..].contains("--samples-out FILE"));
+    // The slowest flows come before the distributions and the long per-service table.
+    assert!(at("id=\"slowest\"") < at("id=\"cdf-throughput\""));
+    assert!(at("id=\"cdf-throughput\"") < at("id=\"verdicts\""));
+    // Given a samples file, the report does not claim it lacks one.
+    let recs: Vec<Rec> = records.iter().map(Rec::of).collect();
+    let src = Sources {
+        records: "test".into(),
+        samples: Some("s.ndjson".into()),
+        slowest: 5,
+        min_bytes: 1 << 20,
+    };
+    assert!(!report_html(&recs, &BTreeMap::new(), &src).contains("no-samples"));
+}
+
+#[test]
 fn distributions_use_log_axes_that_cover_the_decades() {
     let c = cdf("c", "t", "send throughput", Unit::Mbps, vec![0.0, 20.0, 20.5, 15_000.0]);
     assert_eq!((c.x.min, c.x.max), (1.0, 5.0), "10 Mbit/s to 100 Gbit/s, in decades");
