@@ -188,7 +188,7 @@ struct Waiting {
     missed_ns: u64,
 }
 
-/// The per-flow fields every sample touches, in an array parallel to the flows (40 bytes a
+/// The per-flow fields every sample touches, in an array parallel to the flows (48 bytes a
 /// flow). A sample whose fingerprint equals the flow's is deduped without reading the flow
 /// itself, which would cost a cache miss per socket per dump.
 #[derive(Debug, Clone, Copy)]
@@ -206,8 +206,8 @@ struct FlowHead {
     options: u8,
     /// Its last sample was not deduped: it will likely change again (see `prefetch_ahead`).
     changed: bool,
-    /// A pause ([`TrackerConfig::pause_ns`]) since its last retained sample (padding).
-    paused: bool,
+    /// [`PAUSED`] and [`QUEUED`], in one byte so that the head stays 48 bytes.
+    marks: u8,
     /// It is in the hot set (`tiers`).
     tiered: bool,
     /// The longest gap between its samples in this window, µs.
@@ -216,7 +216,26 @@ struct FlowHead {
     exact: u32,
 }
 
+/// [`FlowHead::marks`]: a pause ([`TrackerConfig::pause_ns`]) since its last retained sample.
+const PAUSED: u8 = 1;
+/// [`FlowHead::marks`]: its newest sample had bytes unread or unacknowledged
+/// (`idiag_rqueue`, `idiag_wqueue`). A flow held by a slow reader or a shut window is not
+/// idle however long its counters stand still (`views::IDLE_NS`). Set by every sample,
+/// deduped or not.
+const QUEUED: u8 = 2;
+
+/// [`QUEUED`] when `s` has bytes waiting in either queue.
+fn queued(s: &Sample<'_>) -> u8 {
+    if s.msg().rqueue() != 0 || s.msg().wqueue() != 0 { QUEUED } else { 0 }
+}
+
+const _: () = assert!(size_of::<FlowHead>() == 48);
+
 impl FlowHead {
+    fn queued(&self) -> bool {
+        self.marks & QUEUED != 0
+    }
+
     fn sampling(&self) -> Sampling {
         Sampling { exact: self.exact, max_gap_us: self.max_gap_us, event: false }
     }
@@ -464,7 +483,7 @@ impl Tracker {
             tuple: tuple_hash(s),
             options: sn.options,
             changed: true,
-            paused: false,
+            marks: queued(s),
             tiered: self.cfg.tiers && self.dumps_done > 0,
             max_gap_us: 0,
             exact: 0,
@@ -510,7 +529,8 @@ impl Tracker {
         let (prev_ts, prev_retained) = (h.last_ts_ns, h.changed);
         let gap = gap_us(h.last_ts_ns, s.ts_ns);
         h.max_gap_us = h.max_gap_us.max(gap);
-        h.paused |= u64::from(gap) * 1000 > self.pause_ns;
+        let paused = if u64::from(gap) * 1000 > self.pause_ns { PAUSED } else { 0 };
+        h.marks = (h.marks & PAUSED) | paused | queued(s);
         h.last_ts_ns = s.ts_ns;
         h.options |= t.options().unwrap_or(0);
         h.changed = fp != h.fp;
@@ -550,7 +570,8 @@ impl Tracker {
         let at = self.stages.next_slot(&mut f.stage);
         decode_into(at, &mut f.last, s, t);
         f.last.fold_rate(prev_bytes, s.ts_ns.saturating_sub(prev_ts));
-        at.set_after_pause(std::mem::take(&mut h.paused));
+        at.set_after_pause(h.marks & PAUSED != 0);
+        h.marks &= !PAUSED;
         let edge = *at;
         self.stages.commit(&mut f.stage);
         Self::account(f, edge.rtt_us, &mut self.stats, &mut self.accounts);

@@ -80,7 +80,7 @@ mod tests {
             tuple: 0,
             options: 0,
             changed: false,
-            paused: false,
+            marks: 0,
             tiered: false,
             max_gap_us: 0,
             exact: 0,

@@ -1069,17 +1069,29 @@ fn the_overview_pages_flows_in_order_filters_them_and_briefs_them_all() {
     // Each flow's brief carries its judge's verdict.
     let verdicts: Vec<u8> = ov.all.iter().map(|b| b.verdict).collect();
     assert_eq!(verdicts, vec![3, 3, 3, 4], "{:?}", ov.all);
-    // Ten seconds on, only cookie 2 moved: the others are idle, counted and not listed.
+    // Still for 20 s (a rate-limited reader draining its buffer): not idle yet.
     let mut third: Vec<SockBuilder> = spec.iter().map(|&x| sock(x, 1 + x.1)).collect();
+    dump(&mut t, 22 * S, &third.iter().collect::<Vec<_>>(), true);
+    assert_eq!(t.overview(Order::Rate, 0, 10, 5, &all, judge).idle, 0);
+    // Forty seconds on, only cookie 2 moved, and cookie 3 has bytes waiting in a queue
+    // (a reader that stopped, or a shut window): cookie 1 is idle, counted and not listed.
     third[1] = sock(spec[1], 2 + spec[1].1);
-    dump(&mut t, 12 * S, &third.iter().collect::<Vec<_>>(), true);
+    third[2] = sock(spec[2], 1 + spec[2].1).queues(0, 4096);
+    dump(&mut t, 42 * S, &third.iter().collect::<Vec<_>>(), true);
     let ov = t.overview(Order::Rate, 0, 10, 5, &all, judge);
-    assert_eq!(ov.page.iter().map(|f| f.key.cookie).collect::<Vec<_>>(), vec![2]);
-    assert_eq!((ov.idle, ov.matched), (2, 3));
+    assert_eq!(ov.page.iter().map(|f| f.key.cookie).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!((ov.idle, ov.matched), (1, 3));
     // Idle flows have no recent throughput.
-    assert_eq!(ov.all.iter().filter(|b| b.bytes_per_s == 0.0).count(), 2);
-    let with_idle = Filter { idle: true, ..all };
+    assert_eq!(ov.all.iter().filter(|b| b.bytes_per_s == 0.0).count(), 1);
+    let with_idle = Filter { idle: true, ..all.clone() };
     assert_eq!(cookies(&t, Order::Rate, 0, 10, &with_idle).len(), 3);
+    // Its queue drained and still: idle too. The receive queue counts as the send queue does.
+    third[2] = sock(spec[2], 1 + spec[2].1);
+    dump(&mut t, 43 * S, &third.iter().collect::<Vec<_>>(), true);
+    assert_eq!(t.overview(Order::Rate, 0, 10, 5, &all, judge).idle, 2);
+    third[0] = sock(spec[0], 1 + spec[0].1).queues(1, 0);
+    dump(&mut t, 44 * S, &third.iter().collect::<Vec<_>>(), true);
+    assert_eq!(t.overview(Order::Rate, 0, 10, 5, &all, judge).idle, 1);
 }
 
 #[test]

@@ -61,9 +61,11 @@ impl Order {
     pub const ALL: [Order; 4] = [Order::Rate, Order::Rtt, Order::Retrans, Order::Age];
 }
 
-/// A flow with no retained sample (nothing changed) for this long is idle: the host page
-/// collapses it into a count.
-pub const IDLE_NS: u64 = 5_000_000_000;
+/// A flow with no retained sample (no byte moved, nothing changed) for this long, and no
+/// byte waiting in its receive or send queue, is idle: the host page collapses it into a
+/// count. Long, because a rate-limited reader's flow stands still for seconds at a time
+/// while it drains a multi-MB receive buffer, and such a flow is the one a user looks for.
+pub const IDLE_NS: u64 = 30_000_000_000;
 
 /// What the host view needs of every active flow, for the per-service table (a few
 /// numbers each, so 20,000 flows are a few hundred KB).
@@ -267,7 +269,7 @@ impl super::Tracker {
             let rtt_us = latest.map_or(0, |r| r.rtt_us);
             let moved_ns = latest.map_or(f.first_ts_ns, |r| r.ts_ns);
             let still = now_ns.saturating_sub(moved_ns);
-            let is_idle = still > IDLE_NS;
+            let is_idle = still > IDLE_NS && !h.queued();
             let rate = if is_idle { 0.0 } else { l.recent_rate_at(still) };
             let window = Window {
                 last: l,

@@ -214,6 +214,12 @@ impl SockBuilder {
         self.set32(136, out).set32(216, dsack_dups);
         self
     }
+    /// `idiag_rqueue` and `idiag_wqueue`: bytes unread, and bytes not yet acknowledged.
+    pub fn queues(mut self, rqueue: u32, wqueue: u32) -> Self {
+        self.msg.head[56..60].copy_from_slice(&rqueue.to_ne_bytes());
+        self.msg.head[60..64].copy_from_slice(&wqueue.to_ne_bytes());
+        self
+    }
     /// `idiag_inode`.
     pub fn inode(mut self, v: u32) -> Self {
         self.msg.head[68..72].copy_from_slice(&v.to_ne_bytes());

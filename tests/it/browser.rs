@@ -344,8 +344,8 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
     // Three busy pairs at fixed paces (each tick 400, 100 and 25 KB each way), kept moving
     // until the page is read, so that its rates are those of flows still busy (a rate read
     // after they stop decays by however long the browser takes to start, which on a loaded
-    // machine is seconds). The page is read 7 s in: the idle ones have not moved for more
-    // than 5 s by then.
+    // machine is seconds). The page is read 32 s in: the idle ones have not moved for more
+    // than 30 s by then (`IDLE_NS`).
     let mut busy: Vec<Pair> = (0..3).map(|_| Pair::connect(&l, a).unwrap()).collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mover = {
@@ -363,7 +363,7 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
             (busy, ticks, t0.elapsed())
         })
     };
-    std::thread::sleep(Duration::from_secs(7));
+    std::thread::sleep(Duration::from_secs(32));
     let url = format!("http://{addr}/");
     let host = dom(browser, &url, 1500);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -405,6 +405,59 @@ fn a_busy_host_lists_the_busiest_first_and_collapses_the_idle() {
     screenshot(browser, &url, "busy-host.png", "1500,1200");
     drop(busy);
     drop(idle);
+}
+
+/// A newcomer's rate-limited download went missing from the host page: its counters stood
+/// still for seconds while curl drained a multi-MB receive buffer, and it was counted as
+/// idle. A flow that moved bytes in the last 30 s, or has bytes waiting in a queue, is
+/// listed: both ends of the download are on every read of the page while it runs.
+#[test]
+fn a_rate_limited_download_stays_listed_throughout() {
+    use std::io::{Read, Write};
+    let Some(browser) = chromium() else { return };
+    if Command::new("curl").arg("--version").output().is_err() {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: no curl");
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let (l, a) = listener();
+    let (m, addr) = http_monitor("100ms", a);
+    // 16 MB served at whatever pace the reader takes; curl reads 256 KB a second of it, so
+    // the download outlasts the 36 s the page is read for.
+    const SIZE: usize = 16 << 20;
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut req = [0u8; 1024];
+        let _ = s.read(&mut req).unwrap();
+        write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let chunk = vec![b'x'; 64 << 10];
+        for _ in 0..SIZE / chunk.len() {
+            if s.write_all(&chunk).is_err() {
+                return; // curl was stopped
+            }
+        }
+    });
+    let mut curl = Command::new("curl")
+        .args(["-s", "--limit-rate", "256k", "-o", "/dev/null", &format!("http://{a}/")])
+        .spawn()
+        .unwrap();
+    let port = format!(":{}", a.port());
+    let mut reads = Vec::new();
+    for _ in 0..36 {
+        std::thread::sleep(Duration::from_secs(1));
+        let page = body(&http_get(&addr, "/")).to_string();
+        let rows = page.split("<tr class=\"flow\"").skip(1).filter(|r| r.contains(&port)).count();
+        reads.push(rows);
+    }
+    let url = format!("http://{addr}/");
+    screenshot(browser, &url, "rate-limited-download.png", "1400,900");
+    let _ = curl.kill();
+    let _ = curl.wait();
+    let _ = server.join();
+    drop(m);
+    eprintln!("download's rows on each read of the page: {reads:?}");
+    assert!(reads.iter().all(|&n| n == 2), "both ends listed on every read: {reads:?}");
 }
 
 #[test]

@@ -267,7 +267,7 @@ fn active_flows(b: &mut String, h: &Host) {
     if h.idle > 0 {
         let _ = write!(
             b,
-            "<p class=\"idle\" id=\"idle-flows\">{} idle flow{} (nothing changed for 5 s or more) not listed: \
+            "<p class=\"idle\" id=\"idle-flows\">{} idle flow{} (nothing moved or waiting for 30 s or more) not listed: \
              <a href=\"/?order={}&amp;limit={}{}&amp;idle=1\">show them too</a>.</p>",
             h.idle,
             if h.idle == 1 { "" } else { "s" },

@@ -87,7 +87,7 @@ fn host_page_has_a_row_with_sparklines_per_flow_and_pages() {
     };
     let p = host_page(&Host { filters: f, idle: 7, total: 257, ..host(3, 250, 100) });
     assert!(p.contains("&amp;service=web&amp;verdict=network"), "{p}");
-    assert!(p.contains("7 idle flows (nothing changed for 5 s or more) not listed"));
+    assert!(p.contains("7 idle flows (nothing moved or waiting for 30 s or more) not listed"));
     assert!(p.contains("&amp;service=web&amp;verdict=network&amp;idle=1\">show them too"));
     assert!(p.contains("<option selected>network</option>"));
 }
