@@ -3,9 +3,17 @@
 //! over its whole life ([`spread`]). The writer puts each record in as it writes it (the
 //! analyzer passes the points on with it); the HTTP server reads the ring. Memory is
 //! bounded by N and [`MAX_POINTS`]: about 45 KB an entry (`a_recent_entry_is_about_45_kb`).
+//!
+//! Under churn the ring turns over in under a second, so a link the host page gave would
+//! answer 404 moments later. The entries a page lists are therefore also *kept*: each for
+//! [`KEEP_LISTED`] after it was last listed, or until newer listed entries fill
+//! [`KEEP_LISTED_BYTES`], whichever comes first. A kept entry that leaves is remembered as
+//! gone (the last [`GONE_REMEMBERED`] cookies), and its page answers 410, "this flow has aged
+//! out", rather than 404.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::record::FlowStats;
 use crate::record::Point;
@@ -15,6 +23,16 @@ pub const DEFAULT_RECENT: usize = 100;
 
 /// Most samples kept per ended flow.
 pub const MAX_POINTS: usize = 300;
+
+/// How long an entry a page listed stays findable after it was last listed.
+pub const KEEP_LISTED: Duration = Duration::from_secs(300);
+
+/// The most listed entries kept beyond the ring, in bytes ([`Ended::size`]): 16 MiB, at
+/// least 370 of the largest entries (45 KB), several refreshes of a busy host page.
+pub const KEEP_LISTED_BYTES: usize = 16 << 20;
+
+/// Cookies of kept entries that aged out, remembered for a 410 (8 bytes each, twice over).
+pub const GONE_REMEMBERED: usize = 65_536;
 
 /// At most `max` of `points` (in time order), spread over their whole span: fewer than
 /// `max` are all kept; otherwise the span is cut into `max / 4` equal stretches, and each
@@ -112,6 +130,82 @@ impl Ended {
     pub fn verdict(&self) -> Option<(&'static str, &str)> {
         self.record.diagnosis.as_ref().map(|d| (d.verdict, d.finding.as_str()))
     }
+
+    /// About what it holds, bytes: the entry, its record and its chart points (the
+    /// record's strings, a few hundred bytes, left out).
+    pub fn size(&self) -> usize {
+        size_of::<Self>() + size_of::<FlowStats>() + self.points.capacity() * size_of::<Point>()
+    }
+}
+
+/// What [`Recent::find`] found.
+#[derive(Debug, Clone)]
+pub enum Found {
+    /// In the ring, or kept since a page listed it.
+    Kept(Arc<Ended>),
+    /// A page listed it, and it has aged out since.
+    Gone,
+    /// Not known here.
+    Unknown,
+}
+
+/// The entries pages listed, kept beyond the ring.
+#[derive(Debug, Default)]
+struct Listed {
+    /// cookie → the entry and when a page last listed it.
+    by_cookie: HashMap<u64, (Arc<Ended>, Instant)>,
+    /// (cookie, when listed), oldest first; an entry listed again appears again, and only
+    /// its newest appearance (the one matching `by_cookie`) counts.
+    order: VecDeque<(u64, Instant)>,
+    /// [`Ended::size`] of the entries in `by_cookie`.
+    bytes: usize,
+    /// Cookies of entries that aged out, oldest first, and as a set.
+    gone: VecDeque<u64>,
+    gone_set: HashSet<u64>,
+}
+
+impl Listed {
+    fn keep(&mut self, e: &Arc<Ended>, now: Instant) {
+        match self.by_cookie.insert(e.cookie, (e.clone(), now)) {
+            Some((old, _)) => self.bytes = self.bytes - old.size() + e.size(),
+            None => self.bytes += e.size(),
+        }
+        if self.gone_set.remove(&e.cookie) {
+            self.gone.retain(|&c| c != e.cookie);
+        }
+        self.order.push_back((e.cookie, now));
+        // A page read over and over lists the same entries again: keep `order` near the
+        // entries' count, not the count of reads.
+        if self.order.len() > 2 * self.by_cookie.len() + 1024 {
+            let mut fresh: Vec<(u64, Instant)> =
+                self.by_cookie.iter().map(|(c, (_, t))| (*c, *t)).collect();
+            fresh.sort_unstable_by_key(|x| x.1);
+            self.order = fresh.into();
+        }
+    }
+
+    /// Drops what was listed longer than [`KEEP_LISTED`] ago, then the oldest listed while
+    /// over [`KEEP_LISTED_BYTES`]; each dropped entry is remembered as gone.
+    fn age(&mut self, now: Instant) {
+        while let Some(&(cookie, at)) = self.order.front() {
+            let old = now.saturating_duration_since(at) > KEEP_LISTED;
+            if !old && self.bytes <= KEEP_LISTED_BYTES {
+                break;
+            }
+            self.order.pop_front();
+            if self.by_cookie.get(&cookie).is_some_and(|(_, t)| *t == at) {
+                let (e, _) = self.by_cookie.remove(&cookie).unwrap_or_else(|| unreachable!());
+                self.bytes -= e.size();
+                if self.gone.len() == GONE_REMEMBERED
+                    && let Some(c) = self.gone.pop_front()
+                {
+                    self.gone_set.remove(&c);
+                }
+                self.gone.push_back(cookie);
+                self.gone_set.insert(cookie);
+            }
+        }
+    }
 }
 
 /// The ring.
@@ -119,12 +213,17 @@ impl Ended {
 pub struct Recent {
     cap: usize,
     ring: Mutex<VecDeque<Arc<Ended>>>,
+    listed: Mutex<Listed>,
 }
 
 impl Recent {
     /// A ring of at most `cap` entries (0 keeps none).
     pub fn new(cap: usize) -> Self {
-        Self { cap, ring: Mutex::new(VecDeque::with_capacity(cap.min(4096))) }
+        Self {
+            cap,
+            ring: Mutex::new(VecDeque::with_capacity(cap.min(4096))),
+            listed: Mutex::new(Listed::default()),
+        }
     }
 
     /// Whether it keeps anything.
@@ -172,10 +271,39 @@ impl Recent {
         r.iter().rev().cloned().collect()
     }
 
-    /// The newest entry for `cookie`.
-    pub fn find(&self, cookie: u64) -> Option<Arc<Ended>> {
+    /// The entries, newest first, for a page that links each: they are kept findable
+    /// ([`KEEP_LISTED`], [`KEEP_LISTED_BYTES`]) after the ring drops them.
+    pub fn list_linked(&self, now: Instant) -> Vec<Arc<Ended>> {
+        let list = self.list();
+        let mut l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        for e in list.iter().rev() {
+            l.keep(e, now);
+        }
+        l.age(now);
+        list
+    }
+
+    /// The newest entry for `cookie`: in the ring, else kept since a page listed it, else
+    /// whether it aged out.
+    pub fn find(&self, cookie: u64, now: Instant) -> Found {
         let r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        r.iter().rev().find(|e| e.cookie == cookie).cloned()
+        if let Some(e) = r.iter().rev().find(|e| e.cookie == cookie) {
+            return Found::Kept(e.clone());
+        }
+        drop(r);
+        let mut l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        l.age(now);
+        match l.by_cookie.get(&cookie) {
+            Some((e, _)) => Found::Kept(e.clone()),
+            None if l.gone_set.contains(&cookie) => Found::Gone,
+            None => Found::Unknown,
+        }
+    }
+
+    /// Entries kept beyond the ring, and their bytes.
+    pub fn kept_listed(&self) -> (usize, usize) {
+        let l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        (l.by_cookie.len(), l.bytes)
     }
 }
 

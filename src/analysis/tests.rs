@@ -288,8 +288,9 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
         r.push_all(std::iter::once((rec, points)));
     }
     assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
-    assert!(r.find(2).is_none());
-    let four = r.find(4).unwrap();
+    let now = std::time::Instant::now();
+    assert!(matches!(r.find(2, now), crate::recent::Found::Unknown));
+    let crate::recent::Found::Kept(four) = r.find(4, now) else { panic!("4 is in the ring") };
     assert!(four.points.len() <= MAX_POINTS, "{} points kept", four.points.len());
     let (first, last) = (four.points[0].unix_s, four.points[four.points.len() - 1].unix_s);
     assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");

@@ -13,7 +13,7 @@ use super::web::{self, Filters, FlowView, Host, Row, ServiceRow};
 use super::{Ctx, ask};
 use crate::analysis::diagnosis::{VERDICTS, Window, so_far, so_far_number};
 use crate::chart::flow::num;
-use crate::recent::Ended;
+use crate::recent::{Ended, Found};
 use crate::record::{FlowId, tuple_text};
 use crate::tracker::accounts::Account;
 use crate::tracker::views::{Brief, Filter, Order, Query};
@@ -218,7 +218,7 @@ pub(super) async fn host(
         filters,
         choices,
         services: services_table,
-        ended: c.recent.enabled().then(|| c.recent.list()),
+        ended: c.recent.enabled().then(|| c.recent.list_linked(std::time::Instant::now())),
         netns: names.is_some(),
         health: super::status::status_section(&c.metrics, names.as_deref()),
     };
@@ -400,13 +400,18 @@ fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
     }
 }
 
-/// The flow `cookie`: active, or ended and still in the ring.
-async fn find(c: &Ctx, cookie: u64) -> Result<Option<FlowView>, Response> {
+/// The flow `cookie`: active, or ended and still kept; a [`not_found`] or [`aged_out`]
+/// response when neither.
+async fn find(c: &Ctx, cookie: u64) -> Result<FlowView, Response> {
     // All the samples the tracker holds: the charts are the flow's whole window, and the
     // record below is the one it would have (its statistics over every sample).
     match ask(c, |tx| Query::Flow { cookie, keep: usize::MAX, tx }).await? {
-        Some((f, _)) => Ok(Some(active_view(c, f))),
-        None => Ok(c.recent.find(cookie).map(|e| ended_view(c, &e))),
+        Some((f, _)) => Ok(active_view(c, f)),
+        None => match c.recent.find(cookie, std::time::Instant::now()) {
+            Found::Kept(e) => Ok(ended_view(c, &e)),
+            Found::Gone => Err(aged_out(cookie)),
+            Found::Unknown => Err(not_found(cookie)),
+        },
     }
 }
 
@@ -418,11 +423,23 @@ fn not_found(cookie: u64) -> Response {
     (StatusCode::NOT_FOUND, Html(web::layout("cgmon-rs: no such flow", &body))).into_response()
 }
 
+/// 410: a flow a page listed once, whose entry has gone since.
+fn aged_out(cookie: u64) -> Response {
+    let body = format!(
+        "<main><h1>This flow has aged out</h1><p>The flow with cookie {cookie} ended, and its \
+         record left what the web view keeps: a listed flow stays for {} minutes after a page \
+         last listed it, or until {} MiB of newer listed records take its place. Its record \
+         is in the monitor's output.</p></main>",
+        crate::recent::KEEP_LISTED.as_secs() / 60,
+        crate::recent::KEEP_LISTED_BYTES >> 20
+    );
+    (StatusCode::GONE, Html(web::layout("cgmon-rs: flow aged out", &body))).into_response()
+}
+
 /// `/flow/{cookie}`.
 pub(super) async fn flow_page(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     match find(&c, cookie).await {
-        Ok(Some(v)) => Html(web::flow_page(&v)).into_response(),
-        Ok(None) => not_found(cookie),
+        Ok(v) => Html(web::flow_page(&v)).into_response(),
         Err(r) => r,
     }
 }
@@ -430,10 +447,7 @@ pub(super) async fn flow_page(State(c): State<Ctx>, Path(cookie): Path<u64>) -> 
 /// `/flow/{cookie}/live`.
 pub(super) async fn flow_live(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     match find(&c, cookie).await {
-        Ok(Some(v)) => axum::Json(web::flow_live(&v)).into_response(),
-        Ok(None) => {
-            (StatusCode::NOT_FOUND, format!("no flow with cookie {cookie}\n")).into_response()
-        }
+        Ok(v) => axum::Json(web::flow_live(&v)).into_response(),
         Err(r) => r,
     }
 }

@@ -241,7 +241,7 @@ pub const LIVE_JS: &str = r#""use strict";
     busy = true;
     try {
       const r = await fetch(url, { cache: "no-store" });
-      if (kind === "flow" && r.status === 404) { location.reload(); return; }
+      if (kind === "flow" && (r.status === 404 || r.status === 410)) { location.reload(); return; }
       if (!r.ok) { say("refresh failed: HTTP " + r.status); return; }
       if (kind === "flow") {
         const j = await r.json();

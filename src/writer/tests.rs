@@ -422,6 +422,63 @@ fn a_missing_directory_fails_at_open_naming_it() {
     assert!(e.contains("/nonexistent/cgmon"), "{e}");
 }
 
+#[test]
+fn flows_a_page_listed_stay_findable_after_the_ring_drops_them_then_are_gone() {
+    use crate::recent::{Found, KEEP_LISTED, KEEP_LISTED_BYTES, Recent};
+    let t0 = std::time::Instant::now();
+    let recent = Recent::new(2);
+    let put = |i: u64| recent.push_all(std::iter::once((record(i), Vec::new())));
+    let is = |cookie: u64, at: std::time::Instant| match recent.find(cookie, at) {
+        Found::Kept(e) => {
+            assert_eq!(e.cookie, cookie);
+            "kept"
+        }
+        Found::Gone => "gone",
+        Found::Unknown => "unknown",
+    };
+    put(0);
+    put(1);
+    // The page lists cookies 1 and 2; then churn pushes them out of the ring.
+    let listed: Vec<u64> = recent.list_linked(t0).iter().map(|e| e.cookie).collect();
+    assert_eq!(listed, [2, 1]);
+    for i in 2..10 {
+        put(i);
+    }
+    let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+    assert_eq!((is(1, at(1)), is(2, at(1))), ("kept", "kept"), "listed: kept");
+    assert_eq!(is(3, at(1)), "unknown", "never listed, left the ring: 404");
+    assert_eq!(is(10, at(1)), "kept", "in the ring");
+    // Listed again at 200 s, cookie 10 is kept from then; 1 and 2 age out at 300 s.
+    recent.list_linked(at(200));
+    let past = KEEP_LISTED.as_secs() + 1;
+    assert_eq!((is(1, at(past)), is(2, at(past))), ("gone", "gone"));
+    for i in 10..20 {
+        put(i);
+    }
+    assert_eq!(is(10, at(past)), "kept", "listed 101 s ago");
+    assert_eq!(is(10, at(200 + past)), "gone");
+    assert_eq!(is(77, at(200 + past)), "unknown");
+    assert_eq!(recent.kept_listed().0, 0, "nothing kept past its time");
+    // The bytes bound: listing entry after entry, the oldest listed go first.
+    let each = {
+        put(100);
+        recent.list_linked(at(1000));
+        recent.kept_listed().1 / 2
+    };
+    let fit = KEEP_LISTED_BYTES / each;
+    let template = record(0);
+    for i in 0..fit as u64 + 10 {
+        let mut r = template.clone();
+        r.cookie = 1001 + i;
+        recent.push_all(std::iter::once((r, Vec::new())));
+        recent.list_linked(at(1000));
+    }
+    let (n, bytes) = recent.kept_listed();
+    assert!(bytes <= KEEP_LISTED_BYTES && n + 2 >= fit, "{n} entries, {bytes} bytes, {fit} fit");
+    assert_eq!(is(101, at(1000)), "gone", "the oldest listed went first");
+    assert_eq!(is(1001 + fit as u64 + 9, at(1000)), "kept");
+}
+
 /// A record of a synthetic flow `i` (cookie `i + 1`, local port 5000 + i) of three samples.
 fn record(i: u64) -> crate::analysis::FlowStats {
     let s = SockBuilder::new(i + 1, 5000 + (i % 60000) as u16, 80);

@@ -926,6 +926,57 @@ fn http_status_page_flows_and_health() {
     assert!(st.success(), "{log}");
 }
 
+/// "Recently ended" links answered 404 once churn pushed their flows out of the ring. A
+/// flow the host page listed stays findable; one it never listed does not (404). (That a
+/// listed flow ages out after 5 minutes into a 410 is tested with a clock in the writer's
+/// tests.)
+#[test]
+fn a_flow_the_host_page_listed_answers_after_churn_pushed_it_out_of_the_ring() {
+    let (l, a) = listener();
+    let m = monitor(&[
+        "--cpu-budget",
+        "0",
+        "-run-interval",
+        "20ms",
+        "-run-http-server",
+        "127.0.0.1:0",
+        "--recent-flows",
+        "2",
+        "--filter",
+        &port_filter(a),
+    ]);
+    let addr = http_addr(&m);
+    // `n` connections that exchange a little and end: two records each.
+    let flows = |m: &Monitor, n: usize| {
+        let mut pairs: Vec<Pair> = (0..n).map(|_| Pair::connect(&l, a).unwrap()).collect();
+        for p in &mut pairs {
+            p.exchange(1000).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(60));
+        drop(pairs);
+        m.records(2 * n, Duration::from_secs(10))
+    };
+    let first = flows(&m, 1);
+    let listed: Vec<u64> = first.iter().map(|r| r["Cookie"].as_u64().unwrap()).collect();
+    let host = http_get(&addr, "/");
+    for c in &listed {
+        assert!(host.contains(&format!("href=\"/flow/{c}\"")), "{c} not linked: {host}");
+    }
+    // Churn: three more connections end; the ring holds only the last two of their six
+    // records.
+    let later = flows(&m, 3);
+    let dropped = later[0]["Cookie"].as_u64().unwrap();
+    for c in &listed {
+        let page = http_get(&addr, &format!("/flow/{c}"));
+        assert!(page.starts_with("HTTP/1.1 200") && page.contains("· ended"), "{c}: {page}");
+    }
+    let page = http_get(&addr, &format!("/flow/{dropped}"));
+    assert!(page.starts_with("HTTP/1.1 404"), "never listed, out of the ring: {page}");
+    m.signal(libc::SIGTERM);
+    let (st, log, _) = m.wait(Duration::from_secs(10));
+    assert!(st.success(), "{log}");
+}
+
 #[test]
 fn flow_duration_histogram_files_each_flow_by_its_measured_span() {
     let (l, a) = listener();
