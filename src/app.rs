@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use crate::analysis::stage as analyzer;
 use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::poll::namespaces;
 use crate::poll::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
@@ -624,8 +625,7 @@ fn attributed(
                 .ok()
         });
     let d = dests.clone();
-    let namer: crate::tracker::DestNamer =
-        Box::new(move |ip, port| d.lock().unwrap_or_else(|e| e.into_inner()).lookup(ip, port));
+    let namer: crate::tracker::DestNamer = Box::new(move |ip, port| d.locked().lookup(ip, port));
     tracker.attribute(link, Some(namer));
     tracker
 }

@@ -21,6 +21,7 @@
 //! Every thread that spends the budget already holds the metrics, so the ledger is kept
 //! there (`Metrics::budget`).
 
+use crate::locks::Locked;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ impl Budget {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+        self.ledger.locked()
     }
 
     /// Brings the ledger up to `now`: the share of the time since, up to [`SAVED`]'s.

@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -17,7 +17,7 @@ use crate::app::{self, EXIT_FAILURE, EXIT_USAGE, Event, Settings, Sources};
 use crate::cli::UsageError;
 use crate::metrics::Metrics;
 use crate::units::parse_duration;
-use crate::writer::Writer;
+use crate::writer::{MemoryOut, Writer};
 
 /// The longest `--seconds`: ten years, far below where a deadline would overflow.
 const MAX_SECONDS: u64 = 10 * 365 * 86_400;
@@ -114,7 +114,7 @@ const WHOLE_FLOW: usize = 1 << 40;
 /// flow seen has ended; its exit status and its records, busiest first, as it wrote them.
 pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
     let metrics = Arc::new(Metrics::new(s.task.interval));
-    let out = Collected::default();
+    let out = MemoryOut::default();
     let writer = match Writer::to_stream(s.writer.clone(), Box::new(out.clone()), metrics.clone()) {
         Ok(w) => w,
         Err(e) => {
@@ -150,32 +150,17 @@ pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
     });
     let code = app::run(s, sources, writer, rx, metrics).await;
     ender.abort();
-    let mut records = out.records();
+    let mut records = records(&out);
     records.sort_by_key(|r| std::cmp::Reverse(r["BytesAcked"].as_u64().unwrap_or(0)));
     (code, records)
 }
 
 /// The writer's output, kept in memory.
-#[derive(Clone, Default)]
-struct Collected(Arc<Mutex<Vec<u8>>>);
-
-impl Collected {
-    /// The records written so far. The writer wrote them; a line that does not parse
-    /// cannot occur, and would be left out.
-    fn records(&self) -> Vec<Value> {
-        let text = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        serde_json::Deserializer::from_slice(&text).into_iter::<Value>().flatten().collect()
-    }
-}
-
-impl Write for Collected {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// The records `out` holds. The writer wrote them; a line that does not parse cannot
+/// occur, and would be left out.
+fn records(out: &MemoryOut) -> Vec<Value> {
+    let text = out.contents();
+    serde_json::Deserializer::from_slice(&text).into_iter::<Value>().flatten().collect()
 }
 
 fn print_json(records: &[Value], out: &mut impl Write) -> std::io::Result<()> {

@@ -47,6 +47,7 @@ pub mod http;
 /// for the lab tests and `examples/lab.rs` (the `testkit` feature), not in the monitor.
 #[cfg(any(test, feature = "testkit"))]
 pub mod lab;
+pub mod locks;
 pub mod logging;
 pub mod metrics;
 pub mod netns;

@@ -4,6 +4,7 @@
 //! paths (SIGUSR1, the HTTP server), which need no ordering between counters.
 //! Stage timings are Welford running statistics behind a mutex held for a few ns per call.
 
+use crate::locks::Locked;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -378,7 +379,7 @@ pub const SINK_BUCKETS_S: [f64; 10] =
 impl SinkMetrics {
     /// The last failure's text while the sink fails.
     pub fn failing_with(&self) -> Option<String> {
-        self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.last_error.locked().clone()
     }
 }
 
@@ -496,13 +497,13 @@ impl Metrics {
         let i = Stage::ALL.iter().position(|&s| s == stage).unwrap_or(0);
         // A poisoned lock only means another thread panicked mid-push; the numbers are
         // still usable.
-        let mut g = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.stages.locked();
         g[i].push(d);
     }
 
     /// A copy of the stage timings, in [`Stage::ALL`] order.
     pub fn stage_times(&self) -> [StageTimes; 4] {
-        *self.stages.lock().unwrap_or_else(|e| e.into_inner())
+        *self.stages.locked()
     }
 
     /// Marks a successful dump now.
@@ -573,7 +574,7 @@ impl Metrics {
     /// Flows opened and ended, and the churn: over the last interval measured and since the
     /// start (`up` seconds).
     pub fn churn_text(&self, up: f64) -> String {
-        let (n, ns) = *self.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, ns) = *self.last_churn.locked();
         let now = if ns > 0 { n as f64 / (ns as f64 / 1e9) } else { 0.0 };
         format!(
             "{} opened, {} ended; {now:.2} flows/s now, {:.2} flows/s mean",

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::locks::Locked;
 use crate::record::FlowStats;
 use crate::record::Point;
 
@@ -256,7 +257,7 @@ impl Recent {
         if self.cap == 0 {
             return;
         }
-        let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.ring.locked();
         for (record, points) in ended {
             if r.len() == self.cap {
                 r.pop_front();
@@ -267,7 +268,7 @@ impl Recent {
 
     /// The entries, newest first.
     pub fn list(&self) -> Vec<Arc<Ended>> {
-        let r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.ring.locked();
         r.iter().rev().cloned().collect()
     }
 
@@ -275,7 +276,7 @@ impl Recent {
     /// ([`KEEP_LISTED`], [`KEEP_LISTED_BYTES`]) after the ring drops them.
     pub fn list_linked(&self, now: Instant) -> Vec<Arc<Ended>> {
         let list = self.list();
-        let mut l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.listed.locked();
         for e in list.iter().rev() {
             l.keep(e, now);
         }
@@ -286,12 +287,12 @@ impl Recent {
     /// The newest entry for `cookie`: in the ring, else kept since a page listed it, else
     /// whether it aged out.
     pub fn find(&self, cookie: u64, now: Instant) -> Found {
-        let r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.ring.locked();
         if let Some(e) = r.iter().rev().find(|e| e.cookie == cookie) {
             return Found::Kept(e.clone());
         }
         drop(r);
-        let mut l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.listed.locked();
         l.age(now);
         match l.by_cookie.get(&cookie) {
             Some((e, _)) => Found::Kept(e.clone()),
@@ -302,7 +303,7 @@ impl Recent {
 
     /// Entries kept beyond the ring, and their bytes.
     pub fn kept_listed(&self) -> (usize, usize) {
-        let l = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let l = self.listed.locked();
         (l.by_cookie.len(), l.bytes)
     }
 }

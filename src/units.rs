@@ -103,6 +103,16 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// What a URL's query leaves as it is: RFC 3986's unreserved characters.
+const UNRESERVED: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// `s` percent-encoded for a URL's query (a value, or a whole query the server decodes):
+/// the pages' filter links and the sink's `?query=`.
+pub fn url_escape(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
 /// Bytes in SI units, as `ss` and iperf3 write them for a person: `4.1 KB`, `2.0 GB`
 /// (10³ steps; sizes a user types keep their ×1024 suffixes, see [`parse_size`]).
 pub fn si_bytes(b: u64) -> String {

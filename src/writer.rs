@@ -34,11 +34,34 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANNEL_CAPACITY};
+use crate::locks::Locked;
 use crate::metrics::{Metrics, Stage};
 use crate::services::Services;
 use file::{FileConfig, OutFile};
 use stream::StreamOut;
 pub use thread::{ReopenRequest, spawn};
+
+/// Output kept in memory: what the `diagnose` command reads back, and what tests read.
+/// Clones share the buffer.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryOut(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl MemoryOut {
+    /// A copy of everything written so far.
+    pub fn contents(&self) -> Vec<u8> {
+        self.0.locked().clone()
+    }
+}
+
+impl Write for MemoryOut {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.locked().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
 
 /// How often files are sync-flushed: at most this much output is lost to a SIGKILL.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
@@ -233,8 +256,8 @@ impl Writer {
         #[cfg(test)]
         assert!(!self.panic_next.swap(false, std::sync::atomic::Ordering::Relaxed), "injected");
         if !b.records.is_empty() {
-            let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
-            let d = self.dests.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.services.locked();
+            let d = self.dests.locked();
             for r in &mut b.records {
                 r.name_service(&mut s);
                 d.name(r);
@@ -392,7 +415,7 @@ impl Writer {
 
     /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
     pub fn reopen(&mut self) {
-        self.dests.lock().unwrap_or_else(|e| e.into_inner()).reload();
+        self.dests.locked().reload();
         self.rotate("SIGHUP");
         if let Some(s) = &mut self.samples {
             match s.rotate() {
@@ -417,7 +440,7 @@ impl Writer {
     /// # Errors
     /// Stdout's reader is gone.
     pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
-        self.dests.lock().unwrap_or_else(|e| e.into_inner()).tick(now);
+        self.dests.locked().tick(now);
         self.retry_rotation();
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {

@@ -14,6 +14,7 @@ const RANKS: &[(&str, u32)] = &[
     ("wire", 0),
     ("states", 0),
     ("units", 0),
+    ("locks", 0),
     ("clock", 0),
     ("budget", 0),
     ("stats", 0),

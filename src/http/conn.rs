@@ -9,6 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use tokio::sync::oneshot;
 
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 
 /// The server's bounds (`--http-header-timeout`, `--http-idle-timeout`,
@@ -117,7 +118,7 @@ pub(super) async fn serve_app(
     let slots = Arc::new(std::sync::Mutex::new(Slots::default()));
     let lock = |s: &std::sync::Mutex<Slots>| {
         // No invariant spans the lock: a poisoned one is still usable.
-        s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).held()
+        s.locked().held()
     };
     let mut conns = tokio::task::JoinSet::new();
     let mut last_warning: Option<std::time::Instant> = None;
@@ -125,8 +126,7 @@ pub(super) async fn serve_app(
         // While connections told to give way have not closed yet (they close within a
         // turn of this runtime), at most EVICTING more are accepted: file descriptors stay
         // within the cap plus that, and a burst of newcomers still drains quickly.
-        let room = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).open.len()
-            < limits.max_connections + EVICTING;
+        let room = slots.locked().open.len() < limits.max_connections + EVICTING;
         let accepted = tokio::select! {
             _ = &mut stop => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
@@ -135,7 +135,7 @@ pub(super) async fn serve_app(
         match accepted {
             Ok((stream, _)) => {
                 let (id, clock) = {
-                    let mut sl = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut sl = slots.locked();
                     if sl.held() >= limits.max_connections && !sl.evict_one() {
                         // Every slot is mid-response: closed at once, before reading a byte.
                         drop(sl);
@@ -154,8 +154,7 @@ pub(super) async fn serve_app(
                 conns.spawn(async move {
                     connection(stream, app, limits, &m, clock).await;
                     let held = {
-                        let mut sl =
-                            slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let mut sl = slots.locked();
                         sl.open.remove(&id);
                         sl.held()
                     };

@@ -13,6 +13,7 @@ use super::web::{self, Filters, FlowView, Host, Row, ServiceRow};
 use super::{Ctx, ask};
 use crate::analysis::diagnosis::{VERDICTS, Window, so_far, so_far_number};
 use crate::chart::flow::num;
+use crate::locks::Locked;
 use crate::recent::{Ended, Found};
 use crate::record::{FlowId, tuple_text};
 use crate::tracker::accounts::Account;
@@ -166,9 +167,9 @@ pub(super) async fn host(
         Ok(ns) => ns,
         Err(msg) => return bad(msg.trim_end().to_string()),
     };
-    let accounts = c.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let accounts = c.accounts.locked().clone();
     let filter = {
-        let mut services = c.services.lock().unwrap_or_else(|e| e.into_inner());
+        let mut services = c.services.locked();
         let mut nm =
             Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
         match filter_of(&filters, netns, &mut nm) {
@@ -190,8 +191,8 @@ pub(super) async fn host(
         Ok(ov) => ov,
         Err(r) => return r,
     };
-    let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
-    let mut services = c.services.lock().unwrap_or_else(|e| e.into_inner());
+    let names = c.netns.as_ref().map(|n| n.locked().clone());
+    let mut services = c.services.locked();
     let mut nm =
         Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
     let rows = ov
@@ -295,8 +296,8 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let end = f.last_ts_ns;
     let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
     let mut r = crate::analysis::analyze(&mut e, &c.analysis);
-    r.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
-    c.dests.lock().unwrap_or_else(|e| e.into_inner()).name(&mut r);
+    r.name_service(&mut c.services.locked());
+    c.dests.locked().name(&mut r);
     let f = &e.flow;
     let latest = points.last().copied().unwrap_or_default();
     let mut facts: Vec<(String, String)> = vec![
@@ -364,8 +365,8 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
 /// The view of ended flow `e`, from the ring, its service named as the written record's is.
 fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
     let mut record = (*e.record).clone();
-    record.name_service(&mut c.services.lock().unwrap_or_else(|e| e.into_inner()));
-    c.dests.lock().unwrap_or_else(|e| e.into_inner()).name(&mut record);
+    record.name_service(&mut c.services.locked());
+    c.dests.locked().name(&mut record);
     let rec: serde_json::Value = serde_json::to_value(&record).unwrap_or_default();
     let text = |k: &str| match &rec[k] {
         serde_json::Value::String(s) => s.clone(),

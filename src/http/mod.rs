@@ -41,6 +41,7 @@ use axum::{Json, Router};
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 
 pub mod auth;
@@ -79,7 +80,7 @@ impl Ctx {
     fn netns_index(&self, name: Option<&str>) -> Result<Option<u32>, String> {
         let Some(name) = name else { return Ok(None) };
         let found = self.netns.as_ref().and_then(|n| {
-            let names = n.lock().unwrap_or_else(|e| e.into_inner());
+            let names = n.locked();
             names.iter().position(|x| x == name)
         });
         match found {
@@ -90,7 +91,7 @@ impl Ctx {
 
     /// The name of namespace `ns`, when several are sampled.
     fn netns_name(&self, ns: u32) -> Option<String> {
-        let names = self.netns.as_ref()?.lock().unwrap_or_else(|e| e.into_inner());
+        let names = self.netns.as_ref()?.locked();
         names.get(ns as usize).cloned()
     }
 }
@@ -128,7 +129,7 @@ async fn flow_durations(State(c): State<Ctx>) -> String {
 }
 
 async fn health(State(c): State<Ctx>) -> Html<String> {
-    let names = c.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let names = c.netns.as_ref().map(|n| n.locked().clone());
     Html(status_page(&c.metrics, names.as_deref()))
 }
 
@@ -213,25 +214,16 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
     let mut r = Json(body).into_response();
     let h = r.headers_mut();
     h.insert("x-total-count", page.total.into());
-    let filter = q.netns.as_ref().map_or(String::new(), |n| format!("&netns={}", url_escape(n)));
+    let filter = q
+        .netns
+        .as_ref()
+        .map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)));
     if let Some(Some(last)) = next
         && let Ok(v) = format!("</flows?limit={limit}&after={last}{filter}>; rel=\"next\"").parse()
     {
         h.insert(header::LINK, v);
     }
     r
-}
-
-/// A query value, percent-encoded where a URL needs it (also a form value's).
-pub fn url_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {

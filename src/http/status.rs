@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::chart::esc;
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::metrics::catalogue::Section;
 
@@ -35,7 +37,7 @@ pub fn status_section(m: &Metrics, netns: Option<&[String]>) -> String {
         let _ = writeln!(
             p,
             "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
-            escape(st.name()),
+            esc(st.name()),
             t.calls,
             us(t.min),
             us(t.mean()),
@@ -128,7 +130,7 @@ fn naming_line(p: &mut String, m: &Metrics) {
 fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
     use std::fmt::Write as _;
     for section in Section::ALL.into_iter().filter(|x| x.shown(m)) {
-        let _ = writeln!(p, "<tr><th colspan=\"2\">{}</th></tr>", escape(section.name()));
+        let _ = writeln!(p, "<tr><th colspan=\"2\">{}</th></tr>", esc(section.name()));
         let mut rows: Vec<(String, String)> =
             section.series().map(|x| (x.says.to_string(), x.shown(m))).collect();
         match section {
@@ -149,7 +151,7 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
             _ => {}
         }
         for (k, v) in rows {
-            let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", escape(&k), escape(&v));
+            let _ = writeln!(p, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(&v));
         }
     }
     let rss = crate::metrics::rss_bytes().map_or("unknown".into(), crate::units::si_bytes);
@@ -162,7 +164,7 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
 /// The sampled namespaces (names by index), each with its active flows and a link to them.
 fn netns_table(p: &mut String, m: &Metrics, names: &[String]) {
     use std::fmt::Write as _;
-    let flows = m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let flows = m.netns_flows.locked().clone();
     p.push_str(
         "<h3>Network namespaces</h3>\n<table><tr><th>namespace</th><th>active flows</th></tr>\n",
     );
@@ -170,16 +172,12 @@ fn netns_table(p: &mut String, m: &Metrics, names: &[String]) {
         let _ = writeln!(
             p,
             "<tr><td><a href=\"/flows?netns={}\">{}</a></td><td>{}</td></tr>",
-            escape(&super::url_escape(name)),
-            escape(name),
+            esc(&crate::units::url_escape(name)),
+            esc(name),
             flows.get(i).copied().unwrap_or(0)
         );
     }
     p.push_str("</table>\n");
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 #[cfg(test)]

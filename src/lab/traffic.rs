@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{Lab, Side, in_netns};
+use crate::locks::Locked;
 
 /// What the sender does.
 #[derive(Debug, Clone, Default)]
@@ -180,7 +181,7 @@ impl Sink {
         let rx = received.clone();
         let server = Server::start(lab, side, port, rcvbuf, move |mut c, peer| {
             let n = read_all(&mut c, reader);
-            rx.lock().unwrap_or_else(|e| e.into_inner()).push((peer, n));
+            rx.locked().push((peer, n));
             let _ = c.shutdown(Shutdown::Both);
         })?;
         Ok(Sink { port: server.port, received, _server: server })
@@ -188,7 +189,7 @@ impl Sink {
 
     /// Bytes received per finished connection, by peer address.
     pub fn received(&self) -> Vec<(SocketAddr, u64)> {
-        self.received.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.received.locked().clone()
     }
 }
 

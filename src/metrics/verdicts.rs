@@ -7,6 +7,7 @@
 //! names, later ones count under `other`; so the series stay at most (K₁ + 1)(K₂ + 1) × the
 //! verdicts, however many services come and go.
 
+use crate::locks::Locked;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -97,7 +98,7 @@ impl VerdictCounts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.locked()
     }
 
     /// Counts ended flows.

@@ -28,6 +28,7 @@ use tokio::time::MissedTickBehavior;
 
 use crate::clock::cpu_timed;
 pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
+use crate::locks::Locked;
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::destroy::{DestroyBatch, DestroyListener};
 use crate::sampler::exact::ExactPoll;
@@ -185,7 +186,7 @@ fn publish(
     accounts: Option<&std::sync::Mutex<Vec<Account>>>,
 ) -> TrackerStats {
     if let Some(a) = accounts {
-        let mut g = a.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = a.locked();
         g.clear();
         g.extend_from_slice(tracker.accounts().all());
     }
@@ -196,7 +197,7 @@ fn publish(
     m.flows_packed_bytes.set(bytes as u64);
     // For the status page only, so only when it is served (`accounts` is published for it).
     if accounts.is_some() && tracker.several_netns() {
-        *m.netns_flows.lock().unwrap_or_else(|e| e.into_inner()) = tracker.flows_per_netns();
+        *m.netns_flows.locked() = tracker.flows_per_netns();
     }
     m.flows_opened.mirror(st.flows_opened);
     m.flows_ended.mirror(st.flows_ended);
@@ -466,7 +467,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let (tracker, metrics) = (&self.tracker, &self.metrics);
         let st = publish(tracker, metrics, self.accounts.as_deref());
         if let Some(prev) = self.last_dump_start.replace(start) {
-            let mut c = metrics.last_churn.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = metrics.last_churn.locked();
             *c = (self.out.len() as u64, start.duration_since(prev).as_nanos() as u64);
         }
         tracing::debug!(target: "cgmon_rs::tracker", active = tracker.active(),

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Space, SpaceUpdate};
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::netns::{self, Netns, NsId, Roots, Which};
 use crate::record::NetnsLabel;
@@ -183,7 +184,7 @@ impl Scanner {
                     self.next += 1;
                     let l = Arc::new(label(&n));
                     {
-                        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut names = self.names.locked();
                         if names.len() <= ns as usize {
                             names.resize(ns as usize + 1, String::new());
                         }

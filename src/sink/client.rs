@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::batch::Batch;
 use super::ddl::{self, Version};
 use super::delivery::{Failure, Store};
+use crate::units::url_escape;
 
 pub use super::target::Target;
 
@@ -76,10 +77,10 @@ impl Client {
     ) -> Result<String, Failure> {
         let mut params = Vec::new();
         if let Some(id) = id {
-            params.push(format!("query_id={}", encode(id)));
+            params.push(format!("query_id={}", url_escape(id)));
         }
         if !query.is_empty() {
-            params.push(format!("query={}", encode(query)));
+            params.push(format!("query={}", url_escape(query)));
             params.push(
                 "input_format_skip_unknown_fields=1&date_time_input_format=best_effort\
                  &insert_distributed_sync=1"
@@ -271,15 +272,6 @@ fn first_line(s: &str) -> String {
     crate::units::clip(s.lines().next().unwrap_or("").trim()).into_owned()
 }
 
-/// What a query string leaves as it is: RFC 3986's unreserved characters.
-const QUERY: &percent_encoding::AsciiSet =
-    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
-
-/// Percent-encodes a query for the URL.
-fn encode(q: &str) -> String {
-    percent_encoding::utf8_percent_encode(q, QUERY).to_string()
-}
-
 /// A failure that happened before anything reached the server is `NotStored`; anything
 /// after the request may have gone out is `Uncertain`.
 fn classify(e: ureq::Error) -> Failure {
@@ -307,7 +299,7 @@ mod tests {
     #[test]
     fn queries_are_percent_encoded() {
         assert_eq!(
-            encode("INSERT INTO `a`.`b` FORMAT JSONEachRow"),
+            url_escape("INSERT INTO `a`.`b` FORMAT JSONEachRow"),
             "INSERT%20INTO%20%60a%60.%60b%60%20FORMAT%20JSONEachRow"
         );
     }

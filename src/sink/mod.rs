@@ -36,6 +36,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::record::FlowStats;
 
@@ -158,7 +159,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic on one thread leaves a queue that is still whole: go on with it.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.locked()
     }
 }
 
@@ -477,8 +478,7 @@ impl State {
         m.waiting_bytes.set(bytes as u64);
         m.spooled_batches.set(self.spool.as_ref().map_or(0, |s| s.len() as u64));
         m.failing.set(u64::from(self.delivery.last_error.is_some()));
-        *m.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            self.delivery.last_error.clone();
+        *m.last_error.locked() = self.delivery.last_error.clone();
     }
 }
 

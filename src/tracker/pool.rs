@@ -13,6 +13,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::prefetch::prefetch_line;
+use crate::locks::Locked;
 use crate::record::Retained;
 
 /// Retained samples per stage and per block (see [`Stage`]).
@@ -182,7 +183,7 @@ impl Segments {
     fn grow(&mut self) -> u32 {
         if self.used == self.local.len() * SEGMENT_BLOCKS {
             let s = Self::zeroed();
-            self.store.segments.lock().unwrap_or_else(PoisonError::into_inner).push(s);
+            self.store.segments.locked().push(s);
             self.local.push(s);
         }
         self.used += 1;
@@ -247,7 +248,7 @@ impl BlockPool {
 
     /// Takes back the blocks that windows handed on have given back since the last call.
     pub(super) fn reclaim(&mut self) {
-        let mut returned = self.slots.store.returned.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut returned = self.slots.store.returned.locked();
         self.free.append(&mut returned);
     }
 }
@@ -440,7 +441,7 @@ impl Held {
         for group in self.room[..self.blocks as usize].chunks(64) {
             let mut at = [std::ptr::null::<Stage>(); 64];
             {
-                let segments = self.store.segments.lock().unwrap_or_else(PoisonError::into_inner);
+                let segments = self.store.segments.locked();
                 for (p, &b) in at.iter_mut().zip(group) {
                     *p = slot_ptr(&segments, b);
                 }
@@ -465,11 +466,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         let blocks = &self.room[..self.blocks as usize];
-        self.store
-            .returned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(blocks);
+        self.store.returned.locked().extend_from_slice(blocks);
     }
 }
 

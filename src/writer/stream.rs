@@ -15,6 +15,7 @@ use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 
 /// Most bytes handed to the thread and not yet written (a quarter of the backlog when that
@@ -70,7 +71,7 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic on the other side leaves the state consistent (no invariant spans an
         // unlock), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.locked()
     }
 }
 

@@ -7,19 +7,6 @@ use super::*;
 use crate::tracker::testing::ended_flow;
 use crate::wire::build::SockBuilder;
 
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 fn cfg(target: Target) -> WriterConfig {
     WriterConfig {
         target,
@@ -60,12 +47,12 @@ fn cookies(text: &[u8]) -> Vec<u64> {
 
 #[test]
 fn stdout_is_one_flushed_line_per_record() {
-    let out = Shared::default();
+    let out = MemoryOut::default();
     let m = Arc::new(Metrics::default());
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m.clone()).unwrap();
     w.write_batch(batch(0..3)).unwrap();
     w.close(Duration::from_secs(10)).unwrap();
-    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(out.contents()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3);
     for (i, l) in lines.iter().enumerate() {
@@ -80,7 +67,7 @@ fn stdout_is_one_flushed_line_per_record() {
 #[derive(Clone, Default)]
 struct Stalled {
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    out: Shared,
+    out: MemoryOut,
 }
 
 impl Write for Stalled {
@@ -129,18 +116,18 @@ fn a_stalled_stdout_reader_fills_the_backlog_not_the_channel() {
     h.join().unwrap().unwrap();
     assert_eq!(m.records_written.get(), 3000);
     assert_eq!(m.records_lost.get(), 0);
-    assert_eq!(cookies(&out.out.0.lock().unwrap()), (1..=3000).collect::<Vec<u64>>());
+    assert_eq!(cookies(&out.out.contents()), (1..=3000).collect::<Vec<u64>>());
 }
 
 #[test]
 fn pretty_is_cgmons_tab_indented_stream() {
-    let out = Shared::default();
+    let out = MemoryOut::default();
     let m = Arc::new(Metrics::default());
     let c = WriterConfig { pretty: true, ..cfg(Target::Stdout) };
     let mut w = Writer::to_stream(c, Box::new(out.clone()), m).unwrap();
     w.write_batch(batch(0..2)).unwrap();
     w.close(Duration::from_secs(10)).unwrap();
-    let text = out.0.lock().unwrap().clone();
+    let text = out.contents();
     let s = String::from_utf8(text.clone()).unwrap();
     assert!(s.starts_with("{\n\t\"ID\": {\n\t\t\"SrcIP\""), "{}", &s[..40]);
     assert_eq!(cookies(&text), [1, 2]);
@@ -530,7 +517,7 @@ fn records_name_their_cgroups_service() {
     std::fs::create_dir_all(&unit).unwrap();
     std::fs::create_dir_all(&ctr).unwrap();
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
-    let out = Shared::default();
+    let out = MemoryOut::default();
     let m = Arc::new(Metrics::default());
     let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m)
@@ -543,7 +530,7 @@ fn records_name_their_cgroups_service() {
     b.records[3].cgroup_id = None; // the kernel sent none
     w.write_batch(b).unwrap();
     w.close(Duration::from_secs(5)).unwrap();
-    let text = out.0.lock().unwrap().clone();
+    let text = out.contents();
     let recs: Vec<serde_json::Value> =
         serde_json::Deserializer::from_slice(&text).into_iter().map(Result::unwrap).collect();
     assert_eq!(recs.len(), 4);
@@ -560,7 +547,7 @@ fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
     let unit = tree.path().join("system.slice/api.service");
     std::fs::create_dir_all(&unit).unwrap();
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&unit).unwrap());
-    let out = Shared::default();
+    let out = MemoryOut::default();
     let recent = Arc::new(crate::recent::Recent::new(2));
     let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), Arc::default())
@@ -586,7 +573,7 @@ fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
     assert_eq!(recent.list()[0].cookie, 3);
     w.close(Duration::from_secs(5)).unwrap();
     assert!(
-        String::from_utf8_lossy(&out.0.lock().unwrap()).contains("\"Service\":\"api.service\"")
+        String::from_utf8_lossy(&out.contents()).contains("\"Service\":\"api.service\"")
     );
 }
 

@@ -330,7 +330,7 @@ impl Prometheus {
     /// The series `expr` returns now, as Prometheus's API gives them, or the error.
     pub fn series(&self, expr: &str) -> Result<Vec<Value>, String> {
         let mut s = std::net::TcpStream::connect(&self.listen).map_err(|e| e.to_string())?;
-        let form = format!("query={}", cgmon_rs::http::url_escape(expr));
+        let form = format!("query={}", cgmon_rs::units::url_escape(expr));
         let _ = write!(
             s,
             "POST /api/v1/query HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",

@@ -2,29 +2,15 @@
 //! no process: records reach the writer, a stop writes partial flows when asked, a reopen
 //! and reports are answered, and the exit status says whether anything was lost.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cgmon_rs::app::{self, Event, Sources};
 use cgmon_rs::metrics::Metrics;
 use cgmon_rs::sampler::fakes::ScriptSource;
 use cgmon_rs::wire::build::SockBuilder;
-use cgmon_rs::writer::Writer;
+use cgmon_rs::writer::{MemoryOut, Writer};
 use serde_json::Value;
-
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Runs the program with `args` on a script in which flow 1 lives in dumps 2 to 4 and flow
 /// 2 from dump 3 on (the first dump is empty: flows in it were open before the start); sends `events` at 100 ms intervals, then a
@@ -36,7 +22,7 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
     };
     let s = cfg.settings;
     let metrics = Arc::new(Metrics::new(s.task.interval));
-    let out = Shared::default();
+    let out = MemoryOut::default();
     let writer =
         Writer::to_stream(s.writer.clone(), Box::new(out.clone()), metrics.clone()).unwrap();
     let script = ScriptSource::new(|dump| {
@@ -59,7 +45,7 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     tx.send(Event::Stop("test")).await.unwrap();
     let code = program.await.unwrap();
-    let text = out.0.lock().unwrap().clone();
+    let text = out.contents();
     let records = serde_json::Deserializer::from_slice(&text)
         .into_iter::<Value>()
         .map(Result::unwrap)

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::locks::Locked;
 use crate::services::Services;
 use crate::tracker::accounts::{NO_UID, OVERFLOW_CGROUP};
 
@@ -91,7 +92,7 @@ impl Labeler {
             return s.clone();
         }
         let name = {
-            let mut s = self.services.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.services.locked();
             owner_name(&mut s, cgroup_id, uid)
         };
         let label = if self.given.contains(&name) || self.given.len() < self.top {

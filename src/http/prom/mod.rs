@@ -26,6 +26,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::services::Services;
 use crate::tracker::accounts::{Account, RTT_BUCKETS_S};
@@ -80,17 +81,16 @@ impl Exporter {
     /// Keeps the first `dests` destination and `comms` program label values; with
     /// `kernsnoopd`, also exports kernsnoopd's byte families under their own names.
     pub fn with_attribution(self, dests: usize, comms: usize, kernsnoopd: bool) -> Self {
-        self.labels.lock().unwrap_or_else(|e| e.into_inner()).set_tops(dests, comms);
+        self.labels.locked().set_tops(dests, comms);
         Self { kernsnoopd, ..self }
     }
 
     /// The accounts summed by label set: per (netns, service, listen_port) for the flow
     /// counts and RTTs, and per those and (dest_service, comm) for the bytes.
     fn aggregate(&self) -> (BTreeMap<FlowKey, Agg>, BTreeMap<ByteKey, Bytes>) {
-        let accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let names =
-            self.netns.as_ref().map(|n| n.lock().unwrap_or_else(|e| e.into_inner()).clone());
-        let mut l = self.labels.lock().unwrap_or_else(|e| e.into_inner());
+        let accounts = self.accounts.locked().clone();
+        let names = self.netns.as_ref().map(|n| n.locked().clone());
+        let mut l = self.labels.locked();
         let mut flows: BTreeMap<FlowKey, Agg> = BTreeMap::new();
         let mut bytes: BTreeMap<ByteKey, Bytes> = BTreeMap::new();
         for a in &accounts {

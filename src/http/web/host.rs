@@ -103,7 +103,7 @@ impl Filters {
             ("netns", &self.netns),
         ] {
             if let Some(v) = v {
-                let _ = write!(q, "&amp;{k}={}", esc(&crate::http::url_escape(v)));
+                let _ = write!(q, "&amp;{k}={}", esc(&crate::units::url_escape(v)));
             }
         }
         if self.idle {
@@ -328,7 +328,7 @@ fn services(b: &mut String, h: &Host) {
         let _ = writeln!(
             b,
             "<tr><td class=\"l\"><a href=\"/?service={}\">{}</a></td><td>{port}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&crate::http::url_escape(&s.name)),
+            esc(&crate::units::url_escape(&s.name)),
             esc(&s.name),
             s.flows,
             si_rate_bps(s.bytes_per_s),

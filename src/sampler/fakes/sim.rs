@@ -5,6 +5,7 @@
 //! there is none. It counts what it was asked, so scheduling tests can tell what each tick
 //! did, and it can spend CPU per socket answered, so a budget has something to measure.
 
+use crate::locks::Locked;
 use crate::sampler::dump_source::next_queued;
 use std::collections::VecDeque;
 use std::io;
@@ -116,11 +117,11 @@ impl SimHost {
     }
 
     fn lock(&self) -> MutexGuard<'_, SimState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     fn answer(&mut self, req: &[u8], seq: u32, dump: bool) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.locked();
         let stamp = |m: &[u8]| {
             let mut m = m.to_vec();
             m[8..12].copy_from_slice(&seq.to_ne_bytes());
