@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::net::IpAddr;
 
-use cgmon_rs::destinations::DestMap;
+use cgmon_rs::who::destinations::DestMap;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// 100,000 ranges on 10.0.0.0/8: disjoint narrow ones and nested wide ones.

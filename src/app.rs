@@ -326,7 +326,7 @@ pub async fn run(
     let mut acfg = analyzer_config(&s);
     let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
     // Service names of cgroups: one cache for the records, `/metrics` and the web view.
-    let services: Arc<std::sync::Mutex<crate::services::Services>> = Arc::default();
+    let services: Arc<std::sync::Mutex<crate::who::services::Services>> = Arc::default();
     let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
     let tracker = attributed(Tracker::new(tcfg), s.process, &dests, &metrics);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
@@ -619,7 +619,9 @@ fn attributed(
     metrics: &Arc<Metrics>,
 ) -> Tracker {
     let link = process
-        .then(|| crate::processes::spawn(crate::processes::RealProcfs::new(), metrics.clone()))
+        .then(|| {
+            crate::who::processes::spawn(crate::who::processes::RealProcfs::new(), metrics.clone())
+        })
         .and_then(|r| {
             r.map_err(|e| tracing::warn!("cannot start the process walker ({e}): no Comm, Pid"))
                 .ok()

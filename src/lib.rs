@@ -21,8 +21,9 @@
 //! - The pure parts, each testable without a kernel: `tracker`, `analysis`, `record`,
 //!   `stats`, `wire` (kernel formats over `&[u8]`), `filter` (expression →
 //!   INET_DIAG_REQ_BYTECODE), `units`; `chart` draws, above them all.
-//! - Beside the pipeline: `services` (cgroup → service), `destinations` (address → name,
-//!   `--dest-map`) and `processes` (socket → process, on a walker thread of its own).
+//! - Beside the pipeline, who a flow is (`who`): `who::services` (cgroup → service),
+//!   `who::destinations` (address → name, `--dest-map`) and `who::processes` (socket →
+//!   process, on a walker thread of its own).
 //! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`; a
 //!   namespace's sockets are opened together by `sampler::space`). Its stand-ins for
 //!   tests (replay, script, simulated host) are `sampler::fakes`, in the `testkit` feature.
@@ -38,7 +39,6 @@ pub mod budget;
 pub mod chart;
 pub mod cli;
 pub mod clock;
-pub mod destinations;
 pub mod diagnose;
 pub mod edges;
 pub mod filter;
@@ -52,18 +52,16 @@ pub mod logging;
 pub mod metrics;
 pub mod netns;
 pub mod poll;
-pub mod processes;
-
 pub mod recent;
 pub mod record;
 pub mod report;
 pub mod sampler;
-pub mod services;
 pub mod sink;
 pub mod states;
 pub mod stats;
 pub mod tracker;
 pub mod units;
+pub mod who;
 pub mod wire;
 pub mod writer;
 

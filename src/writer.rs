@@ -36,7 +36,7 @@ use serde::Serialize;
 pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANNEL_CAPACITY};
 use crate::locks::Locked;
 use crate::metrics::{Metrics, Stage};
-use crate::services::Services;
+use crate::who::services::Services;
 use file::{FileConfig, OutFile};
 use stream::StreamOut;
 pub use thread::{ReopenRequest, spawn};

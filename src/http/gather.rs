@@ -46,7 +46,7 @@ fn bad(msg: String) -> Response {
 /// Service names of account slots, resolved once per request and slot.
 struct Names<'a> {
     accounts: &'a [Account],
-    services: &'a mut crate::services::Services,
+    services: &'a mut crate::who::services::Services,
     cache: FxHashMap<u32, (String, u16)>,
 }
 

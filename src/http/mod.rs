@@ -66,7 +66,7 @@ struct Ctx {
     queries: mpsc::Sender<Query>,
     netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
     accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
-    services: Arc<std::sync::Mutex<crate::services::Services>>,
+    services: Arc<std::sync::Mutex<crate::who::services::Services>>,
     dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
     recent: Arc<crate::recent::Recent>,
     analysis: Arc<crate::analysis::AnalyzerConfig>,
@@ -112,7 +112,7 @@ pub struct Served {
     pub accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     /// Service names of cgroups, for `/metrics` and the web view alike, and shared with the
     /// writer's records (one cache, one walk of the cgroup tree).
-    pub services: Arc<std::sync::Mutex<crate::services::Services>>,
+    pub services: Arc<std::sync::Mutex<crate::who::services::Services>>,
     /// Destination names, shared with the writer (`--dest-map`).
     pub dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
     /// The recently ended flows the analyzer keeps.

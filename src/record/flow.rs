@@ -320,7 +320,7 @@ pub struct FlowStats {
 impl FlowStats {
     /// Names the record's service from its cgroup id with `services`, unless named already:
     /// what the writer does before writing it, and the web view before showing it.
-    pub fn name_service(&mut self, services: &mut crate::services::Services) {
+    pub fn name_service(&mut self, services: &mut crate::who::services::Services) {
         if self.service.is_none()
             && let Some(id) = self.cgroup_id
         {

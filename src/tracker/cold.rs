@@ -30,8 +30,8 @@ use super::decode::l_busy;
 use super::flow::{CcName, Flow, Last};
 use super::pool::StageRef;
 use super::{EndedFlow, Rest, Tracker, label_of, sync};
-use crate::processes::{How, Owner};
 use crate::record::Retained;
+use crate::who::processes::{How, Owner};
 use crate::wire::sock::SockKey;
 
 /// A flow with no retained sample for this long (and not in the hot set) is packed by a

@@ -299,7 +299,7 @@ pub struct EndedFlow {
     /// for [`Tracker::resolve_sides`] after a listeners' dump.
     pub(crate) unresolved: Option<u32>,
     /// The process that owned its socket, when one was found (`processes`).
-    pub owner: Option<crate::processes::Owner>,
+    pub owner: Option<crate::who::processes::Owner>,
     /// A connect that never established: how it ended.
     pub attempt: Option<super::attempts::Attempt>,
 }

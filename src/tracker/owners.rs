@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 
 use super::accounts::{Counted, Names, listen_key};
 use super::{Body, EndedFlow, Flow, Seen, Tracker};
-use crate::processes::{Answer, How, Link, Owner, Request, Target};
+use crate::who::processes::{Answer, How, Link, Owner, Request, Target};
 use crate::wire::sock::SockKey;
 
 /// Names a remote end: address and port → name.
@@ -171,13 +171,13 @@ impl Tracker {
         let batches: Vec<Vec<Answer>> = link.ready().collect();
         let mut many = false;
         for batch in batches {
-            many |= batch.len() >= crate::processes::TRIM_AFTER;
+            many |= batch.len() >= crate::who::processes::TRIM_AFTER;
             for a in batch {
                 self.apply(a);
             }
         }
         if many {
-            crate::processes::give_back_freed_memory();
+            crate::who::processes::give_back_freed_memory();
         }
     }
 

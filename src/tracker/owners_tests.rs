@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::processes::{Procfs, spawn};
 use crate::tracker::{EndedFlow, TrackerConfig};
+use crate::who::processes::{Procfs, spawn};
 use crate::wire::build::SockBuilder;
 use crate::wire::sock::batch;
 

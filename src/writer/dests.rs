@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::destinations::{DestMap, own_addresses};
 use crate::record::FlowStats;
+use crate::who::destinations::{DestMap, own_addresses};
 
 /// How often the file's modification time is looked at.
 const CHECK_EVERY: Duration = Duration::from_secs(1);

@@ -572,9 +572,7 @@ fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
     assert_eq!(recent.list().len(), 2);
     assert_eq!(recent.list()[0].cookie, 3);
     w.close(Duration::from_secs(5)).unwrap();
-    assert!(
-        String::from_utf8_lossy(&out.contents()).contains("\"Service\":\"api.service\"")
-    );
+    assert!(String::from_utf8_lossy(&out.contents()).contains("\"Service\":\"api.service\""));
 }
 
 /// Every record of every `f*.json.gz` file in `dir`, and whether each file is a complete

@@ -241,7 +241,7 @@ fn cgroup_sender_helper() {
     while c.read(&mut rest).unwrap() > 0 {}
 }
 
-use cgmon_rs::services::cgroup2_root;
+use cgmon_rs::who::services::cgroup2_root;
 
 /// cgroup2 directories made for a test, removed when it drops.
 struct TestCgroups(Vec<PathBuf>);

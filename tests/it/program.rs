@@ -219,7 +219,8 @@ fn records_match_the_json_schema() {
     assert!(missing.is_empty(), "never produced: {missing:?} (samples {counts:?})");
     // Our sockets are in this process's cgroup: the records name its service.
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let own = own.lines().find_map(|l| l.strip_prefix("0::")).map(cgmon_rs::services::service_name);
+    let own =
+        own.lines().find_map(|l| l.strip_prefix("0::")).map(cgmon_rs::who::services::service_name);
     for r in recs.iter().filter(|r| r.get("CgroupID").is_some()) {
         assert_eq!(r["Service"].as_str(), own.as_deref(), "{r:#}");
     }
@@ -1465,7 +1466,7 @@ fn verdicts_are_counted_by_service_pair_for_every_record() {
 
 #[test]
 fn the_kubernetes_script_writes_a_map_the_monitor_reads() {
-    use cgmon_rs::destinations::DestMap;
+    use cgmon_rs::who::destinations::DestMap;
     let root = env!("CARGO_MANIFEST_DIR");
     let fixture = std::fs::File::open(format!("{root}/tests/fixtures/kubernetes/cluster.json"));
     let out = Command::new("python3")

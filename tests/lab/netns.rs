@@ -227,7 +227,7 @@ fn a_pods_namespace_carries_the_pod_uid_and_the_container_id() {
         return;
     }
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let Some(root2) = cgmon_rs::services::cgroup2_mount(&mi) else {
+    let Some(root2) = cgmon_rs::who::services::cgroup2_mount(&mi) else {
         assert!(std::env::var("CI").map_or(true, |v| v != "true"), "CI=true: no cgroup2 mount");
         eprintln!("skipped: no cgroup2 mount");
         return;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::locks::Locked;
-use crate::services::Services;
 use crate::tracker::accounts::{NO_UID, OVERFLOW_CGROUP};
+use crate::who::services::Services;
 
 /// Distinct `port` label values before the rest share `other`.
 pub const MAX_PORT_LABELS: usize = 64;

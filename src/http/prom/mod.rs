@@ -6,7 +6,7 @@
 //! Names take the `cgmon_` prefix and base units (seconds, bytes); counters end in `_total`.
 //! Flow aggregates carry these labels, each bounded:
 //! - `service`: the systemd unit or container of the sockets' cgroup
-//!   ([`crate::services`]); the first `top_services` distinct services keep their own label
+//!   ([`crate::who::services`]); the first `top_services` distinct services keep their own label
 //!   and later ones share `other` (a label, once given, never moves, so counters never go
 //!   backwards);
 //! - `listen_port`: the local port when it is a listening port (the server side of a
@@ -28,8 +28,8 @@ use prometheus_client::registry::Registry;
 
 use crate::locks::Locked;
 use crate::metrics::Metrics;
-use crate::services::Services;
 use crate::tracker::accounts::{Account, RTT_BUCKETS_S};
+use crate::who::services::Services;
 
 /// Sums per label set.
 #[derive(Debug, Default, Clone)]

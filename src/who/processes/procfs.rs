@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use crate::services::{REWALK_EVERY, cgroup2_root, walk_tree};
+use crate::who::services::{REWALK_EVERY, cgroup2_root, walk_tree};
 
 /// What the resolver reads about processes.
 pub trait Procfs {

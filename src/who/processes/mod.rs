@@ -268,7 +268,10 @@ fn skip_past(waiting: &mut Vec<Request>, m: &Metrics) -> Option<Vec<Answer>> {
 fn skipped(m: &Metrics, n: usize) {
     m.naming_skipped.add(n as u64);
     if m.budget.first_skip() {
+        // The target it had before the module moved under `who`, which users may name in
+        // RUST_LOG.
         tracing::warn!(
+            target: "cgmon_rs::processes",
             skipped = n,
             "the CPU budget ({:.2} % of a core) does not cover naming every new flow's \
              program: flows not looked for are marked skipped (cgmon_naming_skipped_total; \
