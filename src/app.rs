@@ -22,18 +22,21 @@ use tokio::sync::watch;
 use crate::analysis::stage as analyzer;
 use crate::cli::{self, Config, Parsed};
 pub use crate::cli::{HttpSettings, Settings};
-use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::poll::namespaces;
 use crate::poll::{self, DumpOutcome, ENDED_CHANNEL_CAPACITY};
-use crate::sampler::Sampler;
 use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{BufferRefused, NetlinkSource, Source};
 use crate::sampler::space::open_space;
-use crate::tracker::{Tracker, TrackerConfig};
+use crate::tracker::Tracker;
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
+use parts::{
+    Polled, Views, analyzer_config, attributed, destinations, outputs, polled, tracker_config, web,
+};
+
+mod parts;
 
 pub use crate::cli::EXIT_USAGE;
 /// Exit status for a run-time failure.
@@ -298,6 +301,7 @@ fn signal_events() -> std::io::Result<tokio::sync::mpsc::Receiver<Event>> {
 
 /// Runs the pipeline on `sources` into `writer` until a [`Event::Stop`], `-run-duration`,
 /// or a fatal error; returns the exit status. Tests run it in-process on a replayed source.
+/// The wiring only: each part is made in `app/parts.rs`.
 pub async fn run(
     s: Settings,
     sources: Sources,
@@ -305,100 +309,40 @@ pub async fn run(
     mut events: tokio::sync::mpsc::Receiver<Event>,
     metrics: Arc<Metrics>,
 ) -> u8 {
-    let sampler = Sampler::new(sources.dump, s.sampler.clone());
-    let Ok(sampler) = sampler.map_err(|e| eprintln!("cgmon-rs: filter: {e}")) else {
-        return EXIT_USAGE;
-    };
-    let (first_label, mut spaces, updates, names) = match sources.netns {
-        Some(n) => (Some(n.first), n.others, Some(n.updates), Some(n.names)),
-        None => (None, Vec::new(), None, None),
-    };
-    spaces.insert(
-        0,
-        poll::Space::new(0, first_label, sampler, sources.destroy).with_activity(sources.activity),
-    );
-    // Without destroy events nothing would end a waiting flow but the grace period.
-    let no_events = spaces.iter().all(|sp| sp.destroy.is_none());
-    let tcfg = TrackerConfig {
-        destroy_grace_ns: if no_events { 0 } else { s.tracker.destroy_grace_ns },
-        ..s.tracker
-    };
+    let Ok(Polled { spaces, updates, names }) = polled(&s, sources) else { return EXIT_USAGE };
     let mut acfg = analyzer_config(&s);
-    let accounts = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // Service names of cgroups: one cache for the records, `/metrics` and the web view.
-    let services: Arc<std::sync::Mutex<crate::who::services::Services>> = Arc::default();
     let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
-    let tracker = attributed(Tracker::new(tcfg), s.process, &dests, &metrics);
+    let views = Views { accounts: Arc::default(), services: Arc::default(), dests };
+    let tracker =
+        attributed(Tracker::new(tracker_config(&s, &spaces)), s.process, &views.dests, &metrics);
     let (query_tx, query_rx) = tokio::sync::mpsc::channel(16);
-    let mut ring = None;
-    let http = match s.http {
-        Some(h) => {
-            let recent = Arc::new(crate::recent::Recent::new(h.recent_flows));
-            if recent.enabled() {
-                acfg.chart_points = h.recent_flows;
-                ring = Some(recent.clone());
-            }
-            let served = crate::http::Served {
-                metrics: metrics.clone(),
-                registry: Default::default(),
-                queries: query_tx,
-                interval: s.task.interval,
-                netns: names,
-                accounts: accounts.clone(),
-                services: services.clone(),
-                dests: dests.clone(),
-                recent,
-                analysis: acfg.analysis,
-                token: s.http_token.clone(),
-            };
-            match start_http(h, served) {
-                Ok(server) => Some(server),
-                Err(code) => return code,
-            }
-        }
-        None => None,
-    };
-    let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
-    let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
-    // Half the shutdown budget for retrying a failing output; the rest is for the stages.
-    let reopen = writer::ReopenRequest::default();
-    let mut writer = writer.with_services(services).with_destinations(dests);
-    if let Some(r) = ring {
-        writer = writer.with_recent(r);
-    }
-    // The fleet sink, beside the writer: the writer hands it each record without waiting.
-    let (writer, sink) = match start_sink(&s, writer, &metrics) {
+    let (http, ring) = match web(&s, &mut acfg, names, query_tx, &views, &metrics) {
         Ok(w) => w,
         Err(code) => return code,
     };
-    let writer_thread = match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("cgmon-rs: cannot start the writer thread: {e}");
-            return EXIT_FAILURE;
-        }
+    let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
+    let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
+    let reopen = writer::ReopenRequest::default();
+    let (writer, sink) = match outputs(&s, writer, &views, ring, wrx, &reopen, &metrics) {
+        Ok(w) => w,
+        Err(code) => return code,
     };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let poll_task = tokio::spawn(poll::run_spaces(
-        tracker,
-        spaces,
-        updates,
-        s.task.clone(),
-        poll::Wiring {
-            stop: stop_rx,
-            ended_tx,
-            metrics: metrics.clone(),
-            accounts: http.is_some().then(|| accounts.clone()),
-            queries: http.is_some().then_some(query_rx),
-        },
-        systemd_hooks(),
-    ));
-    let analyzer_task = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
+    let (stop, stop_rx) = watch::channel(false);
+    let wiring = poll::Wiring {
+        stop: stop_rx,
+        ended_tx,
+        metrics: metrics.clone(),
+        accounts: http.is_some().then(|| views.accounts.clone()),
+        queries: http.is_some().then_some(query_rx),
+    };
+    let polled =
+        poll::run_spaces(tracker, spaces, updates, s.task.clone(), wiring, systemd_hooks());
+    let tracker = tokio::spawn(polled);
+    let analyzer = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
     for w in &s.warnings {
         tracing::warn!("{w}");
     }
-    let (tracker, analyzer, writer, stop) = (poll_task, analyzer_task, writer_thread, stop_tx);
     let stage = Running { tracker, analyzer, writer, sink, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
     drop(wtx); // the analyzer's sender is the writer's last one
@@ -406,32 +350,8 @@ pub async fn run(
     exit_status(code, &metrics)
 }
 
-/// The analyzer's settings for this run: records turn CLOCK_MONOTONIC into wall-clock time
-/// with the offset of the run's start (as cgmon does), not of the moment the options were
-/// read.
-fn analyzer_config(s: &Settings) -> crate::analysis::stage::StageConfig {
-    let mut acfg = s.analyzer.clone();
-    acfg.analysis.realtime_offset_ns = crate::clock::realtime_offset_ns();
-    acfg
-}
-
-/// The ClickHouse sink's thread, when `--clickhouse` asks for it, and the writer that
-/// hands it records.
-fn start_sink(
-    s: &Settings,
-    writer: Writer,
-    metrics: &Arc<Metrics>,
-) -> Result<(Writer, Option<SinkThread>), u8> {
-    let Some(cfg) = s.sink.clone() else { return Ok((writer, None)) };
-    let (tx, rx) = std::sync::mpsc::sync_channel(crate::sink::SINK_CHANNEL_CAPACITY);
-    match crate::sink::spawn(cfg, rx, metrics.clone(), s.shutdown_timeout / 4) {
-        Ok(t) => Ok((writer.with_sink(tx), Some(t))),
-        Err(e) => {
-            eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
-            Err(EXIT_USAGE)
-        }
-    }
-}
+/// The writer's thread.
+type WriterThread = std::thread::JoinHandle<Result<(), WriterError>>;
 
 /// The sink's thread, which says at the end whether records were dropped.
 type SinkThread = std::thread::JoinHandle<Result<(), crate::sink::SinkError>>;
@@ -594,67 +514,6 @@ fn systemd_hooks() -> impl FnMut(DumpOutcome) + Send {
             let _ = sd_notify::notify(&[sd_notify::NotifyState::Watchdog]);
         }
     }
-}
-
-/// The destination map (`--dest-map`, or the fallbacks alone): one for the tracker, the
-/// records and the web view. A bad file is a usage error, reported here.
-fn destinations(s: &Settings) -> Result<Arc<std::sync::Mutex<writer::dests::Dests>>, ()> {
-    match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
-        Ok(d) => {
-            Ok(Arc::new(std::sync::Mutex::new(d.unwrap_or_else(writer::dests::Dests::fallbacks))))
-        }
-        Err(e) => {
-            eprintln!("cgmon-rs: --dest-map: {e}");
-            Err(())
-        }
-    }
-}
-
-/// The tracker with its flows' processes looked for (unless `--no-process`) and their
-/// remote ends named by the map the writer uses.
-fn attributed(
-    mut tracker: Tracker,
-    process: bool,
-    dests: &Arc<std::sync::Mutex<writer::dests::Dests>>,
-    metrics: &Arc<Metrics>,
-) -> Tracker {
-    let link = process
-        .then(|| {
-            crate::who::processes::spawn(crate::who::processes::RealProcfs::new(), metrics.clone())
-        })
-        .and_then(|r| {
-            r.map_err(|e| tracing::warn!("cannot start the process walker ({e}): no Comm, Pid"))
-                .ok()
-        });
-    let d = dests.clone();
-    let namer: crate::tracker::DestNamer = Box::new(move |ip, port| d.locked().lookup(ip, port));
-    tracker.attribute(link, Some(namer));
-    tracker
-}
-
-/// Binds and starts the HTTP server, with the `/metrics` exporter of `served`'s counters
-/// and accounts.
-fn start_http(h: HttpSettings, mut served: crate::http::Served) -> Result<crate::http::Server, u8> {
-    let l = crate::http::bind(h.addr, served.token.is_some()).map_err(|e| {
-        eprintln!("cgmon-rs: -run-http-server: cannot listen on {}: {e}", h.addr);
-        EXIT_FAILURE
-    })?;
-    served.metrics.verdicts.set_top(h.top_services, h.top_destinations);
-    let mut exporter = crate::http::prom::Exporter::new(
-        served.metrics.clone(),
-        served.accounts.clone(),
-        served.services.clone(),
-        h.top_services,
-    )
-    .with_attribution(h.top_destinations, h.top_programs, h.kernsnoopd);
-    if let Some(n) = &served.netns {
-        exporter = exporter.with_netns(n.clone());
-    }
-    served.registry = Arc::new(exporter).registry();
-    crate::http::spawn(l, served, h.limits).map_err(|e| {
-        eprintln!("cgmon-rs: cannot start the HTTP server: {e}");
-        EXIT_FAILURE
-    })
 }
 
 /// Logs how a stage ended; true when it ended well. `outer` is the task's own failure
