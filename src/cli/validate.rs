@@ -11,7 +11,49 @@ use crate::stats::summary::QuantileKind;
 use crate::units::format_duration;
 
 pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> {
-    let adjust = match (cli.adjusted_correlation_1, cli.adjusted_correlation_2) {
+    let analyzer = AnalyzerConfig {
+        quantile: match cli.cumulant_kind {
+            CumulantKind::Lininterp => QuantileKind::LinInterp,
+            CumulantKind::Empirical => QuantileKind::Empirical,
+        },
+        unweighted_quantiles: cli.unweighted_quantiles,
+        unweighted_correlations: cli.unweighted_correlations,
+        adjust: adjust(&cli, &env)?,
+        realtime_offset_ns: 0,
+    };
+    let (filter, bytecode) = filter(&cli, &env)?;
+    bounds(&cli, &env)?;
+    let file_name = file_name(&cli, &env)?;
+    let sink = super::sink_flags::sink_config(&cli, &env)?;
+    let (http_token, warnings) = super::sink_flags::http_token(&cli, &env)?;
+    // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
+    if let Some(p) = &cli.dest_map {
+        crate::writer::dests::Dests::load(p.clone())
+            .map_err(|e| UsageError(format!("--dest-map: {e}{}", env.suffix(&["dest_map"]))))?;
+    }
+    let summary = summary(&cli, filter.as_ref(), &file_name);
+    let log = LogSettings {
+        directives: crate::logging::directives(&cli.log_level, &cli.log_stages()),
+        format: cli.log_format,
+        syslog: cli.log_syslog,
+    };
+    let parts = resolve::Parts {
+        filter,
+        bytecode,
+        analyzer,
+        file_name,
+        summary,
+        sink,
+        http_token,
+        warnings,
+    };
+    let settings = resolve::resolve(&cli, parts);
+    Ok(Config { settings, log, serial: cli.serial, env })
+}
+
+/// The correlations' adjustment: at most one of cgmon's two flags.
+fn adjust(cli: &Cli, env: &EnvOrigins) -> Result<Adjust, UsageError> {
+    Ok(match (cli.adjusted_correlation_1, cli.adjusted_correlation_2) {
         (true, true) => {
             return Err(UsageError(format!(
                 "-analyzer-adjusted-correlation-1 and -analyzer-adjusted-correlation-2 exclude \
@@ -22,7 +64,13 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         (true, false) => Adjust::OlkinPratt,
         (false, true) => Adjust::Adjusted,
         (false, false) => Adjust::None,
-    };
+    })
+}
+
+/// The filter (ports and expression, all of them) and its bytecode. Compiled here, once: a
+/// filter too large for the kernel is a usage error, and the sampler takes the bytecode as
+/// it is.
+fn filter(cli: &Cli, env: &EnvOrigins) -> Result<(Option<Expr>, Option<Vec<u8>>), UsageError> {
     let ports = Expr::from_port_lists(&cli.sport, &cli.dport).map_err(|e| {
         let from = env.suffix(&["sport", "dport"]);
         UsageError(format!("-netlink-sport/-netlink-dport: {e}{from}"))
@@ -47,14 +95,17 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         None => None,
     };
     let filter = Expr::all_of(ports.into_iter().chain(expr));
-    // Compiled here, once: a filter too large for the kernel is a usage error, and the
-    // sampler takes the bytecode as it is.
     let bytecode = match &filter {
         Some(f) => Some(filter::compile(&f.clone().or_listeners()).map_err(|e| {
             UsageError(format!("filter: {e}{}", env.suffix(&["filter", "sport", "dport"])))
         })?),
         None => None,
     };
+    Ok((filter, bytecode))
+}
+
+/// Numbers clap's types let through that the monitor cannot use.
+fn bounds(cli: &Cli, env: &EnvOrigins) -> Result<(), UsageError> {
     if cli.window_samples.is_some_and(|n| n < 2) {
         return Err(UsageError(format!(
             "invalid value '{}' for '--tracker-window-samples': must be at least 2{}",
@@ -72,54 +123,20 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
     if cli.dir.is_none() && cli.rotate_size.is_some() {
         tracing::debug!("-writer-rotate-size has no effect on stdout");
     }
-    let file_name = match &cli.file {
-        Some(f) if f.is_empty() || f.contains('/') => {
-            return Err(UsageError(format!(
-                "invalid value {:?} for '--writer-file': a file name without '/'{}",
-                crate::units::clip(f),
-                env.suffix(&["file"])
-            )));
-        }
-        Some(f) => f.clone(),
-        None => format!("cgmon-{}.json.gz", hostname()),
-    };
-    let analyzer = AnalyzerConfig {
-        quantile: match cli.cumulant_kind {
-            CumulantKind::Lininterp => QuantileKind::LinInterp,
-            CumulantKind::Empirical => QuantileKind::Empirical,
-        },
-        unweighted_quantiles: cli.unweighted_quantiles,
-        unweighted_correlations: cli.unweighted_correlations,
-        adjust,
-        realtime_offset_ns: 0,
-    };
-    let sink = super::sink_flags::sink_config(&cli, &env)?;
-    let (http_token, warnings) = super::sink_flags::http_token(&cli, &env)?;
-    // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
-    if let Some(p) = &cli.dest_map {
-        crate::writer::dests::Dests::load(p.clone())
-            .map_err(|e| UsageError(format!("--dest-map: {e}{}", env.suffix(&["dest_map"]))))?;
+    Ok(())
+}
+
+/// The output file's name: `--writer-file`, or cgmon's `cgmon-HOST.json.gz`.
+fn file_name(cli: &Cli, env: &EnvOrigins) -> Result<String, UsageError> {
+    match &cli.file {
+        Some(f) if f.is_empty() || f.contains('/') => Err(UsageError(format!(
+            "invalid value {:?} for '--writer-file': a file name without '/'{}",
+            crate::units::clip(f),
+            env.suffix(&["file"])
+        ))),
+        Some(f) => Ok(f.clone()),
+        None => Ok(format!("cgmon-{}.json.gz", hostname())),
     }
-    let summary = summary(&cli, filter.as_ref(), &file_name);
-    let log = LogSettings {
-        directives: crate::logging::directives(&cli.log_level, &cli.log_stages()),
-        format: cli.log_format,
-        syslog: cli.log_syslog,
-    };
-    let settings = resolve::resolve(
-        &cli,
-        resolve::Parts {
-            filter,
-            bytecode,
-            analyzer,
-            file_name,
-            summary,
-            sink,
-            http_token,
-            warnings,
-        },
-    );
-    Ok(Config { settings, log, serial: cli.serial, env })
 }
 
 /// One line per setting that matters, for the start-up log.
