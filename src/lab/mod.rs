@@ -185,6 +185,82 @@ fn remove_stale() {
 /// Runs `f` on a thread that has entered the namespace `ns` (see [`crate::netns::in_netns`]).
 pub use crate::netns::in_netns;
 
+/// Brings the links up in namespaces `names` (A, B, M) and gives them addresses and
+/// routes: each host its address on its TUN end and every route through it; M routes
+/// between its two TUN ends. TUN links need no neighbour resolution.
+fn addresses(names: &[String; 3], cfg: &LabConfig) -> io::Result<()> {
+    let sh = |name: &str, tool: &str, args: &[&str]| {
+        run(Command::new(tool).args(["-n", name]).args(args))
+    };
+    let (a, b, m) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
+    for name in [a, b, m] {
+        sh(name, "ip", &["link", "set", "lo", "up"])?;
+    }
+    run(Command::new("ip")
+        .args(["netns", "exec", m, "sysctl", "-q", "-w"])
+        .args(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]))?;
+    let links = [
+        (a, IFACE, "192.0.2.1/32", "2001:db8:a::1/128", "198.51.100.0/24", "2001:db8:b::/64"),
+        (b, IFACE, "198.51.100.2/32", "2001:db8:b::2/128", "192.0.2.0/24", "2001:db8:a::/64"),
+    ];
+    for (ns, dev, v4, v6, to4, to6) in links {
+        sh(ns, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
+        sh(ns, "ip", &["addr", "add", v4, "dev", dev])?;
+        sh(ns, "ip", &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
+        sh(ns, "ip", &["route", "add", to4, "dev", dev])?;
+        sh(ns, "ip", &["-6", "route", "add", to6, "dev", dev])?;
+    }
+    for (dev, v4, v6) in [
+        (IFACE, "192.0.2.1/32", "2001:db8:a::1/128"),
+        (IFACE_B, "198.51.100.2/32", "2001:db8:b::2/128"),
+    ] {
+        sh(m, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
+        sh(m, "ip", &["route", "add", v4, "dev", dev])?;
+        sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
+    }
+    // Last: under 1,280 bytes IPv6 leaves the device, which must have its addresses
+    // and routes by then.
+    if let Some(mtu) = cfg.mtu {
+        let mtu = mtu.to_string();
+        for (ns, dev) in [(a, IFACE), (b, IFACE), (m, IFACE), (m, IFACE_B)] {
+            sh(ns, "ip", &["link", "set", dev, "mtu", &mtu])?;
+        }
+    }
+    Ok(())
+}
+
+/// The four forwarding directions between the TUN ends `[A, B, M's to A, M's to B]`: A ⇄ M
+/// with the configured delay, loss and impairments (counted in `stats`, `live`), M ⇄ B
+/// plain wires (a TUN pair keeps packet order, which a veth pair fed from several CPUs does
+/// not: reordering made spurious retransmits).
+fn directions(
+    [tun_a, tun_b, tun_ma, tun_mb]: [Arc<OwnedFd>; 4],
+    cfg: &LabConfig,
+    stats: &[Arc<PathStats>; 2],
+    live: &[Arc<Live>; 2],
+) -> [(&'static str, Direction); 4] {
+    let shaped = |from: &Arc<OwnedFd>, to: &Arc<OwnedFd>, (delay, loss), seed, i: usize, impair| {
+        let (stats, live) = (stats[i].clone(), live[i].clone());
+        Direction { from: from.clone(), to: to.clone(), delay, loss, seed, stats, impair, live }
+    };
+    let plain = |from: &Arc<OwnedFd>, to: &Arc<OwnedFd>| Direction {
+        from: from.clone(),
+        to: to.clone(),
+        delay: Duration::ZERO,
+        loss: 0.0,
+        seed: 0,
+        stats: Arc::default(),
+        impair: Impair::default(),
+        live: Arc::default(),
+    };
+    [
+        ("ab", shaped(&tun_a, &tun_ma, (cfg.delay_ab, cfg.loss_ab), cfg.seed, 0, cfg.impair_ab)),
+        ("ba", shaped(&tun_ma, &tun_a, (cfg.delay_ba, cfg.loss_ba), !cfg.seed, 1, cfg.impair_ba)),
+        ("mb", plain(&tun_mb, &tun_b)),
+        ("bm", plain(&tun_b, &tun_mb)),
+    ]
+}
+
 impl Lab {
     /// Builds the lab.
     ///
@@ -205,125 +281,19 @@ impl Lab {
             Ok(std::fs::File::open(format!("/run/netns/{name}"))?.into())
         };
         let ns = [open(&names[0])?, open(&names[1])?, open(&names[2])?];
-        let tun_a = in_netns(&ns[0], || forwarder::open_tun(IFACE))?;
-        let tun_b = in_netns(&ns[1], || forwarder::open_tun(IFACE))?;
-        let tun_ma = in_netns(&ns[2], || forwarder::open_tun(IFACE))?;
-        let tun_mb = in_netns(&ns[2], || forwarder::open_tun(IFACE_B))?;
-        let sh = |name: &str, tool: &str, args: &[&str]| {
-            run(Command::new(tool).args(["-n", name]).args(args))
-        };
-        let (a, b, m) = (names[0].as_str(), names[1].as_str(), names[2].as_str());
-        for name in [a, b, m] {
-            sh(name, "ip", &["link", "set", "lo", "up"])?;
-        }
-        run(Command::new("ip")
-            .args(["netns", "exec", m, "sysctl", "-q", "-w"])
-            .args(["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]))?;
-        // Each host: its address on its TUN end, and every route through it. M routes
-        // between its two TUN ends. TUN links need no neighbour resolution.
-        let links = [
-            (a, IFACE, "192.0.2.1/32", "2001:db8:a::1/128", "198.51.100.0/24", "2001:db8:b::/64"),
-            (b, IFACE, "198.51.100.2/32", "2001:db8:b::2/128", "192.0.2.0/24", "2001:db8:a::/64"),
+        let tuns = [
+            in_netns(&ns[0], || forwarder::open_tun(IFACE))?,
+            in_netns(&ns[1], || forwarder::open_tun(IFACE))?,
+            in_netns(&ns[2], || forwarder::open_tun(IFACE))?,
+            in_netns(&ns[2], || forwarder::open_tun(IFACE_B))?,
         ];
-        for (ns, dev, v4, v6, to4, to6) in links {
-            sh(ns, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
-            sh(ns, "ip", &["addr", "add", v4, "dev", dev])?;
-            sh(ns, "ip", &["-6", "addr", "add", v6, "dev", dev, "nodad"])?;
-            sh(ns, "ip", &["route", "add", to4, "dev", dev])?;
-            sh(ns, "ip", &["-6", "route", "add", to6, "dev", dev])?;
-        }
-        for (dev, v4, v6) in [
-            (IFACE, "192.0.2.1/32", "2001:db8:a::1/128"),
-            (IFACE_B, "198.51.100.2/32", "2001:db8:b::2/128"),
-        ] {
-            sh(m, "ip", &["link", "set", dev, "up", "txqueuelen", TUN_QUEUE])?;
-            sh(m, "ip", &["route", "add", v4, "dev", dev])?;
-            sh(m, "ip", &["-6", "route", "add", v6, "dev", dev])?;
-        }
-        // Last: under 1,280 bytes IPv6 leaves the device, which must have its addresses
-        // and routes by then.
-        if let Some(mtu) = cfg.mtu {
-            let mtu = mtu.to_string();
-            for (ns, dev) in [(a, IFACE), (b, IFACE), (m, IFACE), (m, IFACE_B)] {
-                sh(ns, "ip", &["link", "set", dev, "mtu", &mtu])?;
-            }
-        }
-        bottlenecks(m, &cfg)?;
+        addresses(&names, &cfg)?;
+        bottlenecks(&names[2], &cfg)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = [Arc::new(PathStats::default()), Arc::new(PathStats::default())];
-        let [tun_a, tun_b, tun_ma, tun_mb] = [tun_a, tun_b, tun_ma, tun_mb].map(Arc::new);
-        let seed = cfg.seed;
         let live = [Arc::new(Live::default()), Arc::new(Live::default())];
-        let dir = |from: &Arc<OwnedFd>,
-                   to: &Arc<OwnedFd>,
-                   delay,
-                   loss,
-                   seed,
-                   stats,
-                   impair,
-                   live| {
-            Direction { from: from.clone(), to: to.clone(), delay, loss, seed, stats, impair, live }
-        };
-        let (ab, ba) = ((cfg.delay_ab, cfg.loss_ab), (cfg.delay_ba, cfg.loss_ba));
-        let plain = (Duration::ZERO, 0.0);
-        let dirs = [
-            (
-                "ab",
-                dir(
-                    &tun_a,
-                    &tun_ma,
-                    ab.0,
-                    ab.1,
-                    seed,
-                    stats[0].clone(),
-                    cfg.impair_ab,
-                    live[0].clone(),
-                ),
-            ),
-            (
-                "ba",
-                dir(
-                    &tun_ma,
-                    &tun_a,
-                    ba.0,
-                    ba.1,
-                    !seed,
-                    stats[1].clone(),
-                    cfg.impair_ba,
-                    live[1].clone(),
-                ),
-            ),
-            // M ⇄ B: plain wires (a TUN pair keeps packet order, which a veth pair fed from
-            // several CPUs does not: reordering made spurious retransmits).
-            (
-                "mb",
-                dir(
-                    &tun_mb,
-                    &tun_b,
-                    plain.0,
-                    plain.1,
-                    0,
-                    Arc::default(),
-                    Impair::default(),
-                    Arc::default(),
-                ),
-            ),
-            (
-                "bm",
-                dir(
-                    &tun_b,
-                    &tun_mb,
-                    plain.0,
-                    plain.1,
-                    0,
-                    Arc::default(),
-                    Impair::default(),
-                    Arc::default(),
-                ),
-            ),
-        ];
         let mut threads = Vec::new();
-        for (name, d) in dirs {
+        for (name, d) in directions(tuns.map(Arc::new), &cfg, &stats, &live) {
             let stop = stop.clone();
             threads.push(
                 std::thread::Builder::new()
