@@ -302,7 +302,7 @@ fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life(
 
 #[test]
 fn a_recent_entry_is_about_45_kb() {
-    // The figure `--recent-flows`' help and the README give: the points dominate.
+    // The figure `--recent-flows`' help and docs/web.md give: the points dominate.
     use crate::recent::{Ended, MAX_POINTS};
     use crate::record::Point;
     let bytes = size_of::<Ended>() + size_of::<FlowStats>() + MAX_POINTS * size_of::<Point>();

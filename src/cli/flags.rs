@@ -412,7 +412,7 @@ pub struct Cli {
     // ---- Writer ----
     /// gzip level, 1 (fast) to 9 (small). 1, the default, is our encoder for records: a
     /// fifth of level 3's CPU for files about half as large again (cgmon's default was 9;
-    /// README, "Output")
+    /// docs/running.md, "Output")
     #[arg(long = "writer-compression-level", visible_alias = "compression-level", env = "CGMON_WRITER_COMPRESSION_LEVEL",
           value_name = "N", default_value = "1",
           value_parser = clap::value_parser!(u32).range(1..=9), help_heading = "Writer")]

@@ -338,7 +338,7 @@ pub const DESTROY_REST: Duration = Duration::from_millis(50);
 /// 66 % of flows, 4 ms 90.9 %, 2 ms 96.6 % (97.2-98.4 % since events are read eight to a
 /// call). The price is wake-ups: at 2,000 a second, ~338 a second and 17.0-20.0 µs a
 /// connection against 13.5-15.0 with the full buffer (benches/RESULTS.md, issue 34);
-/// README "High churn" says to raise the sysctl.
+/// docs/deployment.md, "High churn", says to raise the sysctl.
 pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(2);
 
 /// The loop's state between ticks: the flow table, the namespaces' samplers, the flows

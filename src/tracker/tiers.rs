@@ -1,6 +1,6 @@
 //! The hot set: the flows whose samples move, which the sampling task polls every tick by
 //! exact requests, while full dumps, at a pace the CPU budget sets, find new flows and
-//! refresh the still ones (README, "Sampling tiers").
+//! refresh the still ones (docs/running.md, "Sampling tiers").
 //!
 //! A flow joins when a sample of it is retained (something the analysis keeps changed:
 //! bytes, segments, retransmits, state, RTT, window...), which includes its first, and

@@ -7,6 +7,7 @@ mod browser;
 mod clickhouse;
 mod dashboards;
 mod differential;
+mod docs;
 mod exact;
 mod fixtures;
 mod http;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::monitor::Monitor;
 
-const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
+pub const BIN: &str = env!("CARGO_BIN_EXE_cgmon-rs");
 
 pub fn monitor(args: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);

@@ -824,15 +824,15 @@ fn the_shipped_ddl_files_are_the_ddl_commands_output() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
-/// The README's "Fleet" block, run as written against a real ClickHouse 18.16: its monitor
+/// docs/fleet.md's "Fleet" block, run as written against a real ClickHouse 18.16: its monitor
 /// line (the server's address and the spool's path put in, and a run of a few seconds) and
 /// its clickhouse-client line (the native port put in). The user `cgmon` with the README's
 /// password exists on the server, so the credentials are the README's own.
 #[test]
 fn the_readmes_fleet_example_runs() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let block = readme.split("#### Fleet: every record in ClickHouse").nth(1).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fleet.md")).unwrap();
+    let block = readme.split("## Fleet: every record in ClickHouse").nth(1).unwrap();
     let block = block.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
     let lines: Vec<String> = block
         .replace("\\\n", " ")
