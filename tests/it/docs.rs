@@ -228,3 +228,36 @@ fn every_cgmon_rs_command_line_the_readme_shows_runs() {
     }
     eprintln!("ran {ran} of the README's {} command lines", cmds.len());
 }
+
+/// The README's example record, shortened, says nothing the schema does not allow: every
+/// field it shows exists, under that name and type, and every value is one a record can
+/// hold (the schema with its `required` lists taken out, for the fields left out).
+#[test]
+fn the_readmes_example_record_fits_the_schema() {
+    fn loosen(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("required");
+                m.values_mut().for_each(loosen);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(loosen),
+            _ => {}
+        }
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let json = readme.split("```json\n").nth(1).and_then(|b| b.split("\n```").next()).unwrap();
+    let record: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut schema: serde_json::Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/schema/flow-record.schema.json"
+    )))
+    .unwrap();
+    loosen(&mut schema);
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = v.iter_errors(&record).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // And the check bites: a cause no rule gives is refused.
+    let mut bad = record.clone();
+    bad["Diagnosis"]["Cause"] = "small-window".into();
+    assert!(!v.is_valid(&bad));
+}
