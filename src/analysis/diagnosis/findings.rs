@@ -36,101 +36,16 @@ pub struct Evidence<'a> {
 /// the flow stayed within it ([`is_cap`]); otherwise it names the evidence, or says that the
 /// cause is unclear.
 pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
-    let Evidence { l, x, shares, caps, sig, got, .. } = *e;
-    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
+    let Evidence { x, shares, sig, got, .. } = *e;
     let got_t = si_rate_mbps(got);
     let rtt = ms_text(x.min_rtt_ms);
-    let in_flight_cap = e.sndbuf_in_flight.and_then(|b| mbps_at(f64::from(b), x.min_rtt_ms));
     let spurious = match sig.spurious {
         0 => String::new(),
         n => format!("; {n} retransmits were spurious (the peer had the data), not loss"),
     };
     let text = match (verdict, cause) {
-        ("receiver-window", Some("slow-reader")) => format!(
-            "the receiving application read only {got_t}: the peer's window, up to {}, \
-             would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
-             ({} % of the time receiver-window limited): fix the reader, a bigger buffer \
-             won't help",
-            kb(f64::from(l.snd_wnd_max)),
-            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
-            caps.typical_window_bytes.map_or("smaller".into(), |w| kb(f64::from(w))),
-            sig.window_closed_pct
-                .filter(|&p| p >= 1.0)
-                .map(|p| format!(" and closed {p:.0} % of the time"))
-                .unwrap_or_default(),
-            pct(shares.receiver_window)
-        ),
-        ("receiver-window", Some("no-window-scaling")) => format!(
-            "the peer's window never passed {} because window scaling was not negotiated \
-             (RFC 7323; a middlebox that strips the option, or net.ipv4.tcp_window_scaling=0 \
-             on one end): at {rtt} ms RTT that carries {}; it reached {got_t} ({} % of the \
-             time receiver-window limited)",
-            kb(f64::from(l.snd_wnd_max)),
-            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
-            pct(shares.receiver_window)
-        ),
-        ("receiver-window", _)
-            if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE)
-                && caps.window_cap_mbps.is_some_and(|c| got >= super::SLOW_READER_FRACTION * c) =>
-        {
-            format!(
-                "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
-                 ({} % of the time receiver-window limited)",
-                kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
-                cap(caps.window_cap_mbps),
-                pct(shares.receiver_window)
-            )
-        }
-        // Held by a window kept at its largest, far under what it carries at the minimum
-        // RTT: the flow ran at a longer RTT than its best (on a µs path, the hosts' own
-        // latency under load), so that figure is no cap it was held at.
-        ("receiver-window", _) if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
-            "receiver-window limited {} % of the time with the peer's window typically {}, \
-             near its largest: it reached {got_t}, far under the {} that window carries at \
-             the {rtt} ms minimum RTT, so it ran at a longer RTT than that (on a µs path, the \
-             hosts' own latency); a bigger receive buffer would raise it",
-            pct(shares.receiver_window),
-            kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
-            cap(caps.window_cap_mbps)
-        ),
-        ("receiver-window", _) => format!(
-            "receiver-window limited {} % of the time, but it reached {got_t}, above \
-             the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
-            pct(shares.receiver_window),
-            cap(caps.window_cap_mbps),
-            kb(f64::from(l.snd_wnd_max))
-        ),
-        // The cap is what the buffer let it have in flight, measured, over the RTT: the
-        // configured size over the RTT is no cap (a 16 KB SO_SNDBUF flow was told "caps
-        // this flow at 5.2 Mbit/s; it reached 6.0").
-        ("send-buffer", _) if is_cap(in_flight_cap, got, CAP_TOLERANCE) => format!(
-            "send buffer {} held {} in flight: at {rtt} ms RTT that caps this flow at {}; it \
-             reached {got_t} ({} % of the time send-buffer limited{})",
-            kb(f64::from(l.sndbuf)),
-            kb(f64::from(e.sndbuf_in_flight.unwrap_or(0))),
-            cap(in_flight_cap),
-            pct(shares.send_buffer),
-            if shares.network > shares.send_buffer {
-                format!(", {:.0} % sending out what it held", shares.network)
-            } else {
-                String::new()
-            }
-        ),
-        ("send-buffer", _) => format!(
-            "send-buffer limited {} % of the time with a {} buffer; it reached {got_t}, {}: \
-             cause unclear",
-            pct(shares.send_buffer),
-            kb(f64::from(l.sndbuf)),
-            match e.sndbuf_in_flight {
-                Some(b) => format!(
-                    "above the {} its {} in flight carry at {rtt} ms RTT",
-                    cap(in_flight_cap),
-                    kb(f64::from(b))
-                ),
-                None =>
-                    "and no sample caught what it had in flight while the buffer held it".into(),
-            }
-        ),
+        ("receiver-window", _) => receiver_window_finding(cause, e),
+        ("send-buffer", _) => send_buffer_finding(e),
         ("network", _) => network_finding(cause, e),
         ("application", Some("paced")) => format!(
             "the application sent in bursts: idle {:.0} % of the time, and busy the rest only \
@@ -146,6 +61,114 @@ pub fn finding(verdict: &str, cause: Option<&str>, e: &Evidence<'_>) -> String {
         ),
     };
     text + &spurious
+}
+
+/// A `receiver-window` verdict's finding: a slow reader, a window without scaling, the
+/// window that caps the flow, or a window the flow did not reach its cap at.
+fn receiver_window_finding(cause: Option<&str>, e: &Evidence<'_>) -> String {
+    let Evidence { l, x, shares, caps, sig, got, .. } = *e;
+    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
+    let got_t = si_rate_mbps(got);
+    let rtt = ms_text(x.min_rtt_ms);
+    match cause {
+        Some("slow-reader") => format!(
+            "the receiving application read only {got_t}: the peer's window, up to {}, \
+             would carry {} at {rtt} ms RTT, but while it held the flow it was typically {}{} \
+             ({} % of the time receiver-window limited): fix the reader, a bigger buffer \
+             won't help",
+            kb(f64::from(l.snd_wnd_max)),
+            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
+            caps.typical_window_bytes.map_or("smaller".into(), |w| kb(f64::from(w))),
+            sig.window_closed_pct
+                .filter(|&p| p >= 1.0)
+                .map(|p| format!(" and closed {p:.0} % of the time"))
+                .unwrap_or_default(),
+            pct(shares.receiver_window)
+        ),
+        Some("no-window-scaling") => format!(
+            "the peer's window never passed {} because window scaling was not negotiated \
+             (RFC 7323; a middlebox that strips the option, or net.ipv4.tcp_window_scaling=0 \
+             on one end): at {rtt} ms RTT that carries {}; it reached {got_t} ({} % of the \
+             time receiver-window limited)",
+            kb(f64::from(l.snd_wnd_max)),
+            cap(mbps_at(f64::from(l.snd_wnd_max), x.min_rtt_ms)),
+            pct(shares.receiver_window)
+        ),
+        _ if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE)
+            && caps.window_cap_mbps.is_some_and(|c| got >= super::SLOW_READER_FRACTION * c) =>
+        {
+            format!(
+                "receiver window {} at {rtt} ms RTT caps this flow at {}; it reached {got_t} \
+                 ({} % of the time receiver-window limited)",
+                kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
+                cap(caps.window_cap_mbps),
+                pct(shares.receiver_window)
+            )
+        }
+        // Held by a window kept at its largest, far under what it carries at the minimum
+        // RTT: the flow ran at a longer RTT than its best (on a µs path, the hosts' own
+        // latency under load), so that figure is no cap it was held at.
+        _ if is_cap(caps.window_cap_mbps, got, CAP_TOLERANCE) => format!(
+            "receiver-window limited {} % of the time with the peer's window typically {}, \
+             near its largest: it reached {got_t}, far under the {} that window carries at \
+             the {rtt} ms minimum RTT, so it ran at a longer RTT than that (on a µs path, the \
+             hosts' own latency); a bigger receive buffer would raise it",
+            pct(shares.receiver_window),
+            kb(f64::from(caps.typical_window_bytes.unwrap_or(l.snd_wnd_max))),
+            cap(caps.window_cap_mbps)
+        ),
+        _ => format!(
+            "receiver-window limited {} % of the time, but it reached {got_t}, above \
+             the {} its largest window ({}) carries at {rtt} ms RTT: cause unclear",
+            pct(shares.receiver_window),
+            cap(caps.window_cap_mbps),
+            kb(f64::from(l.snd_wnd_max))
+        ),
+    }
+}
+
+/// A `send-buffer` verdict's finding: the buffer's bytes in flight over the RTT as the
+/// cap, or the cause unclear.
+fn send_buffer_finding(e: &Evidence<'_>) -> String {
+    let Evidence { l, x, shares, got, .. } = *e;
+    let cap = |c: Option<f64>| c.map_or("an unknown rate".into(), si_rate_mbps);
+    let got_t = si_rate_mbps(got);
+    let rtt = ms_text(x.min_rtt_ms);
+    let in_flight_cap = e.sndbuf_in_flight.and_then(|b| mbps_at(f64::from(b), x.min_rtt_ms));
+    // The cap is what the buffer let it have in flight, measured, over the RTT: the
+    // configured size over the RTT is no cap (a 16 KB SO_SNDBUF flow was told "caps this
+    // flow at 5.2 Mbit/s; it reached 6.0").
+    if is_cap(in_flight_cap, got, CAP_TOLERANCE) {
+        format!(
+            "send buffer {} held {} in flight: at {rtt} ms RTT that caps this flow at {}; it \
+             reached {got_t} ({} % of the time send-buffer limited{})",
+            kb(f64::from(l.sndbuf)),
+            kb(f64::from(e.sndbuf_in_flight.unwrap_or(0))),
+            cap(in_flight_cap),
+            pct(shares.send_buffer),
+            if shares.network > shares.send_buffer {
+                format!(", {:.0} % sending out what it held", shares.network)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        format!(
+            "send-buffer limited {} % of the time with a {} buffer; it reached {got_t}, {}: \
+             cause unclear",
+            pct(shares.send_buffer),
+            kb(f64::from(l.sndbuf)),
+            match e.sndbuf_in_flight {
+                Some(b) => format!(
+                    "above the {} its {} in flight carry at {rtt} ms RTT",
+                    cap(in_flight_cap),
+                    kb(f64::from(b))
+                ),
+                None =>
+                    "and no sample caught what it had in flight while the buffer held it".into(),
+            }
+        )
+    }
 }
 
 /// A `network` verdict's finding: the loss that caps it, the queue that shows the
