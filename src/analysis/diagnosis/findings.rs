@@ -240,23 +240,28 @@ fn network_finding(cause: Option<&str>, e: &Evidence<'_>) -> String {
             "network limited {share:.0} % of the time with {:.2} % loss at {rtt} ms RTT; it \
              reached {got_t}{}",
             sig.loss_pct,
-            match caps.loss_cap_mbps {
-                Some(m) if m < got => format!(
-                    " (the Mathis bound for that loss, {}, is below what it reached, so it \
-                     is no cap here)",
-                    si_rate_mbps(m)
-                ),
-                Some(m) => format!(
-                    " (the loss alone would allow {}: something else held it)",
-                    si_rate_mbps(m)
-                ),
-                None => String::new(),
-            }
+            loss_no_cap(caps.loss_cap_mbps, got)
         ),
         _ => format!(
             "network limited {share:.0} % of the time, cause unclear: it reached {got_t} \
              with the RTT at {rtt} ms, near its {min} ms minimum (no queue), and no loss"
         ),
+    }
+}
+
+/// Why a loss that is the evidence is no cap: its Mathis bound `cap` is below what the flow
+/// reached (`got`), or above it and something else held the flow.
+fn loss_no_cap(cap: Option<f64>, got: f64) -> String {
+    match cap {
+        Some(m) if m < got => format!(
+            " (the Mathis bound for that loss, {}, is below what it reached, so it is no cap \
+             here)",
+            si_rate_mbps(m)
+        ),
+        Some(m) => {
+            format!(" (the loss alone would allow {}: something else held it)", si_rate_mbps(m))
+        }
+        None => String::new(),
     }
 }
 
