@@ -336,26 +336,7 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
     ) {
         return Some(made(verdict, cause, finding));
     }
-    // Over in the round trips slow start needs: the last sample's ssthresh alone does not
-    // say, since the kernel sets it when the sender goes idle (a response sent and then
-    // waited on read finite by its close).
-    let rounds = short::round_trips(l.bytes_acked, l.snd_mss.into());
-    // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
-    // 208 ms for its 4 rounds.
-    let slack = f64::from(rounds + 1) * x.min_rtt_ms;
-    // The receiver's window, autotuned up from 64 KB as slow start grows, can lag it for a
-    // round trip or two: such time is not counted against the rounds when the window grew
-    // to hold the whole transfer by the end (a fixed small window never does). In one CI
-    // run a 200 KB response at 50 ms was busy 290 ms, 21 % of it rwnd-limited, with the
-    // window grown to 266 KB.
-    let rwnd_ms = shares.receiver_window / 100.0 * elapsed;
-    let window_caught_up = u64::from(l.snd_wnd_max) >= l.bytes_acked;
-    let within_rounds = busy <= slack || (window_caught_up && busy - rwnd_ms <= slack);
-    // Bounded by the rounds, whatever held it within them. (Never leaving slow start alone
-    // says little: a flow held by a window never needs to, and a 5 MB one was called
-    // "bounded by round trips" for it.)
-    let slow_start =
-        within_rounds && sig.loss_pct == 0.0 && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS;
+    let slow_start = over_in_slow_start(l, &shares, (busy, elapsed), &sig, &x);
     let (verdict, cause) = judge(&shares, &caps, &sig, &x, got, l, (elapsed, slow_start));
     let finding = findings::finding(
         verdict,
@@ -375,6 +356,36 @@ pub fn diagnose(e: &EndedFlow, x: Inputs) -> Option<Diagnosis> {
         },
     );
     Some(made(verdict, cause, finding))
+}
+
+/// Whether a flow was over in the round trips slow start needs, whatever held it within
+/// them: `busy` and `elapsed` ms.
+fn over_in_slow_start(
+    l: &Last,
+    shares: &TimeShares,
+    (busy, elapsed): (f64, f64),
+    sig: &Signals,
+    x: &Inputs,
+) -> bool {
+    // Over in the round trips slow start needs: the last sample's ssthresh alone does not
+    // say, since the kernel sets it when the sender goes idle (a response sent and then
+    // waited on read finite by its close).
+    let rounds = short::round_trips(l.bytes_acked, l.snd_mss.into());
+    // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
+    // 208 ms for its 4 rounds.
+    let slack = f64::from(rounds + 1) * x.min_rtt_ms;
+    // The receiver's window, autotuned up from 64 KB as slow start grows, can lag it for a
+    // round trip or two: such time is not counted against the rounds when the window grew
+    // to hold the whole transfer by the end (a fixed small window never does). In one CI
+    // run a 200 KB response at 50 ms was busy 290 ms, 21 % of it rwnd-limited, with the
+    // window grown to 266 KB.
+    let rwnd_ms = shares.receiver_window / 100.0 * elapsed;
+    let window_caught_up = u64::from(l.snd_wnd_max) >= l.bytes_acked;
+    let within_rounds = busy <= slack || (window_caught_up && busy - rwnd_ms <= slack);
+    // Bounded by the rounds, whatever held it within them. (Never leaving slow start alone
+    // says little: a flow held by a window never needs to, and a 5 MB one was called
+    // "bounded by round trips" for it.)
+    within_rounds && sig.loss_pct == 0.0 && x.min_rtt_ms >= short::SLOW_START_MIN_RTT_MS
 }
 
 /// The kernel's clock tick, ms, as a flow's chrono counters show it, now and at `first`
