@@ -434,6 +434,35 @@ fn end_reason(r: EndReason) -> &'static str {
     }
 }
 
+/// The diagnosis of `e`, from its record's send and receive throughputs (negative: none),
+/// minimum RTT, RTT summary and median cwnd.
+fn diagnosed(
+    e: &EndedFlow,
+    (send, recv): (f64, f64),
+    min_rtt_ms: f64,
+    rtt_summary: Option<[f64; 7]>,
+    cwnd_p50_bytes: f64,
+) -> Option<crate::record::Diagnosis> {
+    let inputs = diagnosis::Inputs {
+        throughput_mbps: send.max(0.0),
+        recv_throughput_mbps: (recv >= 0.0).then_some(recv),
+        min_rtt_ms,
+        rtt_p50_ms: rtt_summary.map_or(0.0, |r| r[3]),
+        cwnd_p50_bytes,
+    };
+    diagnosis::diagnose(e, inputs)
+}
+
+/// How `e`'s samples were taken.
+fn sampling_stats(e: &EndedFlow) -> SamplingStats {
+    SamplingStats {
+        from_dumps: e.dump_samples(),
+        from_exact: e.sampling.exact,
+        from_destroy_event: e.sampling.event,
+        max_gap_ms: f64::from(e.sampling.max_gap_us) / 1000.0,
+    }
+}
+
 /// The record of `e` from its figures.
 fn record(
     e: &EndedFlow,
@@ -443,42 +472,27 @@ fn record(
     rates: RateFigures,
 ) -> FlowStats {
     let f = &e.flow;
-    let s = b.s;
     let wq = (!cfg.unweighted_quantiles).then_some(&b.w[..]);
-    let kind = cfg.quantile;
     let (rtt_summary, min_rtt_observed_ms, c_rtt) = (rtt.summary, rtt.min_observed_ms, rtt.corr);
     let (c_pacing, c_retrans) = (rates.pacing_corr, rates.retrans_corr);
-    let span = f.span_ns();
     let last = &f.last;
-    let (send_throughput_mbps, recv_throughput_mbps, throughput_basis) = throughputs(f);
-    let cwnd_summary = seven_number_sorted(&b.cwnd, wq, &b.o_cwnd, kind).unwrap_or([0.0; 7]);
+    let (send, recv, throughput_basis) = throughputs(f);
+    let cwnd_summary =
+        seven_number_sorted(&b.cwnd, wq, &b.o_cwnd, cfg.quantile).unwrap_or([0.0; 7]);
     let min_rtt_kernel_ms =
         (last.min_rtt_us != u32::MAX).then(|| f64::from(last.min_rtt_us) / 1000.0);
-    let diagnosis = diagnosis::diagnose(
-        e,
-        diagnosis::Inputs {
-            throughput_mbps: send_throughput_mbps.max(0.0),
-            recv_throughput_mbps: (recv_throughput_mbps >= 0.0).then_some(recv_throughput_mbps),
-            min_rtt_ms: min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0),
-            rtt_p50_ms: rtt_summary.map_or(0.0, |r| r[3]),
-            cwnd_p50_bytes: cwnd_summary[3],
-        },
-    );
+    let min_rtt_ms = min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0);
+    let diagnosis = diagnosed(e, (send, recv), min_rtt_ms, rtt_summary, cwnd_summary[3]);
     let has = |bit: u8| f.options & bit != 0;
     let partial_end = e.partial_end();
     FlowStats {
         id: FlowId::new(&f.key, f.first_ts_ns),
         start_time: wall(f.first_ts_ns, cfg.realtime_offset_ns),
         end_time: wall(e.end_ts_ns, cfg.realtime_offset_ns),
-        duration: i64::try_from(span).unwrap_or(i64::MAX),
-        samples: s.len(),
+        duration: i64::try_from(f.span_ns()).unwrap_or(i64::MAX),
+        samples: b.s.len(),
         samples_deduped: f.deduped,
-        sampling: SamplingStats {
-            from_dumps: e.dump_samples(),
-            from_exact: e.sampling.exact,
-            from_destroy_event: e.sampling.event,
-            max_gap_ms: f64::from(e.sampling.max_gap_us) / 1000.0,
-        },
+        sampling: sampling_stats(e),
         netns: e.netns.as_deref().cloned(),
         partial: f.partial_start || partial_end,
         timestamps: has(TCPI_OPT_TIMESTAMPS),
@@ -497,7 +511,7 @@ fn record(
         corr_pacing_cwnd: c_pacing.pearson,
         total_retransmits: last.total_retrans,
         bytes_acked: last.bytes_acked,
-        send_throughput_mbps,
+        send_throughput_mbps: send,
         throughput_basis,
         delivered: last.delivered,
         delivered_ce: last.delivered_ce,
@@ -509,19 +523,13 @@ fn record(
         cwnd_summary,
         pacing_rate_summary: rates.pacing_summary,
         delivery_rate_summary: rates.delivery_summary,
-        correlations: Correlations {
-            rtt_cwnd: c_rtt.into(),
-            retrans_cwnd: c_retrans.into(),
-            pacing_cwnd: c_pacing.into(),
-        },
-        recv_throughput_mbps,
+        correlations: Correlations::from((c_rtt, c_retrans, c_pacing)),
+        recv_throughput_mbps: recv,
         bytes_sent: last.bytes_sent,
         bytes_retrans: last.bytes_retrans,
         bytes_received: last.bytes_received,
-        congestion_control: match f.cc.as_str() {
-            "" => UNKNOWN_CC.to_string(),
-            cc => cc.to_string(),
-        },
+        congestion_control: if f.cc.as_str().is_empty() { UNKNOWN_CC } else { f.cc.as_str() }
+            .to_string(),
         family: if f.key.family == AF_INET { "inet" } else { "inet6" },
         final_state: state_name(last.state),
         cookie: f.key.cookie,

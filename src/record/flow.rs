@@ -127,6 +127,13 @@ pub struct Correlations {
     pub pacing_cwnd: CorrDetail,
 }
 
+impl From<(Correlation, Correlation, Correlation)> for Correlations {
+    /// RTT ~ cwnd, retransmit rate ~ cwnd and pacing rate ~ cwnd, in that order.
+    fn from((rtt, retrans, pacing): (Correlation, Correlation, Correlation)) -> Self {
+        Self { rtt_cwnd: rtt.into(), retrans_cwnd: retrans.into(), pacing_cwnd: pacing.into() }
+    }
+}
+
 impl Correlations {
     /// True when no correlation had two sample pairs to be computed from.
     pub fn none_defined(&self) -> bool {
