@@ -47,8 +47,7 @@ pub async fn run(
     writer_tx: std::sync::mpsc::SyncSender<crate::edges::Msg>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
 ) -> Result<(), crate::edges::StageError> {
-    use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, StageError};
-    use std::sync::mpsc::TrySendError;
+    use crate::edges::Batch;
     keep_heap_for_reuse();
     // The last flow's samples: the next one is gathered into their memory. It holds at
     // most one window.
@@ -102,28 +101,42 @@ pub async fn run(
         if out.records.is_empty() {
             continue;
         }
-        // Bounded in bytes, not only in batches: wait while the writer holds too much (a
-        // batch goes alone into an empty queue, however large).
-        out.queued_bytes = out.records.len() as u64 * RECORD_BYTES + out.samples.len() as u64;
-        // (A writer that stopped takes nothing: the send below finds out.)
-        while metrics.writer_queue_bytes.get() > 0
-            && metrics.writer_queue_bytes.get() + out.queued_bytes > MAX_QUEUED_BYTES
-            && metrics.writer_stopped.get() == 0
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        hand_on(out, &writer_tx, &metrics).await?;
+    }
+    Ok(())
+}
+
+/// Hands a batch of records to the writer. Bounded in bytes, not only in batches: it waits
+/// while the writer holds too much (a batch goes alone into an empty queue, however large).
+///
+/// # Errors
+/// The writer is gone.
+async fn hand_on(
+    mut out: crate::edges::Batch,
+    writer_tx: &std::sync::mpsc::SyncSender<crate::edges::Msg>,
+    metrics: &crate::metrics::Metrics,
+) -> Result<(), crate::edges::StageError> {
+    use crate::edges::{MAX_QUEUED_BYTES, Msg, RECORD_BYTES, StageError};
+    use std::sync::mpsc::TrySendError;
+    out.queued_bytes = out.records.len() as u64 * RECORD_BYTES + out.samples.len() as u64;
+    // (A writer that stopped takes nothing: the send below finds out.)
+    while metrics.writer_queue_bytes.get() > 0
+        && metrics.writer_queue_bytes.get() + out.queued_bytes > MAX_QUEUED_BYTES
+        && metrics.writer_stopped.get() == 0
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    metrics.writer_queue_bytes.add(out.queued_bytes);
+    match writer_tx.try_send(Msg::Batch(out)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(msg)) => {
+            let tx = writer_tx.clone();
+            tokio::task::spawn_blocking(move || tx.send(msg))
+                .await
+                .map_err(|_| StageError::DownstreamGone)?
+                .map_err(|_| StageError::DownstreamGone)?;
         }
-        metrics.writer_queue_bytes.add(out.queued_bytes);
-        match writer_tx.try_send(Msg::Batch(out)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(msg)) => {
-                let tx = writer_tx.clone();
-                tokio::task::spawn_blocking(move || tx.send(msg))
-                    .await
-                    .map_err(|_| StageError::DownstreamGone)?
-                    .map_err(|_| StageError::DownstreamGone)?;
-            }
-            Err(TrySendError::Disconnected(_)) => return Err(StageError::DownstreamGone),
-        }
+        Err(TrySendError::Disconnected(_)) => return Err(StageError::DownstreamGone),
     }
     Ok(())
 }
