@@ -98,21 +98,7 @@ impl Target {
                 }
             }
         }
-        let (db, table) = match table.split_once('.') {
-            Some((d, t)) => (d.to_string(), t.to_string()),
-            None => (url_db.unwrap_or_else(|| "cgmon".into()), table.to_string()),
-        };
-        for (what, name) in [("database", &db), ("table", &table)] {
-            let ok = !name.is_empty()
-                && name.len() <= 200
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !ok {
-                return Err(ValueError(format!(
-                    "invalid {what} name {:?}: letters, digits and _",
-                    clip(name)
-                )));
-            }
-        }
+        let (db, table) = names(table, url_db)?;
         let path = path.trim_end_matches('/');
         if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(bad("a space or control character in the path".into()));
@@ -129,6 +115,27 @@ impl Target {
             password: None,
         })
     }
+}
+
+/// The database and table `--clickhouse-table` names (`db.table`, or `table` in the URL's
+/// `?database=` or `cgmon`), each checked to need no quoting.
+fn names(table: &str, url_db: Option<String>) -> Result<(String, String), ValueError> {
+    let (db, table) = match table.split_once('.') {
+        Some((d, t)) => (d.to_string(), t.to_string()),
+        None => (url_db.unwrap_or_else(|| "cgmon".into()), table.to_string()),
+    };
+    for (what, name) in [("database", &db), ("table", &table)] {
+        let ok = !name.is_empty()
+            && name.len() <= 200
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ok {
+            return Err(ValueError(format!(
+                "invalid {what} name {:?}: letters, digits and _",
+                clip(name)
+            )));
+        }
+    }
+    Ok((db, table))
 }
 
 /// `url` with whatever stands before the last `@` of its authority replaced by `…`, and
