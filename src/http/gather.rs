@@ -138,30 +138,35 @@ fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filt
     Ok(Filter { slots, verdict, idle: f.idle, netns })
 }
 
-/// `/`.
-pub(super) async fn host(
-    State(c): State<Ctx>,
+/// What `/` was asked for: the order, the page's rows and first row, and the filters; or
+/// a 400 saying what is wrong.
+fn host_request(
     q: Result<Query_<HostQuery>, QueryRejection>,
-) -> Response {
-    let q = match q {
-        Ok(Query_(q)) => q,
-        Err(e) => return bad(format!("{e}")),
-    };
-    let order = match parse_order(q.order.as_deref()) {
-        Ok(o) => o,
-        Err(msg) => return bad(msg.0),
-    };
+) -> Result<(Order, usize, usize, Filters), Response> {
+    let Query_(q) = q.map_err(|e| bad(format!("{e}")))?;
+    let order = parse_order(q.order.as_deref()).map_err(|msg| bad(msg.0))?;
     let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
     if limit == 0 || limit > web::MAX_ROWS {
-        return bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
+        return Err(bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS)));
     }
-    let offset = q.offset.unwrap_or(0);
     let filters = Filters {
         service: given(q.service),
         verdict: given(q.verdict),
         dest: given(q.dest),
         idle: q.idle.as_deref().is_some_and(|v| v == "1" || v == "on" || v == "true"),
         netns: given(q.netns),
+    };
+    Ok((order, limit, q.offset.unwrap_or(0), filters))
+}
+
+/// `/`.
+pub(super) async fn host(
+    State(c): State<Ctx>,
+    q: Result<Query_<HostQuery>, QueryRejection>,
+) -> Response {
+    let (order, limit, offset, filters) = match host_request(q) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let netns = match c.netns_index(filters.netns.as_deref()) {
         Ok(ns) => ns,
