@@ -129,17 +129,13 @@ pub fn charts(
     let id = |k: &str| format!("{prefix}{k}");
     let frame = Frame { start, span, when: &when, pauses: &gaps };
     let mut out = Vec::with_capacity(CHART_IDS.len());
-    let min_mark = min_rtt_ms
-        .map(|v| Mark { label: "min RTT".into(), key: "minrtt", value: v })
-        .into_iter()
-        .collect();
     out.push(chart(
         id("rtt"),
         "Round-trip time",
         "RTT",
         Unit::Ms,
         vec![series("smoothed RTT", "rtt", &|p| p.rtt_ms, false, true)],
-        min_mark,
+        min_rtt_ms.map(min_rtt_mark).into_iter().collect(),
         &frame,
     ));
     out.push(chart(
@@ -175,17 +171,8 @@ pub fn charts(
         Vec::new(),
         &frame,
     ));
-    // Shares of the time since the first sample, as they grew: each sample's chrono
-    // counters less the first sample's, over the time elapsed.
     let base = points.iter().find_map(|p| p.chrono_ms.map(|c| (p.unix_s, c)));
-    let share = |i: usize| {
-        move |p: &Point| {
-            let (t0, c0) = base?;
-            let c = p.chrono_ms?;
-            let elapsed = (p.unix_s - t0) * 1000.0;
-            (elapsed > 0.0).then(|| (100.0 * (c[i] - c0[i]) / elapsed).clamp(0.0, 100.0))
-        }
-    };
+    let share = |i: usize| time_share(base, i);
     out.push(chart(
         id("shares"),
         "Time shares since the first sample",
@@ -200,6 +187,22 @@ pub fn charts(
         &frame,
     ));
     out
+}
+
+/// The chart's mark at the lowest RTT the kernel saw, `value` ms.
+fn min_rtt_mark(value: f64) -> Mark {
+    Mark { label: "min RTT".into(), key: "minrtt", value }
+}
+
+/// Chrono counter `i`'s share of the time since the first sample (`base`: its time and
+/// counters), as it grew: each sample's counter less the first's, over the time elapsed.
+fn time_share(base: Option<(f64, [f64; 3])>, i: usize) -> impl Fn(&Point) -> Option<f64> {
+    move |p: &Point| {
+        let (t0, c0) = base?;
+        let c = p.chrono_ms?;
+        let elapsed = (p.unix_s - t0) * 1000.0;
+        (elapsed > 0.0).then(|| (100.0 * (c[i] - c0[i]) / elapsed).clamp(0.0, 100.0))
+    }
 }
 
 /// The flow's charts as one standalone SVG document (for `plot`), `title` above them.
