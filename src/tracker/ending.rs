@@ -162,20 +162,8 @@ impl Tracker {
         // reused at once after a reset. Matching by 4-tuple merged a new connection's event
         // into an old waiting flow (2 of 39,752 sockets in the churn test), which then came
         // back as a second record.
-        if let Some(mut w) = self.waiting.remove(&key.cookie) {
-            let cookie = key.cookie;
-            self.stats.destroy_awaited += 1;
-            // The connection ended before the dump that missed it; the socket only lingered
-            // until its owner closed it. Its final counters belong to that time, so the
-            // sampled span (and the throughputs) do not take in the lingering.
-            let end = w.missed_ns.min(s.ts_ns);
-            self.final_sample(&mut w.flow, s, &t, end);
-            w.rest.sampling.event = true;
-            let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
-            self.destroyed.insert(cookie, (self.generation, None));
-            w.rest.attempt = attempt;
-            self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
-            return;
+        if let Some(w) = self.waiting.remove(&key.cookie) {
+            return self.destroyed_waiting(w, s, &t, attempt, out);
         }
         let (f, mut rest, fresh) = match self.index.get(key.cookie, &self.hot) {
             Some(slot) if same_socket(&self.wake(slot).key, s) => {
@@ -223,6 +211,30 @@ impl Tracker {
         // An attempt connected out: it is the connecting side, and it was reset.
         let close = if attempt.is_some() { Some(Close::Reset) } else { close };
         self.hand_on(f, rest, EndReason::Destroyed, s.ts_ns, close, out);
+    }
+
+    /// The destroy event of a flow that waited for it (a complete dump no longer held
+    /// it): its final counters complete it.
+    fn destroyed_waiting(
+        &mut self,
+        mut w: Waiting,
+        s: &Sample<'_>,
+        t: &TcpInfo<'_>,
+        attempt: Option<attempts::Attempt>,
+        out: &mut Vec<EndedFlow>,
+    ) {
+        let cookie = w.flow.key.cookie;
+        self.stats.destroy_awaited += 1;
+        // The connection ended before the dump that missed it; the socket only lingered
+        // until its owner closed it. Its final counters belong to that time, so the
+        // sampled span (and the throughputs) do not take in the lingering.
+        let end = w.missed_ns.min(s.ts_ns);
+        self.final_sample(&mut w.flow, s, &t, end);
+        w.rest.sampling.event = true;
+        let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
+        self.destroyed.insert(cookie, (self.generation, None));
+        w.rest.attempt = attempt;
+        self.hand_on(w.flow, w.rest, EndReason::Destroyed, end, close, out);
     }
 
     /// Whether the flow of `cookie`, if followed, never had a sample past its handshake
