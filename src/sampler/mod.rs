@@ -352,40 +352,7 @@ impl<S: DumpSource> Sampler<S> {
         self.source.send(&req).await.map_err(|source| SampleError::Io { op: "send", source })?;
         dump.requests += 1;
         loop {
-            let mut buf = self.pool.pop().unwrap_or_default();
-            buf.clear();
-            buf.reserve(self.bufsize);
-            // The kernel fills the next datagram of a dump while we read the last one, so it
-            // is usually queued already: take it without arming a timer, and wait (with the
-            // timeout) only when it is not.
-            let ready = self
-                .source
-                .try_recv(&mut buf)
-                .map_err(|source| SampleError::Io { op: "recv", source })?;
-            let got = match ready {
-                Some(got) => got,
-                None => tokio::time::timeout(self.cfg.recv_timeout, self.source.recv(&mut buf))
-                    .await
-                    .map_err(|_| SampleError::Timeout(self.cfg.recv_timeout))?
-                    .map_err(|source| SampleError::Io { op: "recv", source })?,
-            };
-            dump.datagrams += 1;
-            dump.bytes += got.len as u64;
-            if dump.span_ns.0 == 0 {
-                dump.span_ns.0 = got.ts_ns;
-            }
-            dump.span_ns.1 = got.ts_ns;
-            if got.len > buf.len() {
-                dump.truncated += 1;
-                let grown = got.len.next_power_of_two();
-                tracing::warn!(
-                    datagram = got.len,
-                    buffer = buf.len(),
-                    new_buffer = grown,
-                    "sock_diag datagram truncated; sockets in it were lost, growing the read buffer"
-                );
-                self.bufsize = self.bufsize.max(grown);
-            }
+            let (buf, got) = self.next_datagram(dump).await?;
             let dgram = dump.batch.datagrams.len() as u32;
             let before = dump.batch.index.len();
             let t0 = std::time::Instant::now();
@@ -410,6 +377,49 @@ impl<S: DumpSource> Sampler<S> {
                 return Ok(());
             }
         }
+    }
+
+    /// The dump's next datagram, in a buffer from the pool, counted in `dump` (a truncated
+    /// one is counted, warned about, and the read buffer grown for the next).
+    async fn next_datagram(
+        &mut self,
+        dump: &mut Dump,
+    ) -> Result<(Vec<u8>, dump_source::Received), SampleError> {
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(self.bufsize);
+        // The kernel fills the next datagram of a dump while we read the last one, so it
+        // is usually queued already: take it without arming a timer, and wait (with the
+        // timeout) only when it is not.
+        let ready = self
+            .source
+            .try_recv(&mut buf)
+            .map_err(|source| SampleError::Io { op: "recv", source })?;
+        let got = match ready {
+            Some(got) => got,
+            None => tokio::time::timeout(self.cfg.recv_timeout, self.source.recv(&mut buf))
+                .await
+                .map_err(|_| SampleError::Timeout(self.cfg.recv_timeout))?
+                .map_err(|source| SampleError::Io { op: "recv", source })?,
+        };
+        dump.datagrams += 1;
+        dump.bytes += got.len as u64;
+        if dump.span_ns.0 == 0 {
+            dump.span_ns.0 = got.ts_ns;
+        }
+        dump.span_ns.1 = got.ts_ns;
+        if got.len > buf.len() {
+            dump.truncated += 1;
+            let grown = got.len.next_power_of_two();
+            tracing::warn!(
+                datagram = got.len,
+                buffer = buf.len(),
+                new_buffer = grown,
+                "sock_diag datagram truncated; sockets in it were lost, growing the read buffer"
+            );
+            self.bufsize = self.bufsize.max(grown);
+        }
+        Ok((buf, got))
     }
 }
 
