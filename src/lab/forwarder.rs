@@ -291,6 +291,44 @@ impl Bottleneck {
     }
 }
 
+/// The counter of why packet `buf` is dropped at `now`, if it is: a blackout, a SYN while
+/// SYNs are dropped, or random loss.
+fn dropped<'a>(d: &'a Direction, rng: &mut Rng, buf: &[u8], now: Instant) -> Option<&'a AtomicU64> {
+    let live = &d.live;
+    if live.active(&live.blackout_until, now) {
+        Some(&d.stats.blacked_out)
+    } else if live.active(&live.drop_syns_until, now) && is_syn(buf) {
+        Some(&d.stats.syns_dropped)
+    } else if d.loss > 0.0 && rng.next_f64() < d.loss {
+        Some(&d.stats.dropped)
+    } else {
+        None
+    }
+}
+
+/// Writes the packets due by `now` out to `wfd`, their buffers back to `free`.
+fn release_due(
+    queue: &mut BinaryHeap<Reverse<Pending>>,
+    free: &mut Vec<Vec<u8>>,
+    wfd: std::os::fd::RawFd,
+    stats: &PathStats,
+    now: Instant,
+) {
+    while queue.peek().is_some_and(|p| p.0.due <= now) {
+        let Reverse(p) = queue.pop().expect("peeked");
+        let late = now.duration_since(p.due).as_micros() as u64;
+        stats.late_max_us.fetch_max(late, Ordering::Relaxed);
+        // SAFETY: writing an initialised buffer to an open descriptor.
+        let r = unsafe { libc::write(wfd, p.pkt.as_ptr().cast(), p.pkt.len()) };
+        if r < 0 {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+        } else {
+            stats.forwarded.fetch_add(1, Ordering::Relaxed);
+        }
+        free.push(p.pkt);
+    }
+}
+
 /// Forwards until `stop` is set.
 pub fn run(d: &Direction, stop: &AtomicBool) {
     let mut rng = Rng(d.seed);
@@ -304,18 +342,8 @@ pub fn run(d: &Direction, stop: &AtomicBool) {
         let now = Instant::now();
         // Release what is due, unless the path is stalled.
         let stalled = live.active(&live.stall_until, now);
-        while !stalled && queue.peek().is_some_and(|p| p.0.due <= now) {
-            let Reverse(p) = queue.pop().expect("peeked");
-            let late = now.duration_since(p.due).as_micros() as u64;
-            d.stats.late_max_us.fetch_max(late, Ordering::Relaxed);
-            // SAFETY: writing an initialised buffer to an open descriptor.
-            let r = unsafe { libc::write(wfd, p.pkt.as_ptr().cast(), p.pkt.len()) };
-            if r < 0 {
-                d.stats.refused.fetch_add(1, Ordering::Relaxed);
-            } else {
-                d.stats.forwarded.fetch_add(1, Ordering::Relaxed);
-            }
-            free.push(p.pkt);
+        if !stalled {
+            release_due(&mut queue, &mut free, wfd, &d.stats, now);
         }
         // Sleep until the next release, a packet, or 5 ms (to notice `stop` and the end of
         // a stall).
@@ -348,16 +376,7 @@ pub fn run(d: &Direction, stop: &AtomicBool) {
             // SAFETY: read(2) initialised the first r bytes.
             unsafe { buf.set_len(r as usize) };
             let now = Instant::now();
-            let drop = if live.active(&live.blackout_until, now) {
-                Some(&d.stats.blacked_out)
-            } else if live.active(&live.drop_syns_until, now) && is_syn(&buf) {
-                Some(&d.stats.syns_dropped)
-            } else if d.loss > 0.0 && rng.next_f64() < d.loss {
-                Some(&d.stats.dropped)
-            } else {
-                None
-            };
-            if let Some(counter) = drop {
+            if let Some(counter) = dropped(d, &mut rng, &buf, now) {
                 counter.fetch_add(1, Ordering::Relaxed);
                 free.push(buf);
                 continue;
