@@ -139,15 +139,15 @@ fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filt
 }
 
 /// What `/` was asked for: the order, the page's rows and first row, and the filters; or
-/// a 400 saying what is wrong.
+/// what is wrong with it.
 fn host_request(
     q: Result<Query_<HostQuery>, QueryRejection>,
-) -> Result<(Order, usize, usize, Filters), Response> {
-    let Query_(q) = q.map_err(|e| bad(format!("{e}")))?;
-    let order = parse_order(q.order.as_deref()).map_err(|msg| bad(msg.0))?;
+) -> Result<(Order, usize, usize, Filters), String> {
+    let Query_(q) = q.map_err(|e| format!("{e}"))?;
+    let order = parse_order(q.order.as_deref()).map_err(|msg| msg.0)?;
     let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
     if limit == 0 || limit > web::MAX_ROWS {
-        return Err(bad(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS)));
+        return Err(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
     }
     let filters = Filters {
         service: given(q.service),
@@ -166,7 +166,7 @@ pub(super) async fn host(
 ) -> Response {
     let (order, limit, offset, filters) = match host_request(q) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(msg) => return bad(msg),
     };
     let netns = match c.netns_index(filters.netns.as_deref()) {
         Ok(ns) => ns,

@@ -206,39 +206,8 @@ impl<S: DumpSource> Sampler<S> {
             poll.bytes += got.len as u64;
             poll.last_ts_ns = got.ts_ns;
             let stored = got.len.min(buf.len());
-            for m in NlMsgIter::new(&buf[..stored]) {
-                let Ok(m) = m else {
-                    poll.malformed += 1;
-                    break;
-                };
-                let i = m.seq.wrapping_sub(base) as usize;
-                if i >= n || self.exact_answered[i] {
-                    continue; // an answer to an earlier poll, or a second one
-                }
-                match m.kind {
-                    SOCK_DIAG_BY_FAMILY => {
-                        let mut idx = SockIndex::default();
-                        if index_into(m.payload, &mut idx).is_ok() {
-                            poll.found += 1;
-                            answer(i, Answer::Found(Sample::new(got.ts_ns, m.payload, &idx)));
-                        } else {
-                            poll.malformed += 1;
-                        }
-                    }
-                    nlmsg::NLMSG_ERROR => match m.error_code() {
-                        Ok(0) => continue, // an acknowledgement, not the answer
-                        Ok(libc::ENOENT | libc::ESTALE) => {
-                            poll.gone += 1;
-                            answer(i, Answer::Gone { ts_ns: got.ts_ns });
-                        }
-                        Ok(_) => poll.refused += 1,
-                        Err(_) => poll.malformed += 1,
-                    },
-                    _ => continue,
-                }
-                self.exact_answered[i] = true;
-                left -= 1;
-            }
+            let answered = &mut self.exact_answered;
+            left -= read_answers(&buf[..stored], got.ts_ns, base, answered, poll, answer);
         }
         self.pool.push(buf);
         if left > 0 && overrun && self.exact_chunk > MIN_CHUNK {
@@ -250,6 +219,58 @@ impl<S: DumpSource> Sampler<S> {
         }
         Ok(())
     }
+}
+
+/// Reads the answers in datagram `bytes` (received at `ts_ns`) to the requests of sequence
+/// numbers `base..base + answered.len()`, marking each in `answered` and passing it to
+/// `answer`; how many were newly answered. An answer to an earlier poll, a second answer
+/// and an acknowledgement are skipped.
+fn read_answers<F>(
+    bytes: &[u8],
+    ts_ns: u64,
+    base: u32,
+    answered: &mut [bool],
+    poll: &mut ExactPoll,
+    answer: &mut F,
+) -> usize
+where
+    F: FnMut(usize, Answer<'_>),
+{
+    let mut found = 0;
+    for m in NlMsgIter::new(bytes) {
+        let Ok(m) = m else {
+            poll.malformed += 1;
+            break;
+        };
+        let i = m.seq.wrapping_sub(base) as usize;
+        if i >= answered.len() || answered[i] {
+            continue; // an answer to an earlier poll, or a second one
+        }
+        match m.kind {
+            SOCK_DIAG_BY_FAMILY => {
+                let mut idx = SockIndex::default();
+                if index_into(m.payload, &mut idx).is_ok() {
+                    poll.found += 1;
+                    answer(i, Answer::Found(Sample::new(ts_ns, m.payload, &idx)));
+                } else {
+                    poll.malformed += 1;
+                }
+            }
+            nlmsg::NLMSG_ERROR => match m.error_code() {
+                Ok(0) => continue, // an acknowledgement, not the answer
+                Ok(libc::ENOENT | libc::ESTALE) => {
+                    poll.gone += 1;
+                    answer(i, Answer::Gone { ts_ns });
+                }
+                Ok(_) => poll.refused += 1,
+                Err(_) => poll.malformed += 1,
+            },
+            _ => continue,
+        }
+        answered[i] = true;
+        found += 1;
+    }
+    found
 }
 
 #[cfg(test)]

@@ -229,7 +229,7 @@ impl Tracker {
         // until its owner closed it. Its final counters belong to that time, so the
         // sampled span (and the throughputs) do not take in the lingering.
         let end = w.missed_ns.min(s.ts_ns);
-        self.final_sample(&mut w.flow, s, &t, end);
+        self.final_sample(&mut w.flow, s, t, end);
         w.rest.sampling.event = true;
         let close = Some(Close::from_final(&w.flow.last, w.flow.passive_open));
         self.destroyed.insert(cookie, (self.generation, None));
