@@ -472,7 +472,14 @@ impl Tracker {
             self.stats.flows_refused += 1;
             return;
         }
-        let sn = snap(s, &t);
+        self.start_flow(s, &t, fp);
+    }
+
+    /// A socket of the dump that starts a flow: its first sample, its head, and (past the
+    /// first dump) its place in the hot set.
+    fn start_flow(&mut self, s: &Sample<'_>, t: &TcpInfo<'_>, fp: u64) {
+        let (cookie, generation) = (s.msg().cookie(), self.generation);
+        let sn = snap(s, t);
         let f = self.open(s, &sn, self.dumps_done == 0, Seen::Dump);
         let hot = FlowHead {
             cookie,
