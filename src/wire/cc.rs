@@ -91,6 +91,43 @@ pub enum CcInfo<'a> {
     Vegas(VegasInfo<'a>),
 }
 
+impl CcInfo<'_> {
+    /// The congestion control's own fields (INET_DIAG_BBRINFO, DCTCPINFO, VEGASINFO), under
+    /// its name.
+    pub fn fields(&self) -> (&'static str, Vec<(&'static str, Option<u64>)>) {
+        match self {
+            Self::Bbr(b) => (
+                "bbr",
+                vec![
+                    ("bw", b.bw()),
+                    ("min_rtt", b.min_rtt().map(u64::from)),
+                    ("pacing_gain", b.pacing_gain().map(u64::from)),
+                    ("cwnd_gain", b.cwnd_gain().map(u64::from)),
+                ],
+            ),
+            Self::Dctcp(d) => (
+                "dctcp",
+                vec![
+                    ("enabled", d.enabled().map(u64::from)),
+                    ("ce_state", d.ce_state().map(u64::from)),
+                    ("alpha", d.alpha().map(u64::from)),
+                    ("ab_ecn", d.ab_ecn().map(u64::from)),
+                    ("ab_tot", d.ab_tot().map(u64::from)),
+                ],
+            ),
+            Self::Vegas(v) => (
+                "vegas",
+                vec![
+                    ("enabled", v.enabled().map(u64::from)),
+                    ("rttcnt", v.rttcnt().map(u64::from)),
+                    ("rtt", v.rtt().map(u64::from)),
+                    ("minrtt", v.minrtt().map(u64::from)),
+                ],
+            ),
+        }
+    }
+}
+
 /// `INET_DIAG_SKMEMINFO`: the `SK_MEMINFO_*` u32 array, in bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct SkMemInfo<'a>(pub &'a [u8]);

@@ -531,45 +531,10 @@ impl Serialize for Sample<'_> {
             map.serialize_entry("skmem", &FieldMap(&f.map(|(k, v)| (k, v.map(u64::from)))))?;
         }
         if let Some(cc) = self.cc_info() {
-            let (name, fields) = cc_fields(&cc);
+            let (name, fields) = cc.fields();
             map.serialize_entry(name, &FieldMap(&fields))?;
         }
         map.end()
-    }
-}
-
-/// The congestion control's own fields (INET_DIAG_BBRINFO, DCTCPINFO, VEGASINFO), under
-/// its name.
-fn cc_fields(cc: &CcInfo<'_>) -> (&'static str, Vec<(&'static str, Option<u64>)>) {
-    match cc {
-        CcInfo::Bbr(b) => (
-            "bbr",
-            vec![
-                ("bw", b.bw()),
-                ("min_rtt", b.min_rtt().map(u64::from)),
-                ("pacing_gain", b.pacing_gain().map(u64::from)),
-                ("cwnd_gain", b.cwnd_gain().map(u64::from)),
-            ],
-        ),
-        CcInfo::Dctcp(d) => (
-            "dctcp",
-            vec![
-                ("enabled", d.enabled().map(u64::from)),
-                ("ce_state", d.ce_state().map(u64::from)),
-                ("alpha", d.alpha().map(u64::from)),
-                ("ab_ecn", d.ab_ecn().map(u64::from)),
-                ("ab_tot", d.ab_tot().map(u64::from)),
-            ],
-        ),
-        CcInfo::Vegas(v) => (
-            "vegas",
-            vec![
-                ("enabled", v.enabled().map(u64::from)),
-                ("rttcnt", v.rttcnt().map(u64::from)),
-                ("rtt", v.rtt().map(u64::from)),
-                ("minrtt", v.minrtt().map(u64::from)),
-            ],
-        ),
     }
 }
 
