@@ -236,8 +236,8 @@ impl Recent {
     /// chart points of each (`points`: none when the analyzer passed none on). They are
     /// moved out of `records`, or copied when the sink takes them too (`copy`). Only the
     /// last `cap` of a batch can stay in the ring: under churn a tick's batch holds hundreds
-    /// of records, and boxing each only to drop it a moment later was a sixth of the
-    /// writer's CPU (benches/RESULTS.md, issue 34).
+    /// of records, and boxing each only to drop it a moment later was dear (benches/RESULTS.md,
+    /// D17).
     pub fn push_written(&self, records: &mut Vec<FlowStats>, points: Vec<Vec<Point>>, copy: bool) {
         if points.len() != records.len() || self.cap == 0 {
             return;

@@ -493,7 +493,7 @@ impl Tracker {
         let Body::Live(f) = &mut self.slab[slot] else { return };
         // After deduped samples the last retained one is read for its time: a line that is
         // cold by then, so only then (read on every changed sample, with an `exp` in the
-        // fold, the changed path went from 105 to 168 ns a socket: benches/RESULTS.md).
+        // fold, the changed path cost far more: benches/RESULTS.md, D22).
         let prev_ts = if prev_retained {
             prev_ts
         } else {

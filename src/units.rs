@@ -118,8 +118,8 @@ pub fn url_escape(s: &str) -> String {
 pub fn si_bytes(b: u64) -> String {
     if b < 1000 {
         // The same text as `{:.0}` of the float, without its exact-mode float formatting
-        // (a bignum path): a churned flow's finding ("too short to judge: 102 B sent") was
-        // a third of its diagnosis (benches/RESULTS.md, issue 34).
+        // (a bignum path), which was a third of a churned flow's diagnosis ("too short to
+        // judge: 102 B sent"; benches/RESULTS.md, D16).
         return format!("{b} B");
     }
     let b = b as f64;

@@ -13,7 +13,7 @@
 //! One correction to the largest-share rule: Linux's busy time, unlike web100's
 //! SndLimTimeCwnd, also holds the time a paced sender spends sending out what it has. A flow
 //! whose send buffer was fixed too small therefore shows only part of its time as send-buffer
-//! limited: 34–40 % in the lab (BBR, SO_SNDBUF 16 or 64 KiB, 50 and 100 ms RTT), the rest
+//! limited: 34–40 % in the lab (BBR, SO_SNDBUF 16 or 64 KiB, 50 and 100 ms RTT; docs/diagnosis.md, "Rules and thresholds"), the rest
 //! spent pacing out what the buffer allowed. What gives it away is the rate: a buffer the
 //! kernel autotunes holds at least twice the congestion window (`tcp_sndbuf_expand`:
 //! 2 × segments × per-segment memory), so an autotuned flow reaches at most half of
@@ -217,7 +217,7 @@ fn weighted_median<T: Ord + Copy>(v: &mut [(T, u64)]) -> Option<T> {
 /// What a flow had in flight while its send buffer held it, bytes: `tcpi_unacked` × MSS in
 /// the samples that closed an interval in which `tcpi_sndbuf_limited` grew, their
 /// time-weighted mean (by Little's law the rate is the mean in flight over the RTT; the
-/// median read low: a lab flow reached 1.09 × its cap); `None` when there was none. The
+/// median read low: a lab flow reached 1.09 × its cap, docs/diagnosis.md, "Rules and thresholds"); `None` when there was none. The
 /// cap a send-buffer finding names is this over the RTT, what the flow was held at, not
 /// the configured SO_SNDBUF: a paced sender overshoots that by a packet train, and the
 /// kernel's delivery rate is no stand-in (the lab's 16 KB flow at 50 ms: 2.1 Mbit/s while
@@ -375,7 +375,7 @@ fn over_in_slow_start(
     // waited on read finite by its close).
     let rounds = short::round_trips(l.bytes_acked, l.snd_mss.into());
     // One round trip of slack, the last data's ACK: 200 KB over 50 ms in the lab was busy
-    // 208 ms for its 4 rounds.
+    // 208 ms for its 4 rounds (docs/diagnosis.md, "Rules and thresholds", slow-start).
     let slack = f64::from(rounds + 1) * x.min_rtt_ms;
     // The receiver's window, autotuned up from 64 KB as slow start grows, can lag it for a
     // round trip or two: such time is not counted against the rounds when the window grew
@@ -500,7 +500,7 @@ fn judge(
     // Over within slow start's round trips, with no loss: bounded by round trips. The
     // receiver's window, autotuned from 64 KB, grows with slow start and can hold part of
     // such a transfer (a 200 KB response at 50 ms was 49 % rwnd-limited in one lab run of
-    // three): that is no reader's or buffer's verdict.
+    // three; docs/diagnosis.md, "Rules and thresholds"): that is no reader's or buffer's verdict.
     if slow_start && matches!(verdict, "network" | "receiver-window") {
         return ("network", Some("slow-start"));
     }

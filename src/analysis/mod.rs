@@ -50,8 +50,8 @@ pub struct AnalyzerConfig {
 /// The text up to the second and the zone after the digits are kept for the last second
 /// asked for: within a second only the nine digits differ (the offset changes only at a
 /// whole second, see [`local_offset`]). Formatted whole by chrono each time, the two times
-/// of a record were a seventh of a one-sample flow's analysis under churn
-/// (benches/RESULTS.md, issue 34).
+/// of a record were a large part of a one-sample flow's analysis under churn
+/// (benches/RESULTS.md, D23).
 fn wall(mono_ns: u64, offset: i128) -> String {
     thread_local! {
         /// (UTC second, text up to and with its `.`, the zone's text).
@@ -557,10 +557,9 @@ fn record(
 /// it would otherwise raise past the blocks a program frees. Under churn each batch's
 /// vectors of ended flows and records (hundreds of entries, a few hundred KB) were then
 /// mapped, faulted in page by page, and unmapped with a TLB shootdown of the other core,
-/// batch after batch (`cargo bench --bench churn`, PERF=). Below 1 MiB they now come from
-/// the heap; larger blocks (the tables of many sockets) are still mapped, and go back to
-/// the kernel when freed. (At 4 MiB, 200,000 idle sockets kept 10 MiB more: `cargo bench
-/// --bench scale`.)
+/// batch after batch (benches/RESULTS.md, D28). Below 1 MiB they now come from the heap;
+/// larger blocks (the tables of many sockets) are still mapped, and go back to the kernel
+/// when freed (at 4 MiB, idle hosts kept more: D28).
 pub fn keep_heap_for_reuse() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only adjusts allocator parameters; it is safe to call at any time.

@@ -325,20 +325,16 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
 
 /// How long the loop leaves the destroy sockets alone after reading them: the events that
 /// come meanwhile wait in the socket's buffer and are read together. Woken for every event,
-/// the loop spent a fifth of its CPU at 2,000 connections a second going to sleep and
-/// waking again (benches/RESULTS.md, issue 34); the flows they end wait for the next tick
-/// in any case. 50 ms at 30,000 events a second (15,000 connections) is ~1,500 events; at
-/// that rate, with the 4 MiB buffer, the churn bench saw no overrun. Never more than half
-/// the interval.
+/// the loop spent much of its CPU going to sleep and waking again (benches/RESULTS.md, D11);
+/// the flows they end wait for the next tick in any case. 50 ms at 30,000 events a second
+/// (15,000 connections) is ~1,500 events, which a 4 MiB buffer holds (D11). Never more than
+/// half the interval.
 pub const DESTROY_REST: Duration = Duration::from_millis(50);
 
 /// The rest when a destroy socket's buffer is capped (net.core.rmem_max, 208 KiB by
-/// default). Measured at the most the churn bench makes (~18,000-20,000 connections a
-/// second, `NO_NET_ADMIN=1 cargo bench --bench churn -- 6 max`): a 10 ms rest recorded
-/// 66 % of flows, 4 ms 90.9 %, 2 ms 96.6 % (97.2-98.4 % since events are read eight to a
-/// call). The price is wake-ups: at 2,000 a second, ~338 a second and 17.0-20.0 µs a
-/// connection against 13.5-15.0 with the full buffer (benches/RESULTS.md, issue 34);
-/// docs/deployment.md, "High churn", says to raise the sysctl.
+/// default). A shorter rest records more of the flows at the most the churn bench makes,
+/// at the price of wake-ups (benches/RESULTS.md, D12); docs/deployment.md, "High churn",
+/// says to raise the sysctl.
 pub const DESTROY_REST_CAPPED: Duration = Duration::from_millis(2);
 
 /// The loop's state between ticks: the flow table, the namespaces' samplers, the flows
@@ -592,8 +588,8 @@ fn hand_off(
     let room = metrics.ended_queue_samples.get() + samples <= MAX_QUEUED_SAMPLES
         || metrics.ended_queue_samples.get() == 0;
     // The next batch starts with room for as many: grown from empty, a Vec of these large
-    // entries was reallocated and copied about log2(n) times each batch (3 % of the
-    // monitor's CPU under churn: `cargo bench --bench churn`, PERF=).
+    // entries was reallocated and copied about log2(n) times each batch (benches/RESULTS.md,
+    // D27).
     let batch = std::mem::replace(out, Vec::with_capacity(out.len()));
     let sent = if room { ended_tx.try_send(batch) } else { Err(TrySendError::Full(batch)) };
     match sent {

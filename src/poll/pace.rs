@@ -31,9 +31,9 @@ use std::time::Duration;
 pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
 
 /// The longest a network namespace where nothing moves goes unwalked by full dumps (each
-/// goes after 5 to 10 s, spread: `poll/spaces.rs`). Until issue 40 this was also a fixed cap
-/// on the full-dump interval, which at 200,000 sockets held the monitor at 1.7 × its budget
-/// (benches/RESULTS.md, issue 40's baseline); the interval now follows the budget.
+/// goes after 5 to 10 s, spread: `poll/spaces.rs`). It is no cap on the full-dump interval,
+/// which follows the budget: as a cap it held the monitor over its budget on large hosts
+/// (benches/RESULTS.md, D13).
 pub const NAMESPACE_REWALK: Duration = Duration::from_secs(10);
 
 /// The least share of the budget full dumps get, whatever the hot flows' polls take: without

@@ -143,9 +143,9 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
 /// namespace is then walked by every full dump), with a warning.
 /// Whether a full dump of `walk` would walk any namespace: false when it may leave every
 /// one unwalked (nothing moved in any since its last walk, none due). Such a dump is not
-/// taken at all: a dump that walks nothing still sweeps every flow the tracker follows
-/// (1 ms at 20,000 flows), and its low cost pulled the pace's estimate down until those
-/// empty dumps came every few ticks, half the budget on an idle host.
+/// taken at all: a dump that walks nothing still sweeps every flow the tracker follows,
+/// and its low cost pulled the pace's estimate down until those empty dumps came every few
+/// ticks (benches/RESULTS.md, D26).
 pub(super) fn any_to_walk<S, D>(spaces: &mut [Space<S, D>], walk: Walk) -> bool {
     let Walk::Moved(t) = walk else { return true };
     spaces.iter_mut().any(|sp| {

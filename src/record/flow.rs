@@ -376,7 +376,7 @@ pub struct Caps {
     pub send_buffer_bytes: Option<u32>,
     /// Send-buffer cap: the send buffer ÷ min RTT, Mbit/s. The buffer is charged with
     /// per-packet overhead, but the kernel lets it overshoot by one packet train, so flows
-    /// held by it reach 0.5–1.2 × this (measured in the lab).
+    /// held by it reach 0.5–1.2 × this (measured in the lab: docs/diagnosis.md, "Rules and thresholds").
     #[serde(rename = "SendBufferCapMbps", skip_serializing_if = "Option::is_none")]
     pub send_buffer_cap_mbps: Option<f64>,
     /// Loss cap (Mathis): MSS ÷ RTT × √(3/2) ÷ √p, with p = retransmitted ÷ sent

@@ -6,7 +6,7 @@
 //! is not finite. The tests compare the two byte for byte (`json.rs`, the writer's).
 //!
 //! A flow of one sample has seven equal numbers in each of its summaries (28 in all), and
-//! formatting a float is a third of serialising a record (benches/RESULTS.md, issue 34):
+//! formatting a float is a third of serialising a record (benches/RESULTS.md, D18):
 //! [`Floats`] keeps the last float's text, and the next equal float is copied instead.
 
 use serde::Serialize;
@@ -328,8 +328,8 @@ impl ser::SerializeStruct for Compound<'_, '_> {
     type Error = serde_json::Error;
     fn serialize_field<T: ?Sized + Serialize>(&mut self, key: &'static str, value: &T) -> Result {
         debug_assert!(plain(key.as_bytes()), "{key}");
-        // `,"Key":` copied unscanned, after one reserve. Through `comma` (a push before the
-        // reserve) a record took ~14 % longer (`cargo bench --bench churn -- ser`).
+        // `,"Key":` copied unscanned, after one reserve; through `comma` (a push before the
+        // reserve) a record took longer (benches/RESULTS.md, D18).
         let out = &mut *self.line.out;
         out.reserve(key.len() + 4);
         if !std::mem::take(&mut self.first) {

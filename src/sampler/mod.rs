@@ -253,7 +253,7 @@ impl<S: DumpSource> Sampler<S> {
     ///
     /// This is the tracker's path: a socket is read while its datagram is still in cache, and
     /// the dump's working set is one buffer instead of ~10 MB per 20,000 sockets (keeping the
-    /// whole dump measured ~10 % slower than the bare receive loop; see benches/RESULTS.md).
+    /// whole dump is slower: benches/RESULTS.md, D21).
     ///
     /// # Errors
     /// As for [`dump`](Self::dump). Sockets visited before an error belong to a dump that

@@ -205,9 +205,8 @@ impl DumpSource for NetlinkSource {
     }
 
     /// recvmmsg(2): one system call for up to [`Slots::MAX`] datagrams. The destroy
-    /// listener reads each event as a datagram of its own, and their calls' entry and exit
-    /// were a tenth of the poll loop's CPU at 2,000 connections a second
-    /// (benches/RESULTS.md, issue 34). With `MSG_TRUNC`, netlink gives each datagram's real
+    /// listener reads each event as a datagram of its own, and a call's entry and exit for
+    /// each were dear under churn (benches/RESULTS.md, D20). With `MSG_TRUNC`, netlink gives each datagram's real
     /// length, so a cut one is seen as with `recv`.
     fn try_recv_many(&mut self, slots: &mut Slots, limit: usize) -> io::Result<usize> {
         use std::os::fd::AsRawFd;

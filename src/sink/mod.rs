@@ -4,8 +4,8 @@
 //! each record it serialised, without waiting (a full hand-off drops and counts them, so
 //! sampling never waits for the server). One thread cuts rows into batches, compresses
 //! each once (gzip level 1 unless `--clickhouse-compress=false`: ClickHouse takes
-//! `Content-Encoding: gzip`, and the wire, the queue and the spool carry ~17× fewer bytes
-//! for 0.9–1.6 µs more CPU a record, benches/sink.rs), and keeps them in a bounded queue
+//! `Content-Encoding: gzip`, and the wire, the queue and the spool carry far fewer bytes
+//! for a little more CPU: benches/RESULTS.md, "sink"), and keeps them in a bounded queue
 //! (and, with `--spool-dir`, on disk); another delivers them in order. Its parts, each
 //! testable without a network:
 //! - [`row`]: a record as a `JSONEachRow` row: the record as the writer serialises it,

@@ -1,8 +1,8 @@
 //! Idle flows, packed: what a flow that has not changed for [`COLD_AFTER_NS`] keeps.
 //!
 //! A tracked flow is a 320-byte [`Flow`] with a sample stage, its owner in a map beside it:
-//! about 600 bytes a flow in all, which at 200,000 idle keep-alive sockets was 117 MiB
-//! (benches/RESULTS.md, issue 40's baseline). An idle flow needs none of that room. Its
+//! about 600 bytes a flow in all, 117 MiB at 200,000 idle keep-alive sockets
+//! (benches/RESULTS.md, D15). An idle flow needs none of that room. Its
 //! window holds one retained sample (a flow that goes idle with more writes them first, as
 //! an interim record: `Tracker::freeze_idle`), so what it keeps is its identity, its latest
 //! counters, that one sample and its owner, about 90 bytes once each number is written in
@@ -483,7 +483,7 @@ impl Tracker {
     /// every record's summaries stay exact. Then reclaims the store's dead entries if due.
     pub(super) fn freeze_idle(&mut self, dump_ts_ns: u64, out: &mut Vec<EndedFlow>) {
         // At most every FREEZE_EVERY_NS: the pass reads every whole flow that is not moving,
-        // and at every dump it cost the changed path 45 ns a socket (benches/RESULTS.md).
+        // too dear at every dump (benches/RESULTS.md, D15).
         if self.froze_ns.is_some_and(|t| dump_ts_ns.saturating_sub(t) < FREEZE_EVERY_NS) {
             return;
         }

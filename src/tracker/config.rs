@@ -40,7 +40,7 @@ pub struct TrackerConfig {
     /// No sample of a flow for longer than this is a pause: the next retained sample says
     /// so ([`crate::record::Retained::after_pause`]; docs/web.md, "Charts"). The least
     /// pause: the poller raises it to 1.5 × the full-dump interval its budget allows
-    /// ([`Tracker::set_pause_ns`]), the longest a still flow waits to be sampled.
+    /// ([`super::Tracker::set_pause_ns`]), the longest a still flow waits to be sampled.
     pub pause_ns: u64,
     /// SYNs sent again after which the kernel gives up a connect
     /// (`net.ipv4.tcp_syn_retries`): what tells a time-out from an attempt abandoned.

@@ -2,9 +2,9 @@
 //! wrapping) made for a stream of JSON records, and flate2 for every other level.
 //!
 //! Why our own: miniz_oxide and zlib-rs are general-purpose. They look for a match at every
-//! byte, which on records of short connections costs 2.3 µs a record at level 1 and 5.3 µs
-//! at level 3: level 3 cost more than everything else the monitor spends on a connection
-//! (benches/RESULTS.md, issue 34). Consecutive records share nearly all their text: the
+//! byte, which on records of short connections costs twice ours at level 1 and five times
+//! at level 3, more than everything else the monitor spends on a connection
+//! (benches/RESULTS.md, D25). Consecutive records share nearly all their text: the
 //! same field names in the same order, and mostly the same values. So a match can only
 //! start at a field boundary (a comma), and found there it runs on to the next value that
 //! differs. Looking only at commas (a record has ~100) finds most matches for a fraction of

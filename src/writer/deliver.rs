@@ -44,7 +44,7 @@ impl Writer {
     /// Gives a line to the file while nothing waits before it, keeping the buffer for the
     /// next line; queues it when the file cannot take it. Under churn this saved an
     /// allocation a record and compressing each line after a few hundred others had pushed
-    /// it out of cache (benches/RESULTS.md, issue 34).
+    /// it out of cache (benches/RESULTS.md, D24).
     pub(super) fn emit(&mut self, line: Vec<u8>) {
         match self.offer_to_file(&line) {
             Took::No => self.enqueue(line),

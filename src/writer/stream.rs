@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 /// Most bytes handed to the thread and not yet written (a quarter of the backlog when that
 /// is smaller, so that a small backlog still bounds what a stalled reader holds): enough to keep a fast reader busy
 /// between two of the writer's turns (10 ms while it has a backlog): 400 MB/s. (At 256 KiB
-/// it allowed at most ~25 MB/s, about the ~12,000 records a second stdout was measured at.) Small beside the
+/// it allowed at most ~25 MB/s, which held stdout back: benches/RESULTS.md, D29.) Small beside the
 /// backlog (`--writer-backlog`, 64 MiB).
 pub const HANDOFF_BYTES: usize = 4 << 20;
 

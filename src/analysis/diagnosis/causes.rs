@@ -97,8 +97,8 @@ pub fn setup(samples: &[Retained], l: &Last) -> Option<(u32, f64, bool)> {
     if n == 0 {
         return None;
     }
-    // Measured on 6.18: a SYN dropped twice gave tcpi_total_rto_time 1,024 ms on a
-    // connection set up 2.02 s after connect(): the first timeout (1 s) plus the recovery.
+    // tcpi_total_rto_time leaves the first timeout (1 s) out and counts the recovery
+    // (docs/diagnosis.md, "What the kernel gives", measured on 6.18).
     // Exact only when every RTO the flow had was the setup's.
     let exact = l.bytes_retrans == 0
         && l.total_rto_time_ms != RTO_TIME_ABSENT

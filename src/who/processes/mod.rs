@@ -286,8 +286,8 @@ pub const TRIM_AFTER: usize = 4096;
 
 /// Hands freed heap memory back to the system. A large batch (the first dump's, on a host
 /// of many sockets) allocates requests, answers and the walker's inode table on two
-/// threads; glibc keeps what they free in each thread's arena, resident: 70 MB at a million
-/// sockets (benches/RESULTS.md, issue 40). Called only after such a batch: it walks the
+/// threads; glibc keeps what they free in each thread's arena, resident (benches/RESULTS.md,
+/// D19). Called only after such a batch: it walks the
 /// arenas.
 pub fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
