@@ -6,14 +6,13 @@
 //! the field: docs/cgmon.md.)
 //!
 //! Its rooms: `flow` the record and its parts, `sample` the retained sample, `lines` the
-//! sample line and the live view, `text` addresses and rates as text, `json` the one-line
-//! JSON of a record, and `ser` the serde serializer that writes it.
+//! sample line and the live view, `text` addresses and rates as text, and `json` the
+//! one-line JSON of a record (serde_json's, with a float cache).
 
 mod flow;
 pub mod json;
 mod lines;
 mod sample;
-mod ser;
 mod text;
 
 pub use flow::{
