@@ -3,9 +3,10 @@
 //! A stage beside the writer, on threads of its own ([`spawn`]): the writer hands it
 //! each record it serialised, without waiting (a full hand-off drops and counts them, so
 //! sampling never waits for the server). One thread cuts rows into batches, compresses
-//! each once (gzip level 1 unless `--clickhouse-compress=false`: ClickHouse takes
-//! `Content-Encoding: gzip`, and the wire, the queue and the spool carry far fewer bytes
-//! for a little more CPU: benches/RESULTS.md, "sink"), and keeps them in a bounded queue
+//! each once (gzip by the writer's encoder, unless `--clickhouse-compress=false`:
+//! ClickHouse takes `Content-Encoding: gzip`, and the wire, the queue and the spool carry
+//! far fewer bytes for a little more CPU: benches/RESULTS.md, "sink"), and keeps them in a
+//! bounded queue
 //! (and, with `--spool-dir`, on disk); another delivers them in order. Its parts, each
 //! testable without a network:
 //! - [`row`]: a record as a `JSONEachRow` row: the record as the writer serialises it,
@@ -30,7 +31,6 @@ pub mod row;
 pub mod spool;
 pub mod target;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -246,12 +246,7 @@ impl Intake {
     /// Compresses a batch once (outside the lock), spools it, and queues it.
     fn enqueue(&mut self, mut b: batch::Batch) {
         if self.compress {
-            let mut gz = flate2::write::GzEncoder::new(
-                Vec::with_capacity(b.rows.len() / 8),
-                flate2::Compression::fast(),
-            );
-            gz.write_all(&b.rows).expect("writing to memory");
-            b.rows = gz.finish().expect("writing to memory");
+            b.rows = gzip(&b.rows);
         }
         let mut st = self.shared.lock();
         let spooled = st.save(&b);
@@ -482,9 +477,41 @@ impl State {
     }
 }
 
+/// `rows` as one gzip member, by the writer's encoder for record streams (its level 1,
+/// `writer::deflate`): rows are the writer's records with a few fields more, and it is the
+/// cheapest of the encoders on them (benches/RESULTS.md, D25).
+fn gzip(rows: &[u8]) -> Vec<u8> {
+    let mut gz = crate::writer::deflate::Gzip::new(
+        Vec::with_capacity(rows.len() / 8),
+        crate::writer::deflate::FAST_LEVEL,
+    );
+    // Into memory: neither can fail.
+    gz.write_all(rows).expect("writing to memory");
+    gz.finish().expect("writing to memory")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_of_thousands_of_rows_gunzips_to_itself() {
+        use std::io::Read;
+        let rows: Vec<u8> = (0..5_000)
+            .flat_map(|i| {
+                format!(
+                    "{{\"Host\":\"h{}\",\"Cookie\":{i},\"RTTSummary\":[0.{i},1,2],\"BatchId\":\"b\"}}\n",
+                    i % 7
+                )
+                .into_bytes()
+            })
+            .collect();
+        let gz = gzip(&rows);
+        assert!(gz.len() * 4 < rows.len(), "{} of {} bytes", gz.len(), rows.len());
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut back).unwrap();
+        assert_eq!(back, rows);
+    }
     use crate::analysis::{AnalyzerConfig, analyze};
     use crate::tracker::testing::ended_flow;
     use crate::wire::build::SockBuilder;

@@ -126,6 +126,41 @@ fn code_lengths_stay_within_the_limit_and_fill_the_code() {
     }
 }
 
+proptest! {
+    /// Any frequencies (up to the literal/length alphabet's 286 symbols, zeros included, and
+    /// counts up to a whole stream's): every used symbol gets a code within the limit,
+    /// unused ones none, the code is complete (or, with one symbol, that symbol's single
+    /// bit), and a more frequent symbol never gets a longer code.
+    #[test]
+    fn any_frequencies_give_a_complete_prefix_code_within_the_limit(
+        freq in proptest::collection::vec(prop_oneof![Just(0u32), 1u32..10, 1u32..4_000_000], 0..286),
+        limit in prop_oneof![Just(7u8), Just(15u8)],
+    ) {
+        // A limit of 7 holds at most 128 symbols: the code-length alphabet has 19.
+        let freq: Vec<u32> = if limit == 7 { freq.into_iter().take(19).collect() } else { freq };
+        let lens = code_lengths(&freq, limit);
+        prop_assert_eq!(lens.len(), freq.len());
+        let used = freq.iter().filter(|&&f| f > 0).count();
+        for (f, l) in freq.iter().zip(&lens) {
+            prop_assert_eq!(*f == 0, *l == 0, "{:?} -> {:?}", &freq, &lens);
+            prop_assert!(*l <= limit);
+        }
+        let kraft: f64 = lens.iter().filter(|&&l| l > 0).map(|&l| 0.5f64.powi(i32::from(l))).sum();
+        match used {
+            0 => prop_assert_eq!(kraft, 0.0),
+            1 => prop_assert_eq!(kraft, 0.5),
+            _ => prop_assert!((kraft - 1.0).abs() < 1e-12, "incomplete: {}", kraft),
+        }
+        for i in 0..freq.len() {
+            for j in 0..freq.len() {
+                if freq[i] > freq[j] && freq[j] > 0 {
+                    prop_assert!(lens[i] <= lens[j], "{:?} -> {:?}", &freq, &lens);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_code_tables_agree_with_the_bases() {
     for len in 3..=258 {
