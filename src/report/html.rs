@@ -283,6 +283,17 @@ fn verdicts_per_service(b: &mut String, records: &[Rec]) {
 /// The slowest flows' table.
 fn slowest_flows(b: &mut String, records: &[Rec], listed: &[&Rec], src: &Sources) {
     let candidates = records.iter().filter(|r| r.may_be_slowest(src.min_bytes)).count();
+    if candidates == 0 {
+        // No empty table: say what was looked for.
+        let _ = write!(
+            b,
+            "<h2>The slowest flows</h2><p id=\"slowest\">No flow that sent at least {} was \
+             limited by a window, a buffer or the network; <code>--min-bytes</code> changes \
+             the size.</p>",
+            si_bytes(src.min_bytes)
+        );
+        return;
+    }
     let which = if listed.len() == candidates {
         format!("All {candidates} flow{}", if candidates == 1 { "" } else { "s" })
     } else {

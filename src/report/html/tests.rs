@@ -98,6 +98,17 @@ fn the_answer_comes_first_and_a_report_without_samples_says_why_it_has_no_charts
     // The slowest flows come before the distributions and the long per-service table.
     assert!(at("id=\"slowest\"") < at("id=\"cdf-throughput\""));
     assert!(at("id=\"cdf-throughput\"") < at("id=\"verdicts\""));
+    // No flow limited by the network's side: a sentence, not an empty table.
+    let few = html_of(&[rec(Some("svc"), 7, 443, 50_000)], 5);
+    let app: Vec<Value> = vec![{
+        let mut r = rec(Some("svc"), 7, 443, 50_000);
+        r["Diagnosis"]["Verdict"] = "application".into();
+        r
+    }];
+    let none = html_of(&app, 5);
+    assert!(none.contains("No flow that sent at least 1.0 MB was limited"), "{none}");
+    assert!(!none.contains("<table id=\"slowest\""));
+    assert!(few.contains("<table id=\"slowest\""));
     // Given a samples file, the report does not claim it lacks one.
     let recs: Vec<Rec> = records.iter().map(Rec::of).collect();
     let src = Sources {
