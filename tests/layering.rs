@@ -1,6 +1,7 @@
 //! The layout stays one-way: no import circle between the files of `src/` (test modules
 //! included), and no module imports one on a later stage of the pipeline. It reads the
-//! source as text: every `crate::…` and `super::…` path, resolved to the file it names.
+//! source as text: every `crate::…` and `super::…` path, resolved to the file it names. And
+//! the production code stays readable: no file over 700 lines, no function over 80.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -248,4 +249,92 @@ fn the_check_finds_a_circle_and_an_import_up_the_pipeline() {
         ]
     );
     assert_eq!(paths("a::{b, c::{d, e}};").len(), 3);
+}
+
+/// The production code's own lines: a file up to an inline `#[cfg(test)] mod tests {`.
+/// Test files (`tests.rs`, `*_tests.rs`), the testkit and the test stand-ins (`fakes/`)
+/// are not production code.
+fn production_lines(f: &Path) -> Option<Vec<String>> {
+    let name = f.file_name()?.to_str()?;
+    let in_fakes = f.components().any(|c| c.as_os_str() == "fakes");
+    if name == "tests.rs" || name.ends_with("_tests.rs") || name == "testkit.rs" || in_fakes {
+        return None;
+    }
+    let text = std::fs::read_to_string(f).ok()?;
+    let lines: Vec<String> = text.lines().map(String::from).collect();
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].starts_with("#[cfg(test)]")
+                && lines.get(i + 1).is_some_and(|l| l.starts_with("mod tests {"))
+        })
+        .unwrap_or(lines.len());
+    Some(lines[..end].to_vec())
+}
+
+/// `line`'s function name when it starts a function item (`pub`, `pub(…)`, `async`,
+/// `const`, `unsafe` before `fn`), with its indentation.
+fn fn_start(line: &str) -> Option<(usize, String)> {
+    let indent = line.len() - line.trim_start().len();
+    let mut rest = line.trim_start();
+    if let Some(r) = rest.strip_prefix("pub") {
+        rest = r.trim_start();
+        if rest.starts_with('(') {
+            rest = rest[rest.find(')')? + 1..].trim_start();
+        }
+    }
+    for word in ["async ", "const ", "unsafe "] {
+        rest = rest.strip_prefix(word).unwrap_or(rest);
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some((indent, name))
+}
+
+/// Every production file and function, with its length in lines.
+fn lengths() -> (Vec<(usize, String)>, Vec<(usize, String)>) {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let (mut files_, mut fns) = (Vec::new(), Vec::new());
+    for f in all {
+        let Some(lines) = production_lines(&f) else { continue };
+        let shown = f.strip_prefix(src()).unwrap_or(&f).display().to_string();
+        files_.push((lines.len(), shown.clone()));
+        for (i, line) in lines.iter().enumerate() {
+            let Some((indent, name)) = fn_start(line) else { continue };
+            if line.trim_end().ends_with(';') {
+                continue; // a declaration without a body
+            }
+            let close = format!("{}}}", " ".repeat(indent));
+            if let Some(j) = (i..lines.len()).find(|&j| lines[j] == close) {
+                fns.push((j - i + 1, format!("{shown}:{} {name}", i + 1)));
+            }
+        }
+    }
+    (files_, fns)
+}
+
+/// Past these a newcomer loses the thread (issue 53): no production file over 700 lines,
+/// no production function over 80, and `app::run` reads as the wiring, under 60.
+#[test]
+fn production_files_and_functions_stay_short() {
+    let (files_, fns) = lengths();
+    assert!(fns.len() > 500, "only {} functions found: is the scan reading them?", fns.len());
+    let long_files: Vec<_> = files_.iter().filter(|(n, _)| *n > 700).collect();
+    assert!(long_files.is_empty(), "files over 700 lines: {long_files:?}");
+    let long_fns: Vec<_> = fns.iter().filter(|(n, _)| *n > 80).collect();
+    assert!(long_fns.is_empty(), "functions over 80 lines: {long_fns:?}");
+    let run = fns.iter().find(|(_, w)| w.starts_with("app.rs:") && w.ends_with(" run"));
+    let run = run.unwrap_or_else(|| panic!("no app::run found"));
+    assert!(run.0 < 60, "app::run is {} lines: it should read as the wiring", run.0);
+}
+
+#[test]
+fn the_length_scan_finds_functions_and_their_ends() {
+    assert_eq!(fn_start("    pub(super) async fn run<S: X>("), Some((4, "run".into())));
+    assert_eq!(fn_start("pub const fn f() -> u8 {"), Some((0, "f".into())));
+    assert_eq!(fn_start("    let f = |x| x;"), None);
+    assert_eq!(fn_start("// fn not_code()"), None);
 }
