@@ -293,8 +293,11 @@ fn fn_start(line: &str) -> Option<(usize, String)> {
     (!name.is_empty()).then_some((indent, name))
 }
 
+/// Lengths in lines, each with what it measures.
+type Lengths = Vec<(usize, String)>;
+
 /// Every production file and function, with its length in lines.
-fn lengths() -> (Vec<(usize, String)>, Vec<(usize, String)>) {
+fn lengths() -> (Lengths, Lengths) {
     let mut all = Vec::new();
     files(&src(), &mut all);
     let (mut files_, mut fns) = (Vec::new(), Vec::new());
