@@ -3,8 +3,8 @@
 //!
 //! A flow of one sample has seven equal numbers in each of its summaries (28 in all), and
 //! formatting a float is a third of serialising a record (benches/RESULTS.md, D18). Our
-//! own serializer beside serde_json gained ~10 % more over this formatter, ~3 % of a short
-//! connection's cost, and was removed for it (issue 53).
+//! own serializer beside serde_json was somewhat faster still, and was removed as a second
+//! serializer to keep; D18 holds what each cost, and the writer thread's cost since.
 
 use std::io;
 
