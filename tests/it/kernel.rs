@@ -17,6 +17,9 @@ use cgmon_rs::wire::inet_diag::{AF_INET, AF_INET6};
 
 struct Scene {
     ports: [u16; 3],
+    /// Every socket the scene made, by its (local, remote) ends, with whether it is a
+    /// connecting end. Listeners have the unspecified address and port 0 as remote.
+    ends: BTreeMap<(SocketAddr, SocketAddr), bool>,
     _listeners: Vec<TcpListener>,
     pairs: Vec<Pair>,
 }
@@ -40,7 +43,32 @@ fn scene() -> Scene {
     for p in &mut pairs {
         p.exchange(10_000).unwrap();
     }
-    Scene { ports: [a4.port(), a6.port(), ad.port()], _listeners: vec![l4, l6, ld], pairs }
+    let mut ends = BTreeMap::new();
+    for p in &pairs {
+        ends.insert(canonical(p.client.local_addr().unwrap(), p.client.peer_addr().unwrap()), true);
+        ends.insert(
+            canonical(p.server.local_addr().unwrap(), p.server.peer_addr().unwrap()),
+            false,
+        );
+    }
+    for l in [&l4, &l6, &ld] {
+        let local = l.local_addr().unwrap();
+        let unspecified: IpAddr = if local.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        ends.insert(canonical(local, SocketAddr::new(unspecified, 0)), false);
+    }
+    let ports = [a4.port(), a6.port(), ad.port()];
+    Scene { ports, ends, _listeners: vec![l4, l6, ld], pairs }
+}
+
+/// Both ends with v4-mapped addresses written as IPv4, as the dump and `local_addr` may
+/// spell the dual-stack listener's IPv4 peers either way.
+fn canonical(local: SocketAddr, remote: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let c = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    (c(local), c(remote))
 }
 
 async fn dump(cfg: SamplerConfig) -> Dump {
@@ -51,28 +79,30 @@ async fn dump(cfg: SamplerConfig) -> Dump {
     d
 }
 
-/// Whether `ip:port` is one of the scene's listening endpoints (`ports` in [`Scene`]'s
-/// order): 127.0.0.1 on the IPv4 listener's port, ::1 on the IPv6 one's, any address on the
-/// dual-stack one's (bound to every address, so no other socket has that port). By port
-/// alone, a socket of a test running alongside may count: the IPv4 listener's port number
-/// is free on ::1, and the IPv6 one's on 127.0.0.1 (CI once counted 20 sockets for 19, most
-/// likely so).
-fn at_ours(ports: &[u16], ip: IpAddr, port: u16) -> bool {
-    let lo = |want: IpAddr| ip == want || ip.to_canonical() == want;
-    (port == ports[0] && lo(Ipv4Addr::LOCALHOST.into()))
-        || (port == ports[1] && lo(Ipv6Addr::LOCALHOST.into()))
-        || port == ports[2]
+/// A dump in which the scene's `want` sockets all appear. A kernel dump is not a snapshot:
+/// it walks the socket hash in parts and resumes each part by position within a bucket, so
+/// a socket another test closes in the same bucket between two parts shifts the next one
+/// past the resume point (a loaded CI run once saw 14 of the scene's 16). Dump again, a
+/// bounded number of times; the last dump is returned for the caller's assert to print.
+async fn dump_scene(cfg: SamplerConfig, sc: &Scene, want: usize) -> Dump {
+    let mut d = dump(cfg.clone()).await;
+    for _ in 0..10 {
+        if ours(&d, sc).len() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        d = dump(cfg.clone()).await;
+    }
+    d
 }
 
-/// cookie → (family, local, remote, state) for the sockets that belong to the scene whose
-/// listeners' ports are `ports`.
-fn ours(d: &Dump, ports: &[u16]) -> BTreeMap<u64, (u8, String, String, u8)> {
+/// cookie → (family, local, remote, state) for the sockets the scene made, matched by both
+/// ends. Matching by listening port alone once counted other tests' sockets, and a previous
+/// run's TIME-WAIT sockets whose remote port the kernel had handed to this scene's listener.
+fn ours(d: &Dump, sc: &Scene) -> BTreeMap<u64, (u8, String, String, u8)> {
     d.batch
         .iter()
-        .filter(|s| {
-            let m = s.msg();
-            at_ours(ports, m.src(), m.sport()) || at_ours(ports, m.dst(), m.dport())
-        })
+        .filter(|s| sc.ends.contains_key(&ends_of(s)))
         .map(|s| {
             let m = s.msg();
             let local = format!("{}:{}", m.src(), m.sport());
@@ -82,13 +112,18 @@ fn ours(d: &Dump, ports: &[u16]) -> BTreeMap<u64, (u8, String, String, u8)> {
         .collect()
 }
 
+fn ends_of(s: &cgmon_rs::wire::sock::Sample) -> (SocketAddr, SocketAddr) {
+    let m = s.msg();
+    canonical(SocketAddr::new(m.src(), m.sport()), SocketAddr::new(m.dst(), m.dport()))
+}
+
 #[tokio::test]
 async fn dump_reports_ipv4_ipv6_and_v4_mapped_sockets() {
     let sc = scene();
     let before = monotonic_ns();
-    let d = dump(SamplerConfig::default()).await;
+    let d = dump_scene(SamplerConfig::default(), &sc, 16).await;
     let after = monotonic_ns();
-    let socks = ours(&d, &sc.ports);
+    let socks = ours(&d, &sc);
     // 6 + 2 connections, both ends each; listeners are excluded by default.
     assert_eq!(socks.len(), 16, "{socks:#?}");
     assert!(socks.values().all(|v| v.3 == 1), "all ESTABLISHED");
@@ -109,7 +144,7 @@ async fn dump_reports_ipv4_ipv6_and_v4_mapped_sockets() {
     let sent: Vec<_> = d
         .batch
         .iter()
-        .filter(|s| at_ours(&sc.ports, s.msg().dst(), s.msg().dport()))
+        .filter(|s| sc.ends.get(&ends_of(s)) == Some(&true))
         .map(|s| s.tcp_info().unwrap().bytes_acked().unwrap())
         .collect();
     assert_eq!(sent, vec![10_001; 8]);
@@ -120,8 +155,8 @@ async fn dump_reports_ipv4_ipv6_and_v4_mapped_sockets() {
 async fn state_set_selects_listeners() {
     let sc = scene();
     let cfg = SamplerConfig { states: StateSet::parse("listening").unwrap(), ..Default::default() };
-    let d = dump(cfg).await;
-    let socks = ours(&d, &sc.ports);
+    let d = dump_scene(cfg, &sc, 3).await;
+    let socks = ours(&d, &sc);
     assert_eq!(socks.len(), 3, "just the three listeners: {socks:#?}");
     assert!(socks.values().all(|v| v.3 == 10));
 }
@@ -129,11 +164,13 @@ async fn state_set_selects_listeners() {
 #[tokio::test]
 async fn single_walk_and_per_family_dumps_agree() {
     let sc = scene();
-    let one = dump(SamplerConfig { mode: DumpMode::SingleWalk, ..Default::default() }).await;
-    let two = dump(SamplerConfig { mode: DumpMode::PerFamily, ..Default::default() }).await;
+    let single = SamplerConfig { mode: DumpMode::SingleWalk, ..Default::default() };
+    let one = dump_scene(single, &sc, 16).await;
+    let per_family = SamplerConfig { mode: DumpMode::PerFamily, ..Default::default() };
+    let two = dump_scene(per_family, &sc, 16).await;
     assert_eq!(one.requests, 1);
     assert_eq!(two.requests, 2);
-    assert_eq!(ours(&one, &sc.ports), ours(&two, &sc.ports));
+    assert_eq!(ours(&one, &sc), ours(&two, &sc));
     // Auto settles on the single walk on this kernel.
     let src = NetlinkSource::open(SocketOptions::default()).unwrap();
     let mut s = Sampler::new(src, SamplerConfig::default()).unwrap();
@@ -162,8 +199,8 @@ async fn kernel_filter_returns_exactly_what_userspace_evaluation_picks() {
         format!("(dport {pd} or sport {pd}) and src ::/0"),
         format!("src 127.0.0.1/32 or dst ::1 and sport != {p6}"),
     ];
-    let unfiltered = dump(SamplerConfig { states: all, ..Default::default() }).await;
-    let universe = ours(&unfiltered, &sc.ports);
+    let unfiltered = dump_scene(SamplerConfig { states: all, ..Default::default() }, &sc, 19).await;
+    let universe = ours(&unfiltered, &sc);
     assert_eq!(universe.len(), 19, "16 connected sockets and 3 listeners");
     for mode in [DumpMode::SingleWalk, DumpMode::PerFamily] {
         for text in &exprs {
@@ -176,7 +213,8 @@ async fn kernel_filter_returns_exactly_what_userspace_evaluation_picks() {
                 .collect();
             let cfg =
                 SamplerConfig { states: all, filter: Some(e.clone()), mode, ..Default::default() };
-            let got: BTreeSet<u64> = ours(&dump(cfg).await, &sc.ports).into_keys().collect();
+            let got: BTreeSet<u64> =
+                ours(&dump_scene(cfg, &sc, want.len()).await, &sc).into_keys().collect();
             assert_eq!(got, want, "filter {text:?} in {mode:?}");
             assert!(!want.is_empty() || text.contains("not"), "filter {text:?} selects something");
         }
