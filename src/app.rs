@@ -303,7 +303,7 @@ fn signal_events() -> std::io::Result<tokio::sync::mpsc::Receiver<Event>> {
 /// or a fatal error; returns the exit status. Tests run it in-process on a replayed source.
 /// The wiring only: each part is made in `app/parts.rs`.
 pub async fn run(
-    s: Settings,
+    mut s: Settings,
     sources: Sources,
     writer: Writer,
     mut events: tokio::sync::mpsc::Receiver<Event>,
@@ -311,6 +311,9 @@ pub async fn run(
 ) -> u8 {
     let Ok(Polled { spaces, updates, names }) = polled(&s, sources) else { return EXIT_USAGE };
     let mut acfg = analyzer_config(&s);
+    if let Some(x) = &mut s.ipfix {
+        x.realtime_offset_ns = acfg.analysis.realtime_offset_ns;
+    }
     let Ok(dests) = destinations(&s) else { return EXIT_USAGE };
     let views = Views { accounts: Arc::default(), services: Arc::default(), dests };
     let tracker =
@@ -323,7 +326,7 @@ pub async fn run(
     let (ended_tx, ended_rx) = tokio::sync::mpsc::channel(ENDED_CHANNEL_CAPACITY);
     let (wtx, wrx) = std::sync::mpsc::sync_channel(RECORDS_CHANNEL_CAPACITY);
     let reopen = writer::ReopenRequest::default();
-    let (writer, sink) = match outputs(&s, writer, &views, ring, wrx, &reopen, &metrics) {
+    let (writer, sink, ipfix) = match outputs(&s, writer, &views, ring, wrx, &reopen, &metrics) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -343,7 +346,7 @@ pub async fn run(
     for w in &s.warnings {
         tracing::warn!("{w}");
     }
-    let stage = Running { tracker, analyzer, writer, sink, stop, http };
+    let stage = Running { tracker, analyzer, writer, sink, ipfix, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
     drop(wtx); // the analyzer's sender is the writer's last one
     let code = shut_down(&s, &mut events, stage, code).await;
@@ -356,6 +359,9 @@ type WriterThread = std::thread::JoinHandle<Result<(), WriterError>>;
 /// The sink's thread, which says at the end whether records were dropped.
 type SinkThread = std::thread::JoinHandle<Result<(), crate::sink::SinkError>>;
 
+/// The IPFIX exporter's thread.
+type IpfixThread = std::thread::JoinHandle<()>;
+
 /// The running stages.
 struct Running {
     tracker:
@@ -364,6 +370,8 @@ struct Running {
     writer: std::thread::JoinHandle<Result<(), WriterError>>,
     /// The ClickHouse sink's thread: it ends after the writer, which holds its sender.
     sink: Option<SinkThread>,
+    /// The IPFIX exporter's thread: it ends after the writer too.
+    ipfix: Option<IpfixThread>,
     stop: watch::Sender<bool>,
     http: Option<crate::http::Server>,
 }
@@ -432,7 +440,7 @@ async fn shut_down(
     }
     let _ = stage.stop.send(true);
     let (tracker, analyzer, writer_thread) = (stage.tracker, stage.analyzer, stage.writer);
-    let sink_thread = stage.sink;
+    let (sink_thread, ipfix_thread) = (stage.sink, stage.ipfix);
     let drain = async {
         let mut ok = code == 0;
         if !tracker_done {
@@ -444,6 +452,13 @@ async fn shut_down(
             Ok(Ok(r)) => stage_ok("writer", Ok::<_, &str>(r)),
             _ => stage_ok::<WriterError>("writer", Err("the thread panicked")),
         };
+        if let Some(t) = ipfix_thread {
+            // Its sends never block: it ends as soon as it has sent what it holds.
+            ok &= match tokio::task::spawn_blocking(move || t.join()).await {
+                Ok(Ok(())) => true,
+                _ => stage_ok::<&str>("IPFIX exporter", Err("the thread panicked")),
+            };
+        }
         if let Some(t) = sink_thread {
             ok &= match tokio::task::spawn_blocking(move || t.join()).await {
                 Ok(Ok(r)) => stage_ok("ClickHouse sink", Ok::<_, &str>(r)),

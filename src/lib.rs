@@ -43,6 +43,7 @@ pub mod diagnose;
 pub mod edges;
 pub mod filter;
 pub mod http;
+pub mod ipfix;
 /// Real TCP over a path with known delay, loss and rate, in network namespaces: equipment
 /// for the lab tests and `examples/lab.rs` (the `testkit` feature), not in the monitor.
 #[cfg(any(test, feature = "testkit"))]

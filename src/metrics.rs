@@ -230,18 +230,10 @@ pub struct Metrics {
     pub writer_stopped: Gauge,
     /// Windows written early to keep the samples held within -tracker-max-samples.
     pub windows_cut_for_memory: Counter,
-    /// HTTP connections open now.
-    pub http_connections: Gauge,
-    /// HTTP connections closed at once for the connection cap.
-    pub http_refused: Counter,
-    /// HTTP connections closed for the header-read, write or idle timeout.
-    pub http_timeouts: Counter,
+    /// The HTTP server's connections.
+    pub http: HttpMetrics,
     /// Rotated output files deleted by `--writer-keep-files`/`--writer-keep-size`.
     pub files_deleted: Counter,
-    /// Idle or half-sent HTTP connections closed to make room for a newcomer at the cap.
-    pub http_evicted: Counter,
-    /// HTTP accepts that failed (e.g. out of file descriptors).
-    pub http_accept_errors: Counter,
     /// Flows that left the dumps and were completed by their destroy event in time.
     pub destroy_awaited: Counter,
     /// Flows that left the dumps and ended as gone when the grace period ran out.
@@ -340,6 +332,8 @@ pub struct Metrics {
     pub flow_durations: durations::DurationHistogram,
     /// The ClickHouse sink (`--clickhouse`), when it runs.
     pub sink: SinkMetrics,
+    /// The IPFIX exporter's (`--ipfix`).
+    pub ipfix: IpfixMetrics,
     /// Verdicts and limited time per service pair (the writer adds each record).
     pub verdicts: verdicts::VerdictCounts,
 }
@@ -370,6 +364,50 @@ pub struct SinkMetrics {
     pub batch_seconds: Histogram,
     /// The last failure, while failing (no credentials: they are never in a URL or error).
     pub last_error: Mutex<Option<String>>,
+}
+
+/// The HTTP server's connections.
+#[derive(Debug, Default)]
+pub struct HttpMetrics {
+    /// Open now.
+    pub connections: Gauge,
+    /// Closed at once for the connection cap.
+    pub refused: Counter,
+    /// Closed for the header-read, write or idle timeout.
+    pub timeouts: Counter,
+    /// Idle or half-sent ones closed to make room for a newcomer at the cap.
+    pub evicted: Counter,
+    /// Accepts that failed (e.g. out of file descriptors).
+    pub accept_errors: Counter,
+}
+
+/// The IPFIX exporter's counts. Records are counted once per collector: two collectors
+/// that each got a record count two.
+#[derive(Debug, Default)]
+pub struct IpfixMetrics {
+    /// `--ipfix` is set.
+    pub enabled: Gauge,
+    /// Data records a socket took.
+    pub sent: Counter,
+    /// Data records not sent: the hand-off or a socket buffer was full, or the collector
+    /// was down or its name did not resolve.
+    pub dropped: Counter,
+    /// Messages a socket took.
+    pub messages: Counter,
+    /// Messages over `--ipfix-message-size`: a record too large to share one.
+    pub oversize: Counter,
+    /// Sends refused: the collector's host answered ICMP port unreachable.
+    pub refused: Counter,
+    /// Sends not made because the collector's name did not resolve.
+    pub unresolved: Counter,
+    /// Sends the socket's buffer could not take.
+    pub full: Counter,
+    /// Sends that failed otherwise.
+    pub other: Counter,
+    /// Batches the writer could not hand to the exporter (its thread far behind).
+    pub handoff_full: Counter,
+    /// Collectors whose last send failed.
+    pub failing: Gauge,
 }
 
 /// Batch delivery latency buckets, seconds.
@@ -436,12 +474,8 @@ impl Metrics {
             writer_queue_bytes: Gauge::default(),
             writer_stopped: Gauge::default(),
             windows_cut_for_memory: Counter::default(),
-            http_connections: Gauge::default(),
-            http_refused: Counter::default(),
-            http_timeouts: Counter::default(),
-            http_evicted: Counter::default(),
+            http: HttpMetrics::default(),
             files_deleted: Counter::default(),
-            http_accept_errors: Counter::default(),
             destroy_awaited: Counter::default(),
             destroy_wait_expired: Counter::default(),
             destroy_late: Counter::default(),
@@ -486,6 +520,7 @@ impl Metrics {
             last_good_dump: AtomicU64::new(0),
             flow_durations: durations::DurationHistogram::new(interval),
             sink: SinkMetrics::default(),
+            ipfix: IpfixMetrics::default(),
             verdicts: verdicts::VerdictCounts::default(),
         }
     }

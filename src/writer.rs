@@ -173,6 +173,9 @@ pub struct Writer {
     sink: Option<std::sync::mpsc::SyncSender<crate::sink::SinkMsg>>,
     /// When a full hand-off to the sink was last logged.
     sink_full_logged: Option<Instant>,
+    /// `--ipfix`: every record is also encoded and handed to the exporter's thread, without
+    /// waiting; with the number of collectors (for the drop counts).
+    ipfix: Option<(crate::ipfix::Handoff, usize)>,
     /// The web view's ring of recently ended flows, when it keeps any.
     recent: Option<Arc<crate::recent::Recent>>,
     /// The line buffer that records written straight into a file reuse.
@@ -241,6 +244,7 @@ impl Writer {
             panic_next: Arc::default(),
             sink: None,
             sink_full_logged: None,
+            ipfix: None,
             recent: None,
             spare: Vec::new(),
         })
@@ -293,6 +297,9 @@ impl Writer {
                 self.enqueue(buf);
             }
         }
+        if let Some((x, collectors)) = &mut self.ipfix {
+            x.export(&b.records, *collectors);
+        }
         if let Some(recent) = &self.recent {
             recent.push_written(&mut b.records, std::mem::take(&mut b.points), self.sink.is_some());
         }
@@ -320,6 +327,13 @@ impl Writer {
     #[must_use]
     pub fn with_sink(mut self, tx: std::sync::mpsc::SyncSender<crate::sink::SinkMsg>) -> Self {
         self.sink = Some(tx);
+        self
+    }
+
+    /// Encodes every record for the IPFIX exporter too (`--ipfix`), for `collectors`.
+    #[must_use]
+    pub fn with_ipfix(mut self, h: crate::ipfix::Handoff, collectors: usize) -> Self {
+        self.ipfix = Some((h, collectors));
         self
     }
 

@@ -35,6 +35,7 @@ const RANKS: &[(&str, u32)] = &[
     ("analysis", 6),
     ("writer", 7),
     ("sink", 7),
+    ("ipfix", 7),
     ("http", 8),
     ("cli", 9),
     ("logging", 9),

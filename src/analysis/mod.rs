@@ -474,7 +474,6 @@ fn record(
     let f = &e.flow;
     let wq = (!cfg.unweighted_quantiles).then_some(&b.w[..]);
     let (rtt_summary, min_rtt_observed_ms, c_rtt) = (rtt.summary, rtt.min_observed_ms, rtt.corr);
-    let (c_pacing, c_retrans) = (rates.pacing_corr, rates.retrans_corr);
     let last = &f.last;
     let (send, recv, throughput_basis) = throughputs(f);
     let cwnd_summary =
@@ -484,7 +483,6 @@ fn record(
     let min_rtt_ms = min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0);
     let diagnosis = diagnosed(e, (send, recv), min_rtt_ms, rtt_summary, cwnd_summary[3]);
     let has = |bit: u8| f.options & bit != 0;
-    let partial_end = e.partial_end();
     FlowStats {
         id: FlowId::new(&f.key, f.first_ts_ns),
         start_time: wall(f.first_ts_ns, cfg.realtime_offset_ns),
@@ -494,7 +492,7 @@ fn record(
         samples_deduped: f.deduped,
         sampling: sampling_stats(e),
         netns: e.netns.as_deref().cloned(),
-        partial: f.partial_start || partial_end,
+        partial: f.partial_start || e.partial_end(),
         timestamps: has(TCPI_OPT_TIMESTAMPS),
         sack: has(TCPI_OPT_SACK),
         ecn: has(TCPI_OPT_ECN),
@@ -507,8 +505,8 @@ fn record(
         rtt_summary,
         rttvar_summary: rtt.var_summary,
         corr_rtt_cwnd: c_rtt.pearson,
-        corr_retrans_cwnd: c_retrans.pearson,
-        corr_pacing_cwnd: c_pacing.pearson,
+        corr_retrans_cwnd: rates.retrans_corr.pearson,
+        corr_pacing_cwnd: rates.pacing_corr.pearson,
         total_retransmits: last.total_retrans,
         bytes_acked: last.bytes_acked,
         send_throughput_mbps: send,
@@ -516,18 +514,21 @@ fn record(
         delivered: last.delivered,
         delivered_ce: last.delivered_ce,
         partial_start: f.partial_start,
-        partial_end,
+        partial_end: e.partial_end(),
         seq: f.seq,
         end_reason: end_reason(e.reason),
         close: e.close.map(crate::tracker::Close::as_str),
         cwnd_summary,
         pacing_rate_summary: rates.pacing_summary,
         delivery_rate_summary: rates.delivery_summary,
-        correlations: Correlations::from((c_rtt, c_retrans, c_pacing)),
+        correlations: Correlations::from((c_rtt, rates.retrans_corr, rates.pacing_corr)),
         recv_throughput_mbps: recv,
         bytes_sent: last.bytes_sent,
         bytes_retrans: last.bytes_retrans,
         bytes_received: last.bytes_received,
+        segs_out: last.segs_out,
+        segs_in: last.segs_in,
+        accepted: f.passive_open,
         congestion_control: if f.cc.as_str().is_empty() { UNKNOWN_CC } else { f.cc.as_str() }
             .to_string(),
         family: if f.key.family == AF_INET { "inet" } else { "inet6" },

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{EXIT_FAILURE, EXIT_USAGE, HttpSettings, Settings, SinkThread, Sources, WriterThread};
+use super::{
+    EXIT_FAILURE, EXIT_USAGE, HttpSettings, IpfixThread, Settings, SinkThread, Sources,
+    WriterThread,
+};
 use crate::locks::Locked;
 use crate::metrics::Metrics;
 use crate::poll;
@@ -101,15 +104,16 @@ pub(super) fn outputs(
     wrx: std::sync::mpsc::Receiver<writer::Msg>,
     reopen: &writer::ReopenRequest,
     metrics: &Arc<Metrics>,
-) -> Result<(WriterThread, Option<SinkThread>), u8> {
+) -> Result<(WriterThread, Option<SinkThread>, Option<IpfixThread>), u8> {
     let mut writer =
         writer.with_services(views.services.clone()).with_destinations(views.dests.clone());
     if let Some(r) = ring {
         writer = writer.with_recent(r);
     }
     let (writer, sink) = start_sink(s, writer, metrics)?;
+    let (writer, ipfix) = start_ipfix(s, writer, metrics)?;
     match writer::spawn(writer, wrx, reopen.clone(), s.shutdown_timeout / 2) {
-        Ok(t) => Ok((t, sink)),
+        Ok(t) => Ok((t, sink, ipfix)),
         Err(e) => {
             eprintln!("cgmon-rs: cannot start the writer thread: {e}");
             Err(EXIT_FAILURE)
@@ -140,6 +144,33 @@ pub(super) fn start_sink(
         Err(e) => {
             eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
             Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// The IPFIX exporter's thread, when `--ipfix` asks for it, and the writer that encodes
+/// records for it.
+pub(super) fn start_ipfix(
+    s: &Settings,
+    writer: Writer,
+    metrics: &Arc<Metrics>,
+) -> Result<(Writer, Option<IpfixThread>), u8> {
+    let Some(cfg) = s.ipfix.clone() else { return Ok((writer, None)) };
+    let (tx, rx) = std::sync::mpsc::sync_channel(crate::ipfix::CHANNEL_CAPACITY);
+    let enc = crate::ipfix::encode::EncodeConfig {
+        pen: cfg.pen,
+        message_size: cfg.message_size,
+        realtime_offset_ns: cfg.realtime_offset_ns,
+    };
+    let n = cfg.collectors.len();
+    match crate::ipfix::export::spawn(cfg, rx, metrics.clone()) {
+        Ok(t) => {
+            let h = crate::ipfix::Handoff::new(enc, tx, metrics.clone());
+            Ok((writer.with_ipfix(h, n), Some(t)))
+        }
+        Err(e) => {
+            eprintln!("cgmon-rs: cannot start the IPFIX exporter's thread: {e}");
+            Err(EXIT_FAILURE)
         }
     }
 }

@@ -583,6 +583,35 @@ pub struct Cli {
     )]
     pub clickhouse_compress: bool,
 
+    // ---- IPFIX ----
+    /// Also export every record as IPFIX (RFC 7011) over UDP to a flow collector at
+    /// HOST:PORT (an IPv6 address as [::1]:4739); repeat it for more collectors
+    /// (CGMON_IPFIX takes a comma-separated list). A collector that is down or a name that
+    /// does not resolve is retried and counted, never waited for
+    #[arg(long = "ipfix", env = "CGMON_IPFIX", value_name = "HOST:PORT", value_delimiter = ',',
+          action = clap::ArgAction::Append, help_heading = "IPFIX")]
+    pub ipfix: Vec<String>,
+    /// Your private enterprise number (IANA assigns them free): the verdict, cause, RTT
+    /// summary, program and destination go out as elements under it. Without it only IANA
+    /// and ntop elements are sent
+    #[arg(long = "ipfix-pen", env = "CGMON_IPFIX_PEN", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = "IPFIX")]
+    pub ipfix_pen: Option<u32>,
+    /// The observation domain id in every message [default: a hash of /etc/machine-id,
+    /// else of the host name: the same across restarts]
+    #[arg(
+        long = "ipfix-domain",
+        env = "CGMON_IPFIX_DOMAIN",
+        value_name = "N",
+        help_heading = "IPFIX"
+    )]
+    pub ipfix_domain: Option<u32>,
+    /// The largest IPFIX message, in bytes, headers of IPFIX included (512 to 65000)
+    #[arg(long = "ipfix-message-size", env = "CGMON_IPFIX_MESSAGE_SIZE", value_name = "BYTES",
+          value_parser = clap::value_parser!(u16).range(512..=65000), default_value = "1400",
+          help_heading = "IPFIX")]
+    pub ipfix_message_size: u16,
+
     // ---- Selection ----
     /// TCP states to sample, comma-separated ss names (established, syn-sent, fin-wait-1,
     /// ..., time-wait, closing, all); default all but listen

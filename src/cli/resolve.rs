@@ -24,6 +24,7 @@ pub(super) struct Parts {
     pub file_name: String,
     pub summary: String,
     pub sink: Option<crate::sink::SinkConfig>,
+    pub ipfix: Option<crate::ipfix::IpfixConfig>,
     pub http_token: Option<crate::units::Secret>,
     pub warnings: Vec<String>,
 }
@@ -58,6 +59,8 @@ pub struct Settings {
     pub summary: String,
     /// `--clickhouse`: the fleet sink, when asked for.
     pub sink: Option<crate::sink::SinkConfig>,
+    /// `--ipfix`: the exporter, when asked for.
+    pub ipfix: Option<crate::ipfix::IpfixConfig>,
     /// `--dest-map`, read and checked (the writer reads it again on SIGHUP).
     pub dest_map: Option<std::path::PathBuf>,
     /// Look for the process behind each flow (not `--no-process`).
@@ -153,6 +156,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
         shutdown_timeout: c.shutdown_timeout,
         summary: format!("{} window_samples={window}", parts.summary),
         sink: parts.sink,
+        ipfix: parts.ipfix,
         dest_map: c.dest_map.clone(),
         process: !c.no_process,
         http_token: parts.http_token,

@@ -73,6 +73,48 @@ pub(super) fn sink_config(
     }))
 }
 
+/// `--ipfix` and its flags as the exporter's settings: every collector parsed now, so a
+/// malformed one stops the program with one line; names are resolved later, and again.
+pub(super) fn ipfix_config(
+    cli: &Cli,
+    env: &EnvOrigins,
+) -> Result<Option<crate::ipfix::IpfixConfig>, UsageError> {
+    let from = |k: &str| env.suffix(&[k]);
+    if cli.ipfix.is_empty() {
+        for (set, flag, key) in [
+            (cli.ipfix_pen.is_some(), "--ipfix-pen", "ipfix_pen"),
+            (cli.ipfix_domain.is_some(), "--ipfix-domain", "ipfix_domain"),
+        ] {
+            if set {
+                return Err(UsageError(format!("{flag} needs --ipfix{}", from(key))));
+            }
+        }
+        return Ok(None);
+    }
+    let mut collectors = Vec::new();
+    for c in &cli.ipfix {
+        let a = crate::ipfix::CollectorAddr::parse(c.trim()).map_err(|e| {
+            UsageError(format!("invalid value {:?} for '--ipfix': {e}{}", clip(c), from("ipfix")))
+        })?;
+        collectors.push(a);
+    }
+    if cli.ipfix_pen == Some(crate::ipfix::template::NTOP_PEN) {
+        return Err(UsageError(format!(
+            "invalid value '{}' for '--ipfix-pen': that is ntop's enterprise number; give your \
+             own (IANA assigns them free){}",
+            crate::ipfix::template::NTOP_PEN,
+            from("ipfix_pen")
+        )));
+    }
+    Ok(Some(crate::ipfix::IpfixConfig {
+        collectors,
+        domain: cli.ipfix_domain.unwrap_or_else(|| crate::ipfix::default_domain(&hostname())),
+        pen: cli.ipfix_pen,
+        message_size: usize::from(cli.ipfix_message_size),
+        realtime_offset_ns: 0,
+    }))
+}
+
 /// Where the system keeps its CA bundle, by distribution (`SSL_CERT_FILE` first).
 const SYSTEM_BUNDLES: [&str; 4] = [
     "/etc/ssl/certs/ca-certificates.crt",

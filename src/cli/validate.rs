@@ -25,6 +25,7 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
     bounds(&cli, &env)?;
     let file_name = file_name(&cli, &env)?;
     let sink = super::sink_flags::sink_config(&cli, &env)?;
+    let ipfix = super::sink_flags::ipfix_config(&cli, &env)?;
     let (http_token, warnings) = super::sink_flags::http_token(&cli, &env)?;
     // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
     if let Some(p) = &cli.dest_map {
@@ -44,6 +45,7 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
         file_name,
         summary,
         sink,
+        ipfix,
         http_token,
         warnings,
     };

@@ -139,7 +139,7 @@ pub(super) async fn serve_app(
                     if sl.held() >= limits.max_connections && !sl.evict_one() {
                         // Every slot is mid-response: closed at once, before reading a byte.
                         drop(sl);
-                        metrics.http_refused.inc();
+                        metrics.http.refused.inc();
                         drop(stream);
                         continue;
                     }
@@ -149,7 +149,7 @@ pub(super) async fn serve_app(
                     sl.open.insert(id, clock.clone());
                     (id, clock)
                 };
-                metrics.http_connections.set(lock(&slots) as u64);
+                metrics.http.connections.set(lock(&slots) as u64);
                 let (app, m, slots) = (app.clone(), metrics.clone(), slots.clone());
                 conns.spawn(async move {
                     connection(stream, app, limits, &m, clock).await;
@@ -158,11 +158,11 @@ pub(super) async fn serve_app(
                         sl.open.remove(&id);
                         sl.held()
                     };
-                    m.http_connections.set(held as u64);
+                    m.http.connections.set(held as u64);
                 });
             }
             Err(e) => {
-                metrics.http_accept_errors.inc();
+                metrics.http.accept_errors.inc();
                 if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     last_warning = Some(std::time::Instant::now());
                     tracing::warn!(error = %e, "HTTP server: accept failed");
@@ -234,7 +234,7 @@ pub(super) async fn connection(
             () = clock.changed.notified() => {}
             () = clock.evict.notified() => {
                 if clock.busy.load(Relaxed) == 0 {
-                    m.http_evicted.inc();
+                    m.http.evicted.inc();
                     break; // a newcomer takes the slot
                 }
                 // A request's head came in meanwhile: it is served, and the slot stays.
@@ -245,13 +245,13 @@ pub(super) async fn connection(
                 let now = tokio::time::Instant::now();
                 if clock.busy.load(Relaxed) > 0 {
                     if clock.at(clock.response_since.load(Relaxed)) + limits.write_timeout <= now {
-                        m.http_timeouts.inc();
+                        m.http.timeouts.inc();
                         break; // read too slowly: dropped
                     }
                     continue;
                 }
                 if head != 0 && clock.at(head) + limits.header_timeout <= now {
-                    m.http_timeouts.inc();
+                    m.http.timeouts.inc();
                     break; // half a request: dropped
                 }
                 let idle = clock.at(clock.activity.load(Relaxed)) + limits.idle_timeout <= now;
@@ -259,7 +259,7 @@ pub(super) async fn connection(
                     if closing {
                         break; // the close did not finish: dropped
                     }
-                    m.http_timeouts.inc();
+                    m.http.timeouts.inc();
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }

@@ -444,13 +444,13 @@ mod tests {
         let _ = late.write_all(&get("/small")).await;
         let (n, closed) = read_to_close(&mut late, Duration::from_secs(1)).await;
         assert!(closed && n == 0, "refused at once ({n} bytes)");
-        assert_eq!(m.http_refused.get(), 1);
-        assert_eq!(m.http_evicted.get(), 0);
+        assert_eq!(m.http.refused.get(), 1);
+        assert_eq!(m.http.evicted.get(), 0);
         // The write timeout ends the slow response: the client gets less than the whole.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let (n, closed) = read_to_close(&mut slow, Duration::from_secs(10)).await;
         assert!(closed && n < 64 << 20, "cut after {n} bytes");
-        assert_eq!(m.http_timeouts.get(), 1);
+        assert_eq!(m.http.timeouts.get(), 1);
         // An idle kept-alive connection gives its slot to a newcomer.
         let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
         idle.write_all(&get("/small")).await.unwrap();
@@ -462,8 +462,8 @@ mod tests {
         assert!(String::from_utf8_lossy(&b[..k.unwrap()]).starts_with("HTTP/1.1 200"));
         let (_, closed) = read_to_close(&mut idle, Duration::from_secs(1)).await;
         assert!(closed, "the idle connection gave way");
-        assert_eq!(m.http_evicted.get(), 1);
-        assert_eq!(m.http_refused.get(), 1);
+        assert_eq!(m.http.evicted.get(), 1);
+        assert_eq!(m.http.refused.get(), 1);
     }
 
     #[test]

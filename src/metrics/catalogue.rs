@@ -63,11 +63,13 @@ pub enum Section {
     Http,
     /// The ClickHouse sink (shown only when it is on).
     Sink,
+    /// The IPFIX exporter (shown only when it is on).
+    Ipfix,
 }
 
 impl Section {
     /// Every section, in the order the renderings show them.
-    pub const ALL: [Section; 8] = [
+    pub const ALL: [Section; 9] = [
         Section::Flows,
         Section::Dumps,
         Section::Sampling,
@@ -76,6 +78,7 @@ impl Section {
         Section::Records,
         Section::Http,
         Section::Sink,
+        Section::Ipfix,
     ];
 
     /// The section's name, as the summary's line starts.
@@ -89,12 +92,18 @@ impl Section {
             Section::Records => "records",
             Section::Http => "http",
             Section::Sink => "clickhouse sink",
+            Section::Ipfix => "ipfix export",
         }
     }
 
-    /// Whether the section applies to this run (the sink's only when it is on).
+    /// Whether the section applies to this run (the sink's and the exporter's only when
+    /// they are on).
     pub fn shown(self, m: &Metrics) -> bool {
-        self != Section::Sink || m.sink.enabled.get() != 0
+        match self {
+            Section::Sink => m.sink.enabled.get() != 0,
+            Section::Ipfix => m.ipfix.enabled.get() != 0,
+            _ => true,
+        }
     }
 
     /// The section's series, in order.

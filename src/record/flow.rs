@@ -279,6 +279,17 @@ pub struct FlowStats {
     /// tcpi_bytes_received.
     #[serde(rename = "BytesReceived")]
     pub bytes_received: u64,
+    /// tcpi_segs_out of the last sample: segments sent, retransmits and pure ACKs included
+    /// (an IPFIX record's packets, local to remote).
+    #[serde(rename = "SegsOut")]
+    pub segs_out: u32,
+    /// tcpi_segs_in of the last sample: segments received (the reverse direction's packets).
+    #[serde(rename = "SegsIn")]
+    pub segs_in: u32,
+    /// This end accepted the connection (its local port was listening): the server side.
+    /// Not in the JSON record; IPFIX's client and server latencies are told by it.
+    #[serde(skip)]
+    pub accepted: bool,
     /// Congestion-control algorithm, or [`UNKNOWN_CC`] when the kernel never named it (a
     /// flow seen only in its destroy event, which carries no name).
     #[serde(rename = "CongestionControl")]

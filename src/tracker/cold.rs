@@ -140,7 +140,7 @@ impl Reader<'_> {
 
 /// The numbers of [`Last`] in a fixed order. Those whose absence is the type's largest value
 /// are written one up, so that absent takes one byte.
-fn last_words(l: &Last) -> [u64; 23] {
+fn last_words(l: &Last) -> [u64; 24] {
     [
         l.state.into(),
         l.min_rtt_us.wrapping_add(1).into(),
@@ -165,10 +165,11 @@ fn last_words(l: &Last) -> [u64; 23] {
         l.total_rto.into(),
         l.recent_bps.to_bits().into(),
         l.total_rto_time_ms.wrapping_add(1).into(),
+        l.segs_in.into(),
     ]
 }
 
-fn last_from(w: [u64; 23]) -> Last {
+fn last_from(w: [u64; 24]) -> Last {
     Last {
         state: w[0] as u8,
         min_rtt_us: (w[1] as u32).wrapping_sub(1),
@@ -193,6 +194,7 @@ fn last_from(w: [u64; 23]) -> Last {
         total_rto: w[20] as u16,
         recent_bps: f32::from_bits(w[21] as u32),
         total_rto_time_ms: (w[22] as u16).wrapping_sub(1),
+        segs_in: w[23] as u32,
     }
 }
 

@@ -94,6 +94,7 @@ pub(super) fn decode_from(r: &mut Retained, l: &mut Last, s: &Sample<'_>, t: &Tc
     // Their low bits per sample, for the time shares as they grew (`unwrap_chrono`).
     r.chrono16 = [l.busy_ms as u16, l.rwnd_limited_ms as u16, l.sndbuf_limited_ms as u16];
     l.segs_out = t.segs_out().unwrap_or(0);
+    l.segs_in = t.segs_in().unwrap_or(0);
     l.reord_seen = t.reord_seen().unwrap_or(0);
     l.dsack_dups = t.dsack_dups().unwrap_or(0);
     let wnd = t.snd_wnd().unwrap_or(0);

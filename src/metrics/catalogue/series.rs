@@ -286,7 +286,7 @@ pub static SERIES: &[Series] = &[
         |m| m.windows_cut_for_memory.get(),
     ),
     gauge(Http, "cgmon_http_connections", "connections open", "HTTP connections open", |m| {
-        m.http_connections.get()
+        m.http.connections.get()
     }),
     counter(
         Http,
@@ -294,7 +294,7 @@ pub static SERIES: &[Series] = &[
         "refused",
         "HTTP connections closed at once: at --http-max-connections with every slot \
          mid-response",
-        |m| m.http_refused.get(),
+        |m| m.http.refused.get(),
     ),
     counter(
         Http,
@@ -302,21 +302,21 @@ pub static SERIES: &[Series] = &[
         "evicted",
         "Idle or half-sent HTTP connections closed to make room for a new one at \
          --http-max-connections",
-        |m| m.http_evicted.get(),
+        |m| m.http.evicted.get(),
     ),
     counter(
         Http,
         "cgmon_http_timeouts",
         "timed out",
         "HTTP connections closed by the header-read, write or idle timeout",
-        |m| m.http_timeouts.get(),
+        |m| m.http.timeouts.get(),
     ),
     counter(
         Http,
         "cgmon_http_accept_errors",
         "accepts failed",
         "HTTP accepts that failed (e.g. out of file descriptors)",
-        |m| m.http_accept_errors.get(),
+        |m| m.http.accept_errors.get(),
     ),
     counter(Records, "cgmon_records_written", "written", "Flow records written", |m| {
         m.records_written.get()
@@ -584,5 +584,96 @@ pub static SERIES: &[Series] = &[
         "batch deliveries timed",
         "Time to deliver one batch to ClickHouse (the successful request)",
         |m| &m.sink.batch_seconds,
+    ),
+    labelled(
+        ("result", "sent"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_records",
+            "sent",
+            "IPFIX data records a socket took, or dropped, counted once per collector",
+            |m| m.ipfix.sent.get(),
+        ),
+    ),
+    labelled(
+        ("result", "dropped"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_records",
+            "dropped",
+            "IPFIX data records a socket took, or dropped, counted once per collector",
+            |m| m.ipfix.dropped.get(),
+        ),
+    ),
+    counter(
+        Ipfix,
+        "cgmon_ipfix_messages",
+        "messages sent",
+        "IPFIX messages a socket took (templates included)",
+        |m| m.ipfix.messages.get(),
+    ),
+    labelled(
+        ("reason", "refused"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_send_failures",
+            "sends refused (nothing listening)",
+            "IPFIX sends that failed, by why: the collector's host refused (ICMP port unreachable), its name did not resolve, the socket's buffer was full, another error, or the hand-off from the writer was full",
+            |m| m.ipfix.refused.get(),
+        ),
+    ),
+    labelled(
+        ("reason", "unresolved"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_send_failures",
+            "sends with no address (name not resolved)",
+            "IPFIX sends that failed, by why: the collector's host refused (ICMP port unreachable), its name did not resolve, the socket's buffer was full, another error, or the hand-off from the writer was full",
+            |m| m.ipfix.unresolved.get(),
+        ),
+    ),
+    labelled(
+        ("reason", "buffer_full"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_send_failures",
+            "sends the socket could not take",
+            "IPFIX sends that failed, by why: the collector's host refused (ICMP port unreachable), its name did not resolve, the socket's buffer was full, another error, or the hand-off from the writer was full",
+            |m| m.ipfix.full.get(),
+        ),
+    ),
+    labelled(
+        ("reason", "other"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_send_failures",
+            "sends failed otherwise",
+            "IPFIX sends that failed, by why: the collector's host refused (ICMP port unreachable), its name did not resolve, the socket's buffer was full, another error, or the hand-off from the writer was full",
+            |m| m.ipfix.other.get(),
+        ),
+    ),
+    labelled(
+        ("reason", "handoff_full"),
+        counter(
+            Ipfix,
+            "cgmon_ipfix_send_failures",
+            "batches not handed to the exporter",
+            "IPFIX sends that failed, by why: the collector's host refused (ICMP port unreachable), its name did not resolve, the socket's buffer was full, another error, or the hand-off from the writer was full",
+            |m| m.ipfix.handoff_full.get(),
+        ),
+    ),
+    counter(
+        Ipfix,
+        "cgmon_ipfix_oversize_messages",
+        "messages over --ipfix-message-size",
+        "IPFIX messages over --ipfix-message-size: one record too large to share a message",
+        |m| m.ipfix.oversize.get(),
+    ),
+    gauge(
+        Ipfix,
+        "cgmon_ipfix_failing",
+        "collectors failing",
+        "IPFIX collectors whose last send failed",
+        |m| m.ipfix.failing.get(),
     ),
 ];
