@@ -585,7 +585,7 @@ pub struct Cli {
 
     // ---- IPFIX ----
     /// Also export every record as IPFIX (RFC 7011) over UDP to a flow collector at
-    /// HOST:PORT (an IPv6 address as [::1]:4739); repeat it for more collectors
+    /// HOST:PORT (an IPv6 address in brackets, as in a URL); repeat it for more collectors
     /// (CGMON_IPFIX takes a comma-separated list). A collector that is down or a name that
     /// does not resolve is retried and counted, never waited for
     #[arg(long = "ipfix", env = "CGMON_IPFIX", value_name = "HOST:PORT", value_delimiter = ',',

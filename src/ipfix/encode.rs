@@ -38,6 +38,13 @@ pub struct Chunk {
     pub oversize: bool,
 }
 
+/// A record's times and ntop latencies (client, server), the same in both directions.
+struct Times {
+    start_ms: u64,
+    end_ms: u64,
+    lat: (u32, u32),
+}
+
 /// A flow's counters at its previous record.
 #[derive(Debug, Clone, Copy, Default)]
 struct Counters {
@@ -139,6 +146,12 @@ impl Encoder {
             retrans: now.retrans.saturating_sub(base.retrans),
         };
         let v6 = local.is_ipv6() || remote.is_ipv6();
+        // Once a record, not once a direction: the times (an i128 division) and latencies.
+        let start_ms = ms(i128::from(r.id.tstamp_start_ns) + self.cfg.realtime_offset_ns);
+        let end_ms = start_ms + (r.duration.max(0) as u64) / 1_000_000;
+        let half_rtt_ms = min_rtt_us(r).map_or(0, |us| (us / 2 + 500) / 1000);
+        let lat = if r.accepted { (half_rtt_ms, 0) } else { (0, half_rtt_ms) };
+        let times = Times { start_ms, end_ms, lat };
         let ingress = d.received > 0 || d.segs_in > 0;
         let egress = d.acked > 0 || d.segs_out > 0 || !ingress;
         for (on, way) in [(egress, Way::Egress), (ingress, Way::Ingress)] {
@@ -147,7 +160,7 @@ impl Encoder {
                     Way::Egress => ((local, r.id.src_port), (remote, r.id.dst_port)),
                     Way::Ingress => ((remote, r.id.dst_port), (local, r.id.src_port)),
                 };
-                self.data_record(r, Shape { v6, way }, ends, &d, out);
+                self.data_record(r, (Shape { v6, way }, &times), ends, &d, out);
             }
         }
     }
@@ -169,18 +182,15 @@ impl Encoder {
     fn data_record(
         &mut self,
         r: &FlowStats,
-        shape: Shape,
+        (shape, t): (Shape, &Times),
         ((src, sport), (dst, dport)): ((IpAddr, u16), (IpAddr, u16)),
         d: &Counters,
         out: &mut Vec<Chunk>,
     ) {
         let mut b = std::mem::take(&mut self.scratch);
         b.clear();
-        let start_ms = ms(i128::from(r.id.tstamp_start_ns) + self.cfg.realtime_offset_ns);
-        let end_ms = start_ms + (r.duration.max(0) as u64) / 1_000_000;
-        let half_rtt_ms = min_rtt_us(r).map_or(0, |us| (us / 2 + 500) / 1000);
-        let (client_ms, server_ms) = if r.accepted { (half_rtt_ms, 0) } else { (0, half_rtt_ms) };
-        let i = Shape::ALL.iter().position(|s| *s == shape).unwrap_or(0);
+        let (start_ms, end_ms, (client_ms, server_ms)) = (t.start_ms, t.end_ms, t.lat);
+        let i = usize::from(shape.id() - 256);
         for f in &self.fields[i] {
             match *f {
                 Field::SrcV4 | Field::SrcV6 => addr(&mut b, src, shape.v6),

@@ -12,6 +12,7 @@ mod exact;
 mod fixtures;
 mod http;
 mod inprocess;
+mod ipfix;
 mod kernel;
 mod lifecycle;
 mod load;
