@@ -36,10 +36,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
-use cgmon_rs::analysis::{AnalyzerConfig, FlowStats, analyze};
+use cgmon_rs::analysis::FlowStats;
 use cgmon_rs::metrics::Metrics;
 use cgmon_rs::sink::{self, SINK_CHANNEL_CAPACITY, SinkConfig};
-use cgmon_rs::tracker::{Tracker, TrackerConfig};
 
 #[path = "../tests/common/clickhouse.rs"]
 mod clickhouse;
@@ -52,30 +51,6 @@ fn setting<T: std::str::FromStr>(name: &str, default: T) -> T {
         Ok(v) => v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")),
         Err(_) => default,
     }
-}
-
-/// The fixture's flows as records: three dumps (the RTT of every other socket moved in the
-/// second), then every flow ended, analysed, and serialised.
-fn records() -> Vec<(Vec<u8>, FlowStats)> {
-    let a = fixture::load_dump();
-    let b = fixture::bumped(&a, 2);
-    let mut t = Tracker::new(TrackerConfig::default());
-    let mut out = Vec::new();
-    for (k, d) in [&a, &b, &a].into_iter().enumerate() {
-        t.begin_dump();
-        for s in d.batch.iter() {
-            t.observe(&s, &mut out);
-        }
-        t.end_dump(true, 1 + k as u64 * 1_000_000_000, &mut out);
-    }
-    t.finish(&mut out);
-    let cfg = AnalyzerConfig::default();
-    out.iter_mut()
-        .map(|e| {
-            let r = analyze(e, &cfg);
-            (serde_json::to_vec(&r).unwrap(), r)
-        })
-        .collect()
 }
 
 /// Clock ticks of a `/proc/.../stat` line's utime + stime, as seconds.
@@ -356,7 +331,7 @@ fn main() {
     let secs: f64 = setting("SECS", if quick { 2.0 } else { 60.0 });
     let stall_secs: f64 = setting("STALL_SECS", if quick { 2.0 } else { 20.0 });
     let Some(ch) = clickhouse::ChServer::start(None, None) else { return };
-    let recs = records();
+    let recs = fixture::records();
     let raw: usize = recs.iter().map(|r| r.0.len()).sum();
     println!(
         "{} records from the 20k fixture, {:.0} bytes each as JSON; {rate} records/s for {secs} s",

@@ -2,8 +2,10 @@
 
 use std::io::Read;
 
+use cgmon_rs::analysis::{AnalyzerConfig, FlowStats, analyze};
 use cgmon_rs::sampler::source::parse_datagrams;
 use cgmon_rs::sampler::{Dump, scan_datagram};
+use cgmon_rs::tracker::{Tracker, TrackerConfig};
 use cgmon_rs::wire::sock::Datagram;
 
 /// `tests/fixtures/dump20k.bin.gz`, scanned as the sampler does.
@@ -39,4 +41,29 @@ pub fn bumped_where(d: &Dump, bump: impl Fn(usize) -> bool) -> Dump {
         dg.bytes[off..off + 4].copy_from_slice(&(rtt + 1).to_ne_bytes());
     }
     e
+}
+
+/// The fixture's flows as records: three dumps (the RTT of every other socket moved in the
+/// second), then every flow ended, analysed, and serialised.
+#[allow(dead_code)] // the sink and fleet benches'
+pub fn records() -> Vec<(Vec<u8>, FlowStats)> {
+    let a = load_dump();
+    let b = bumped(&a, 2);
+    let mut t = Tracker::new(TrackerConfig::default());
+    let mut out = Vec::new();
+    for (k, d) in [&a, &b, &a].into_iter().enumerate() {
+        t.begin_dump();
+        for s in d.batch.iter() {
+            t.observe(&s, &mut out);
+        }
+        t.end_dump(true, 1 + k as u64 * 1_000_000_000, &mut out);
+    }
+    t.finish(&mut out);
+    let cfg = AnalyzerConfig::default();
+    out.iter_mut()
+        .map(|e| {
+            let r = analyze(e, &cfg);
+            (serde_json::to_vec(&r).unwrap(), r)
+        })
+        .collect()
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{ArgAction, CommandFactory, Parser, ValueEnum};
 
 use super::values::{
-    backlog_size, cpu_budget, destroy_grace, go_bool, netns_which, port_list, positive_duration,
-    rcvbuf_size, size, states,
+    backlog_size, batch_interval, cpu_budget, destroy_grace, go_bool, netns_which, port_list,
+    positive_duration, rcvbuf_size, size, states,
 };
 use crate::logging::LogFormat;
 use crate::states::StateSet;
@@ -573,6 +573,14 @@ pub struct Cli {
     #[arg(long = "clickhouse-timeout", env = "CGMON_CLICKHOUSE_TIMEOUT", value_name = "DURATION",
           value_parser = positive_duration, default_value = "30s", help_heading = "ClickHouse")]
     pub clickhouse_timeout: Duration,
+
+    /// How long the sink gathers records into one insert (a batch is also cut at 4,000 rows
+    /// or 8 MiB): one insert per interval per host. A fleet of hundreds of hosts raises it
+    /// (docs/clickhouse.md, "A fleet"); at most 10m
+    #[arg(long = "clickhouse-batch-interval", env = "CGMON_CLICKHOUSE_BATCH_INTERVAL",
+          value_name = "DURATION", value_parser = batch_interval, default_value = "1s",
+          help_heading = "ClickHouse")]
+    pub clickhouse_batch_interval: Duration,
 
     /// Send batches gzip-compressed; -clickhouse-compress=false sends plain JSON rows
     #[arg(

@@ -63,7 +63,10 @@ pub(super) fn sink_config(
     Ok(Some(crate::sink::SinkConfig {
         target,
         host,
-        limits: crate::sink::batch::Limits::default(),
+        limits: crate::sink::batch::Limits {
+            age: cli.clickhouse_batch_interval,
+            ..crate::sink::batch::Limits::default()
+        },
         spool_dir: cli.spool_dir.clone(),
         spool_max: cli.spool_max,
         backoff: crate::sink::delivery::Backoff::default(),

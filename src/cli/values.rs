@@ -14,6 +14,16 @@ pub(super) fn positive_duration(s: &str) -> Result<Duration, ValueError> {
     Ok(d)
 }
 
+/// `--clickhouse-batch-interval`: above 0 and at most 10 minutes (a batch waits in memory,
+/// or in the spool, that long before its first try).
+pub(super) fn batch_interval(s: &str) -> Result<Duration, ValueError> {
+    let d = positive_duration(s)?;
+    if d > Duration::from_secs(600) {
+        return Err(ValueError(format!("invalid duration {s:?}: at most 10m")));
+    }
+    Ok(d)
+}
+
 pub(super) fn destroy_grace(s: &str) -> Result<Duration, ValueError> {
     let d = parse_duration(s)?;
     let max = crate::tracker::MAX_DESTROY_GRACE;

@@ -127,9 +127,8 @@ impl Encoder {
     }
 
     fn record(&mut self, r: &FlowStats, out: &mut Vec<Chunk>) {
-        let (Ok(local), Ok(remote)) =
-            (r.id.src_ip.parse::<IpAddr>(), r.id.dst_ip.parse::<IpAddr>())
-        else {
+        let parsed = || Some((r.id.src_ip.parse::<IpAddr>().ok()?, r.id.dst_ip.parse().ok()?));
+        let Some((local, remote)) = r.id.addrs.or_else(parsed) else {
             self.skipped += 1;
             return;
         };
@@ -187,14 +186,20 @@ impl Encoder {
         d: &Counters,
         out: &mut Vec<Chunk>,
     ) {
-        let mut b = std::mem::take(&mut self.scratch);
-        b.clear();
+        let id = shape.id();
+        // Written straight into the chunk; moved to the next one in the rare case it does
+        // not fit (a copy of every record was a twentieth of the cost).
+        let (mark, set_before) = (self.chunk.sets.len(), self.set);
+        if self.set.is_none_or(|(t, _)| t != id) {
+            self.open_set(id);
+        }
+        let at = self.chunk.sets.len();
         let (start_ms, end_ms, (client_ms, server_ms)) = (t.start_ms, t.end_ms, t.lat);
-        let i = usize::from(shape.id() - 256);
-        for f in &self.fields[i] {
+        let b = &mut self.chunk.sets;
+        for f in &self.fields[usize::from(id - 256)] {
             match *f {
-                Field::SrcV4 | Field::SrcV6 => addr(&mut b, src, shape.v6),
-                Field::DstV4 | Field::DstV6 => addr(&mut b, dst, shape.v6),
+                Field::SrcV4 | Field::SrcV6 => addr(b, src, shape.v6),
+                Field::DstV4 | Field::DstV6 => addr(b, dst, shape.v6),
                 Field::SrcPort => b.extend_from_slice(&sport.to_be_bytes()),
                 Field::DstPort => b.extend_from_slice(&dport.to_be_bytes()),
                 Field::Protocol => b.push(6),
@@ -214,37 +219,37 @@ impl Encoder {
                 Field::RetransSrcToDst | Field::RetransDstToSrc => {
                     b.extend_from_slice(&d.retrans.to_be_bytes());
                 }
-                Field::Ours(o) => own(&mut b, o, r, d),
+                Field::Ours(o) => own(b, o, r, d),
             }
         }
-        self.place(shape.id(), &b, out);
-        self.scratch = b;
-    }
-
-    /// Puts one encoded data record of template `id` into the chunk, starting a new chunk
-    /// (or set) where it does not fit.
-    fn place(&mut self, id: u16, rec: &[u8], out: &mut Vec<Chunk>) {
         let budget = self.cfg.message_size.saturating_sub(HEADER_LEN);
-        let new_set = self.set.is_none_or(|(t, _)| t != id);
-        let need = rec.len() + if new_set { 4 } else { 0 };
-        if self.chunk.records > 0 && self.chunk.sets.len() + need > budget {
+        if self.chunk.records > 0 && self.chunk.sets.len() > budget {
+            let mut rec = std::mem::take(&mut self.scratch);
+            rec.clear();
+            rec.extend_from_slice(&self.chunk.sets[at..]);
+            self.chunk.sets.truncate(mark);
+            self.set = set_before;
             self.finish(out);
-        }
-        if self.set.is_none_or(|(t, _)| t != id) {
-            self.close_set();
-            self.set = Some((id, self.chunk.sets.len()));
-            self.chunk.sets.extend_from_slice(&id.to_be_bytes());
-            self.chunk.sets.extend_from_slice(&[0, 0]);
+            self.open_set(id);
+            self.chunk.sets.extend_from_slice(&rec);
+            self.scratch = rec;
         }
         if self.chunk.records == 0 {
             self.chunk.first_seq = self.seq;
         }
-        self.chunk.sets.extend_from_slice(rec);
         self.chunk.records += 1;
         self.seq = self.seq.wrapping_add(1);
         if self.chunk.sets.len() > budget {
             self.chunk.oversize = true;
         }
+    }
+
+    /// Starts a set of template `id` in the chunk, closing the one before.
+    fn open_set(&mut self, id: u16) {
+        self.close_set();
+        self.set = Some((id, self.chunk.sets.len()));
+        self.chunk.sets.extend_from_slice(&id.to_be_bytes());
+        self.chunk.sets.extend_from_slice(&[0, 0]);
     }
 
     fn close_set(&mut self) {

@@ -99,6 +99,8 @@ fn record(cookie: u64) -> FlowStats {
         &mut crate::tracker::testing::ended_flow(&[(1_000_000_000, s)]),
         &AnalyzerConfig::default(),
     );
+    // The text is what the encoder reads when the kernel's addresses are not kept beside it.
+    r.id.addrs = None;
     r.id.src_ip = "10.0.0.1".into();
     r.id.dst_ip = "192.0.2.7".into();
     r.id.src_port = 40000;
@@ -282,6 +284,17 @@ fn messages_stay_within_the_size_and_number_every_data_record() {
         next += recs.len() as u32;
     }
     assert_eq!(next, 1000);
+}
+
+#[test]
+fn the_kernels_addresses_kept_beside_the_text_give_the_same_records() {
+    let mut a = record(1);
+    a.id.addrs = Some(("10.0.0.1".parse().unwrap(), "192.0.2.7".parse().unwrap()));
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    Encoder::new(cfg(Some(PEN))).encode(&[a.clone()], &mut x);
+    a.id.addrs = None;
+    Encoder::new(cfg(Some(PEN))).encode(&[a], &mut y);
+    assert_eq!(x, y);
 }
 
 #[test]

@@ -25,6 +25,10 @@ pub struct FlowId {
     /// CLOCK_MONOTONIC ns of the first sample.
     #[serde(rename = "TstampStartNs")]
     pub tstamp_start_ns: u64,
+    /// The two addresses as the kernel gave them (local, remote), for the IPFIX export,
+    /// which would otherwise parse the text back (a tenth of its cost). Not in the JSON.
+    #[serde(skip)]
+    pub addrs: Option<(std::net::IpAddr, std::net::IpAddr)>,
 }
 
 impl FlowId {
@@ -37,7 +41,16 @@ impl FlowId {
             dst_ip: ip(key.family, &key.dst),
             dst_port: key.dport,
             tstamp_start_ns: first_ts_ns,
+            addrs: Some((addr(key.family, &key.src), addr(key.family, &key.dst))),
         }
+    }
+}
+
+fn addr(family: u8, raw: &[u8; 16]) -> std::net::IpAddr {
+    if family == crate::wire::inet_diag::AF_INET {
+        std::net::Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]).into()
+    } else {
+        std::net::Ipv6Addr::from(*raw).into()
     }
 }
 

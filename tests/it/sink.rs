@@ -935,3 +935,62 @@ fn a_table_the_previous_release_made_gains_the_new_columns() {
     // Every summary whole; every service named or `unknown`, never blank.
     assert!(rows.iter().all(|r| r[1] == "7" && !r[2].is_empty()), "{stored}");
 }
+
+/// Issue 54's fleet, small: ten hosts, each the real sink with its own `Host` (so its own
+/// `BatchId`s), ten records a second each into one 18.16 server, then every host's rows
+/// counted: each record stored, and stored once. (The figures for 10, 100 and 1,000 hosts
+/// come from `benches/fleet.rs`.)
+#[test]
+fn a_fleet_of_ten_hosts_stores_every_record_exactly_once() {
+    use cgmon_rs::sink::{self, SinkConfig};
+    let Some(ch) = ChServer::start(None, None) else { return };
+    let (hosts, per_host) = (10u64, 60u64);
+    // One set of metrics per host, as each monitor has its own.
+    let metrics: Vec<_> =
+        (0..hosts).map(|_| Arc::new(cgmon_rs::metrics::Metrics::default())).collect();
+    let mut senders = Vec::new();
+    let mut threads = Vec::new();
+    for h in 0..hosts {
+        let cfg = SinkConfig {
+            target: sink::client::Target::parse(&ch.url(), "cgmon.fleet").unwrap(),
+            host: format!("fleet-{h:02}"),
+            limits: sink::batch::Limits { age: Duration::from_millis(500), ..Default::default() },
+            spool_dir: None,
+            spool_max: 16 << 20,
+            backoff: sink::delivery::Backoff::default(),
+            compress: true,
+            timeout: Duration::from_secs(30),
+            warnings: Vec::new(),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(sink::SINK_CHANNEL_CAPACITY);
+        let m = metrics[h as usize].clone();
+        threads.push(sink::spawn(cfg, rx, m, Duration::from_secs(60)).unwrap());
+        senders.push(tx);
+    }
+    // Ten records a second per host, a tenth of a second apart, for six seconds; each
+    // record a flow of its own (its cookie).
+    let acfg = cgmon_rs::analysis::AnalyzerConfig::default();
+    let start = Instant::now();
+    for k in 0..per_host {
+        for (h, tx) in senders.iter().enumerate() {
+            let cookie = 1 + h as u64 * 1_000_000 + k;
+            let s = cgmon_rs::testkit::SockBuilder::new(cookie, 40000, 443).rtt_us(900).cwnd(10);
+            let mut e = cgmon_rs::tracker::testing::ended_flow(&[(1_000_000_000, s)]);
+            let r = cgmon_rs::analysis::analyze(&mut e, &acfg);
+            tx.send(vec![(serde_json::to_vec(&r).unwrap(), r)]).unwrap();
+        }
+        let next = start + Duration::from_millis(100 * (k + 1));
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    drop(senders);
+    for t in threads {
+        t.join().unwrap().unwrap();
+    }
+    let rows = ch
+        .query("SELECT Host, count(), uniqExact(Cookie) FROM cgmon.fleet GROUP BY Host ORDER BY Host FORMAT TSV")
+        .unwrap();
+    let want: String =
+        (0..hosts).map(|h| format!("fleet-{h:02}\t{per_host}\t{per_host}\n")).collect();
+    assert_eq!(rows, want, "every host's records, each once");
+    assert!(metrics.iter().all(|m| m.sink.sent.get() == per_host && m.sink.dropped.get() == 0));
+}
