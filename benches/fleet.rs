@@ -96,7 +96,7 @@ fn main() {
     let metrics: Vec<Arc<Metrics>> = (0..n).map(|_| Arc::new(Metrics::default())).collect();
     let mut senders: Vec<SyncSender<SinkMsg>> = Vec::new();
     let mut handles = Vec::new();
-    for i in 0..n {
+    for (i, m) in metrics.iter().enumerate() {
         let cfg = SinkConfig {
             target: sink::client::Target::parse(&ch.url(), "cgmon.fleet").unwrap(),
             host: format!("fleet-{i:04}"),
@@ -109,8 +109,7 @@ fn main() {
             warnings: Vec::new(),
         };
         let (tx, rx) = sync_channel(SINK_CHANNEL_CAPACITY);
-        let m = metrics[i].clone();
-        handles.push(sink::spawn(cfg, rx, m, Duration::from_secs(120)).unwrap());
+        handles.push(sink::spawn(cfg, rx, m.clone(), Duration::from_secs(120)).unwrap());
         senders.push(tx);
     }
     println!(
