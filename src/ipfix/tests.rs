@@ -121,18 +121,23 @@ fn cfg(pen: Option<u32>) -> EncodeConfig {
     EncodeConfig { pen, message_size: 1400, realtime_offset_ns: 1_700_000_000_000_000_000 }
 }
 
+/// The exporter's settings for one collector at `addr`.
+fn collector_config(addr: &str, domain: u32, pen: Option<u32>) -> IpfixConfig {
+    IpfixConfig {
+        collectors: vec![CollectorAddr::parse(addr).unwrap()],
+        domain,
+        pen,
+        message_size: 1400,
+        realtime_offset_ns: 0,
+    }
+}
+
 fn messages(chunks: &[Chunk], pen: Option<u32>) -> Vec<Vec<u8>> {
     // An exporter's messages for these chunks, read from a loopback socket.
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let port = rx.local_addr().unwrap().port();
-    let c = IpfixConfig {
-        collectors: vec![CollectorAddr::parse(&format!("127.0.0.1:{port}")).unwrap()],
-        domain: 77,
-        pen,
-        message_size: 1400,
-        realtime_offset_ns: 0,
-    };
+    let c = collector_config(&format!("127.0.0.1:{port}"), 77, pen);
     let m = Arc::new(Metrics::default());
     let mut x = Exporter::new(&c, m.clone());
     let mut out = Vec::new();
@@ -329,13 +334,7 @@ fn a_collector_that_is_down_is_counted_and_logged_once_and_recovers() {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         s.local_addr().unwrap().port()
     };
-    let c = IpfixConfig {
-        collectors: vec![CollectorAddr::parse(&format!("127.0.0.1:{port}")).unwrap()],
-        domain: 1,
-        pen: None,
-        message_size: 1400,
-        realtime_offset_ns: 0,
-    };
+    let c = collector_config(&format!("127.0.0.1:{port}"), 1, None);
     let m = Arc::new(Metrics::default());
     let mut x = Exporter::new(&c, m.clone());
     let mut e = Encoder::new(cfg(None));
@@ -363,13 +362,7 @@ fn a_collector_that_is_down_is_counted_and_logged_once_and_recovers() {
 
 #[test]
 fn a_name_that_does_not_resolve_is_counted_and_retried_later() {
-    let c = IpfixConfig {
-        collectors: vec![CollectorAddr::parse("no-such-collector.invalid:4739").unwrap()],
-        domain: 1,
-        pen: None,
-        message_size: 1400,
-        realtime_offset_ns: 0,
-    };
+    let c = collector_config("no-such-collector.invalid:4739", 1, None);
     let m = Arc::new(Metrics::default());
     let mut x = Exporter::new(&c, m.clone());
     let mut chunks = Vec::new();
@@ -386,13 +379,7 @@ fn a_collector_that_does_not_read_never_holds_up_the_sender() {
     // Bound, never read: its buffer fills and the kernel drops the rest there. The sends
     // all return at once; the exporter counts them sent (the loss is the receiver's).
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let c = IpfixConfig {
-        collectors: vec![CollectorAddr::parse(&rx.local_addr().unwrap().to_string()).unwrap()],
-        domain: 1,
-        pen: Some(PEN),
-        message_size: 1400,
-        realtime_offset_ns: 0,
-    };
+    let c = collector_config(&rx.local_addr().unwrap().to_string(), 1, Some(PEN));
     let m = Arc::new(Metrics::default());
     let (tx, chan) = std::sync::mpsc::sync_channel(CHANNEL_CAPACITY);
     let t = export::spawn(c, chan, m.clone()).unwrap();
