@@ -180,9 +180,9 @@ fn a_new_namespace_is_picked_up_within_the_rescan_and_a_deleted_one_ends_its_flo
     doomed.exchange(5_000).unwrap();
     // A namespace made now, with a flow that moves: sampled within the rescan interval.
     let late = Named::new("c", 1);
-    let t0 = Instant::now();
+    let (t0, created) = (Instant::now(), chrono::Utc::now());
     let (_l2, mut fresh) = pair_in(&late.fd(0), p, port());
-    while t0.elapsed() < Duration::from_millis(1200) {
+    while t0.elapsed() < Duration::from_millis(2000) {
         fresh.exchange(1_000).unwrap();
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -193,9 +193,17 @@ fn a_new_namespace_is_picked_up_within_the_rescan_and_a_deleted_one_ends_its_flo
     let late_recs: Vec<&Value> = recs.iter().filter(|r| name(r) == late.0[0]).collect();
     assert_eq!(late_recs.len(), 2, "{recs:#?}");
     for r in &late_recs {
-        // Found within the rescan (300 ms) and a tick: it was sampled from then on.
+        // Found within the rescan (300 ms), and sampled from then on. Judged by the first
+        // sample's time, not by a count of samples over wall time: a CI run on a loaded
+        // machine once saw a single sample where the count expected 14.
+        let first = chrono::DateTime::parse_from_rfc3339(r["StartTime"].as_str().unwrap()).unwrap();
+        let after_ms = (first.with_timezone(&chrono::Utc) - created).num_milliseconds();
+        assert!(
+            after_ms <= 300 + 1000,
+            "first sampled {after_ms} ms after the namespace was made: {r:#}"
+        );
         let seen = r["Samples"].as_u64().unwrap() + r["SamplesDeduped"].as_u64().unwrap();
-        assert!(seen >= 1200 / 50 - 300 / 50 - 4, "{seen} samples: {r:#}");
+        assert!(seen >= 2, "{seen} samples: {r:#}");
     }
     let doomed_recs: Vec<&Value> = recs.iter().filter(|r| r["EndReason"] == "gone").collect();
     assert_eq!(doomed_recs.len(), 2, "the deleted namespace's flows ended: {recs:#?}");
