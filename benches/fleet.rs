@@ -3,7 +3,8 @@
 //! records a second each, into a local server started here. It reports, for the steady
 //! state (the last STEADY seconds):
 //!
-//! - inserts a second (the server's `InsertQuery` events), merges a second (`Merge`);
+//! - inserts a second (the server's `InsertQuery` events), rows merged a second
+//!   (`MergedRows`: 18.16 does not count merges themselves);
 //! - active parts per partition, the peak over the run and the most in steady state
 //!   (18.16 delays inserts past 150 in a partition and refuses them past 300);
 //! - delayed and refused inserts (`DelayedInserts`, `RejectedInserts`);
@@ -13,7 +14,9 @@
 //! - records handed, stored, lost and stored twice, by counting the table per host.
 //!
 //! Settings, from the environment: `N` (default 10), `R` (10), `SECS` (900), `STEADY`
-//! (600), `INTERVAL` (the sink's batch interval, default its default, 1s).
+//! (600), `INTERVAL` (the sink's batch interval, default its default, 1s), `STAGGER` (1:
+//! host i starts i/N of an interval in, as a fleet's monitors start at different times;
+//! 0: all at once, so that every host cuts its batch in the same tick).
 //!
 //! ```sh
 //! N=1000 SECS=900 STEADY=600 cargo bench --bench fleet
@@ -50,7 +53,7 @@ fn events(ch: &clickhouse::ChServer) -> BTreeMap<String, u64> {
     let text = ch
         .query(
             "SELECT event, value FROM system.events WHERE event IN \
-             ('InsertQuery', 'Merge', 'DelayedInserts', 'RejectedInserts') FORMAT TSV",
+             ('InsertQuery', 'MergedRows', 'DelayedInserts', 'RejectedInserts') FORMAT TSV",
         )
         .unwrap_or_default();
     text.lines()
@@ -126,8 +129,15 @@ fn main() {
     let mut readings = Vec::new();
     let mut next_reading = start;
     let mut tick = 0u64;
+    let stagger = if setting("STAGGER", 1) == 1 { (interval.as_millis() / 100) as u64 } else { 0 };
     while start.elapsed().as_secs_f64() < secs {
         for (i, tx) in senders.iter().enumerate() {
+            // Host i starts its feed i/N of a batch interval in (a fleet's monitors start
+            // at different times, so their batches are not cut in step); `STAGGER=0` starts
+            // them all at once, the worst case.
+            if tick < stagger * i as u64 / n as u64 {
+                continue;
+            }
             // R records a second: this tick's share, without drift.
             let due = (tick + 1) * r / 10 - tick * r / 10;
             let msg: SinkMsg =
@@ -205,13 +215,13 @@ fn report(
     }
     let p99 = p99(count, &buckets);
     println!(
-        "| N | inserts/s | merges/s | parts peak | parts steady (most) | delayed | refused | p99 insert | server CPU | simulator CPU | handed | lost | twice |"
+        "| N | inserts/s | rows merged/s | parts peak | parts steady (most) | delayed | refused | p99 insert | server CPU | simulator CPU | handed | lost | twice |"
     );
     println!(
-        "| {} | {:.1} | {:.2} | {peak} | {steady_most} | {} | {} | {p99} | {:.1} % | {:.1} % | {} | {lost} | {twice} |",
+        "| {} | {:.1} | {:.0} | {peak} | {steady_most} | {} | {} | {p99} | {:.1} % | {:.1} % | {} | {lost} | {twice} |",
         handed.len(),
         d("InsertQuery") as f64 / span,
-        d("Merge") as f64 / span,
+        d("MergedRows") as f64 / span,
         total("DelayedInserts"),
         total("RejectedInserts"),
         (to.server_cpu - from.server_cpu) / span * 100.0,

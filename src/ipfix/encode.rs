@@ -43,6 +43,9 @@ struct Times {
     start_ms: u64,
     end_ms: u64,
     lat: (u32, u32),
+    /// Our elements' µs: the min RTT and the RTT summary.
+    min_rtt_us: u32,
+    rtt_us: [u32; 7],
 }
 
 /// A flow's counters at its previous record.
@@ -148,9 +151,11 @@ impl Encoder {
         // Once a record, not once a direction: the times (an i128 division) and latencies.
         let start_ms = ms(i128::from(r.id.tstamp_start_ns) + self.cfg.realtime_offset_ns);
         let end_ms = start_ms + (r.duration.max(0) as u64) / 1_000_000;
-        let half_rtt_ms = min_rtt_us(r).map_or(0, |us| (us / 2 + 500) / 1000);
+        let min_rtt = min_rtt_us(r);
+        let half_rtt_ms = min_rtt.map_or(0, |us| (us / 2 + 500) / 1000);
         let lat = if r.accepted { (half_rtt_ms, 0) } else { (0, half_rtt_ms) };
-        let times = Times { start_ms, end_ms, lat };
+        let rtt_us = r.rtt_summary.map_or([0; 7], |s| s.map(|v| (v * 1000.0).round() as u32));
+        let times = Times { start_ms, end_ms, lat, min_rtt_us: min_rtt.unwrap_or(0), rtt_us };
         let ingress = d.received > 0 || d.segs_in > 0;
         let egress = d.acked > 0 || d.segs_out > 0 || !ingress;
         for (on, way) in [(egress, Way::Egress), (ingress, Way::Ingress)] {
@@ -219,7 +224,7 @@ impl Encoder {
                 Field::RetransSrcToDst | Field::RetransDstToSrc => {
                     b.extend_from_slice(&d.retrans.to_be_bytes());
                 }
-                Field::Ours(o) => own(b, o, r, d),
+                Field::Ours(o) => own(b, o, r, (d, t)),
             }
         }
         let budget = self.cfg.message_size.saturating_sub(HEADER_LEN);
@@ -298,13 +303,13 @@ fn addr(b: &mut Vec<u8>, a: IpAddr, v6: bool) {
     }
 }
 
-fn own(b: &mut Vec<u8>, o: Own, r: &FlowStats, d: &Counters) {
+fn own(b: &mut Vec<u8>, o: Own, r: &FlowStats, (d, t): (&Counters, &Times)) {
     let u32_ = |b: &mut Vec<u8>, v: u32| b.extend_from_slice(&v.to_be_bytes());
     let diag = r.diagnosis.as_ref();
     match o {
         Own::Verdict => string(b, diag.map_or("unknown", |d| d.verdict)),
         Own::Cause => string(b, diag.and_then(|d| d.cause).unwrap_or("none")),
-        Own::MinRttUs => u32_(b, min_rtt_us(r).unwrap_or(0)),
+        Own::MinRttUs => u32_(b, t.min_rtt_us),
         Own::Retransmits => u32_(b, d.retrans),
         Own::Program => string(b, r.comm.as_deref().unwrap_or("unknown")),
         Own::Destination => string(b, r.dest_service.as_deref().unwrap_or("unknown")),
@@ -313,10 +318,7 @@ fn own(b: &mut Vec<u8>, o: Own, r: &FlowStats, d: &Counters) {
         Own::SynRetransmits => {
             u32_(b, r.diagnosis.as_ref().map_or(0, |d| d.signals.syn_retransmits));
         }
-        Own::Rtt(i) => {
-            let v = r.rtt_summary.map_or(0.0, |s| s[usize::from(i)]);
-            u32_(b, (v * 1000.0).round() as u32);
-        }
+        Own::Rtt(i) => u32_(b, t.rtt_us[usize::from(i)]),
     }
 }
 
