@@ -371,3 +371,28 @@ fn goflow2_decodes_the_records_we_export_with_the_shipped_mapping() {
     }
     assert_eq!(got, want);
 }
+
+#[test]
+fn bad_ipfix_flags_are_one_line_naming_the_value_and_exit_2() {
+    for (args, says) in [
+        (vec!["--ipfix", "::1:4739"], "brackets"),
+        (vec!["--ipfix", "collector"], "HOST:PORT"),
+        (vec!["--ipfix", "collector:99999"], "\"99999\""),
+        (vec!["--ipfix", "127.0.0.1:4739", "--ipfix-pen", "35632"], "ntop's"),
+        (vec!["--ipfix", "127.0.0.1:4739", "--ipfix-pen", "0"], "--ipfix-pen"),
+        (vec!["--ipfix-pen", "32473"], "needs --ipfix"),
+        (vec!["--ipfix", "127.0.0.1:4739", "--ipfix-message-size", "100"], "--ipfix-message-size"),
+        (vec!["--clickhouse-batch-interval", "11m"], "at most 10m"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // A collector list in the environment: each parsed, a bad one named.
+    let out = Command::new(BIN).env("CGMON_IPFIX", "127.0.0.1:4739,bad").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("\"bad\"") && err.contains("CGMON_IPFIX"), "{err}");
+}
