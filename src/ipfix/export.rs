@@ -12,7 +12,7 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::encode::{Chunk, HEADER_LEN};
@@ -26,6 +26,9 @@ pub const TEMPLATE_EVERY: Duration = Duration::from_secs(30);
 /// …and after this many messages, whichever comes first.
 pub const TEMPLATE_EVERY_MESSAGES: u32 = 100;
 
+/// A failing collector is back after this long without a failed send.
+pub const RECOVER_AFTER: Duration = Duration::from_secs(10);
+
 /// How soon a name that did not resolve is looked up again.
 pub const RESOLVE_RETRY: Duration = Duration::from_secs(10);
 
@@ -34,10 +37,12 @@ struct Collector {
     addr: CollectorAddr,
     sock: Option<UdpSocket>,
     next_resolve: Instant,
+    /// A name's lookup under way, and whether its answer has not been waited for yet.
+    lookup: Option<(std::sync::mpsc::Receiver<Result<SocketAddr, String>>, bool)>,
     /// When templates last went out, and messages since.
     templates: Option<(Instant, u32)>,
-    /// Why it fails, while it does (logged when it starts).
-    failing: Option<String>,
+    /// While it fails: why (logged when it starts), and when it last failed.
+    failing: Option<(String, Instant)>,
 }
 
 /// Why a message did not go.
@@ -50,17 +55,20 @@ enum Failure {
 
 impl Collector {
     fn new(addr: CollectorAddr) -> Self {
-        Collector { addr, sock: None, next_resolve: Instant::now(), templates: None, failing: None }
+        Collector {
+            addr,
+            sock: None,
+            next_resolve: Instant::now(),
+            lookup: None,
+            templates: None,
+            failing: None,
+        }
     }
 
     /// Its socket, resolving (again) when due.
     fn socket(&mut self) -> Result<&UdpSocket, Failure> {
         if self.sock.is_none() {
-            if Instant::now() < self.next_resolve {
-                return Err(Failure::Unresolved("waiting to resolve again".into()));
-            }
-            self.next_resolve = Instant::now() + RESOLVE_RETRY;
-            let to = resolve(&self.addr).map_err(Failure::Unresolved)?;
+            let to = self.address()?;
             let bind: SocketAddr =
                 if to.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }
                     .map_err(|_| Failure::Unresolved("bad bind address".into()))?;
@@ -71,6 +79,53 @@ impl Collector {
             self.templates = None;
         }
         self.sock.as_ref().ok_or(Failure::Unresolved("no socket".into()))
+    }
+
+    /// The collector's address: an address as given, or a name looked up on a thread of its
+    /// own, so that a resolver that takes seconds to fail never holds up the other
+    /// collectors. The answer is waited for briefly when asked (a name in /etc/hosts or a
+    /// local cache answers at once), then looked for at each later send.
+    fn address(&mut self) -> Result<SocketAddr, Failure> {
+        if let Ok(ip) = self.addr.host.parse::<std::net::IpAddr>() {
+            return Ok(SocketAddr::new(ip, self.addr.port));
+        }
+        if self.lookup.is_none() {
+            if Instant::now() < self.next_resolve {
+                return Err(Failure::Unresolved("waiting to look the name up again".into()));
+            }
+            self.next_resolve = Instant::now() + RESOLVE_RETRY;
+            let (tx, rx) = std::sync::mpsc::channel();
+            let addr = self.addr.clone();
+            std::thread::Builder::new()
+                .name("cgmon-ipfix-dns".into())
+                .spawn(move || {
+                    let _ = tx.send(resolve(&addr));
+                })
+                .map_err(Failure::Other)?;
+            self.lookup = Some((rx, true));
+        }
+        let Some((rx, first)) = &mut self.lookup else { unreachable!("set above") };
+        let answer = if std::mem::take(first) {
+            rx.recv_timeout(Duration::from_millis(50)).map_err(|e| match e {
+                RecvTimeoutError::Timeout => TryRecvError::Empty,
+                RecvTimeoutError::Disconnected => TryRecvError::Disconnected,
+            })
+        } else {
+            rx.try_recv()
+        };
+        match answer {
+            Err(TryRecvError::Empty) => {
+                Err(Failure::Unresolved(format!("looking up {}", self.addr.host)))
+            }
+            Err(TryRecvError::Disconnected) => {
+                self.lookup = None;
+                Err(Failure::Unresolved("the lookup ended without an answer".into()))
+            }
+            Ok(r) => {
+                self.lookup = None;
+                r.map_err(Failure::Unresolved)
+            }
+        }
     }
 
     fn send(&mut self, msg: &[u8]) -> Result<(), Failure> {
@@ -107,6 +162,8 @@ pub struct Exporter {
     next_seq: u32,
     msg: Vec<u8>,
     metrics: Arc<Metrics>,
+    /// How long a failing collector must go without a failure to count as back.
+    pub(super) recover_after: Duration,
 }
 
 impl Exporter {
@@ -122,6 +179,7 @@ impl Exporter {
             next_seq: 0,
             msg: Vec::with_capacity(cfg.message_size),
             metrics,
+            recover_after: RECOVER_AFTER,
         }
     }
 
@@ -205,7 +263,13 @@ impl Exporter {
                 } else if let Some((_, n)) = &mut c.templates {
                     *n += 1;
                 }
-                if c.failing.take().is_some() {
+                // Over UDP a send to a closed port succeeds; the ICMP answer fails the next
+                // one. So a collector is back only after `recover_after` without a failure.
+                if c.failing
+                    .as_ref()
+                    .is_some_and(|(_, at)| now.duration_since(*at) >= self.recover_after)
+                {
+                    c.failing = None;
                     m.failing.set(m.failing.get().saturating_sub(1));
                     tracing::info!(target: "cgmon_rs::ipfix", collector = %c.addr, "IPFIX collector reachable again");
                 }
@@ -233,11 +297,14 @@ impl Exporter {
             }
         };
         m.dropped.add(records);
-        if c.failing.is_none() {
-            m.failing.set(m.failing.get() + 1);
-            tracing::warn!(target: "cgmon_rs::ipfix", collector = %c.addr, error = %why,
-                "IPFIX collector failing; its records are dropped and counted until it answers");
-            c.failing = Some(why);
+        match &mut c.failing {
+            Some((_, at)) => *at = now,
+            None => {
+                m.failing.set(m.failing.get() + 1);
+                tracing::warn!(target: "cgmon_rs::ipfix", collector = %c.addr, error = %why,
+                    "IPFIX collector failing; its records are dropped and counted until it answers");
+                c.failing = Some((why, now));
+            }
         }
     }
 }
