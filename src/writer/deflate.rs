@@ -10,8 +10,10 @@
 //! differs. Looking only at commas (a record has ~100) finds most matches for a fraction of
 //! the cost. Measured on 20,000 records of short connections (1,805 B each): 1.05 µs and
 //! 68 B a record, against level 3's 5.3 µs and 45 B (docs/records.md, "Compression").
-//! zlib-rs's level 1 comes close (1.06–1.15× our CPU) but writes 10.8 % more bytes, past the
-//! 10 % at which a crate would replace this file (benches/RESULTS.md, "Deflate at level 1").
+//! zlib-rs's level 1 comes close on the stream alone (1.06–1.15× our CPU) but writes 10.8 %
+//! more bytes, past the 10 % at which a crate would replace this file, and in the writer it
+//! cost the whole process 15–19 % more a connection (benches/RESULTS.md, "Deflate at
+//! level 1").
 //!
 //! The stream is standard gzip: `zcat`, `gzip -t` and every reader take it. The encoder's
 //! tests check it against flate2's decoder on records, on random bytes and across flushes.
