@@ -4,7 +4,7 @@
 
 use super::attempts;
 use super::decode::{decode_into, refresh_attrs, snap};
-use super::fingerprint::{fingerprint, same_socket};
+use super::fingerprint::{fingerprint, same_socket_or_port_released};
 use super::{
     Body, Close, EndReason, EndedFlow, Flow, LATE_COOKIES, Rest, Seen, Tracker, Waiting, label_of,
     sync,
@@ -166,9 +166,11 @@ impl Tracker {
             return self.destroyed_waiting(w, s, &t, attempt, out);
         }
         let (f, mut rest, fresh) = match self.index.get(key.cookie, &self.hot) {
-            Some(slot) if same_socket(&self.wake(slot).key, s) => {
+            Some(slot) if same_socket_or_port_released(&self.wake(slot).key, s) => {
                 let same = fingerprint(s, &t) == self.hot[slot].fp;
                 let (mut f, rest) = self.remove(key.cookie).expect("indexed just above");
+                // The port the dump could not read is the event's.
+                f.key.sport = key.sport;
                 if same {
                     f.last_ts_ns = s.ts_ns;
                     f.options |= t.options().unwrap_or(0);
@@ -225,6 +227,9 @@ impl Tracker {
     ) {
         let cookie = w.flow.key.cookie;
         self.stats.destroy_awaited += 1;
+        if w.flow.key.sport == 0 {
+            w.flow.key.sport = s.key().sport; // read while its port was released
+        }
         // The connection ended before the dump that missed it; the socket only lingered
         // until its owner closed it. Its final counters belong to that time, so the
         // sampled span (and the throughputs) do not take in the lingering.
