@@ -543,7 +543,8 @@ pub struct Cli {
     )]
     pub host_name: Option<String>,
     /// Keep batches the server has not taken in DIR, across restarts (created when
-    /// missing); without it they wait in memory
+    /// missing), and the batch being filled as it fills, so a kill loses none; without it
+    /// they wait in memory
     #[arg(
         long = "spool-dir",
         env = "CGMON_SPOOL_DIR",
@@ -575,8 +576,9 @@ pub struct Cli {
     pub clickhouse_timeout: Duration,
 
     /// How long the sink gathers records into one insert (a batch is also cut at 4,000 rows
-    /// or 8 MiB): one insert per interval per host. A fleet of hundreds of hosts raises it
-    /// (docs/clickhouse.md, "A fleet"); at most 10m
+    /// or 8 MiB): one insert per interval per host. A fleet of hundreds of hosts raises it,
+    /// with --spool-dir so that a kill loses no interval's records (docs/clickhouse.md, "A
+    /// fleet"); at most 10m
     #[arg(long = "clickhouse-batch-interval", env = "CGMON_CLICKHOUSE_BATCH_INTERVAL",
           value_name = "DURATION", value_parser = batch_interval, default_value = "1s",
           help_heading = "ClickHouse")]

@@ -110,6 +110,11 @@ impl Batcher {
         (self.count > 0).then(|| self.cut())
     }
 
+    /// The batch being filled, when it holds a row: its id and its rows so far.
+    pub fn filling(&self) -> Option<(String, &[u8])> {
+        (self.count > 0).then(|| (self.next_id(), self.rows.as_slice()))
+    }
+
     /// When [`due`](Self::due) will next cut a batch, if anything waits.
     pub fn deadline(&self) -> Option<Instant> {
         self.since.map(|t| t + self.limits.age)

@@ -19,7 +19,8 @@
 //!   so that a retry never stores it twice.
 //!
 //! - [`client`]: the server over HTTP, the table's set-up at first contact;
-//! - [`spool`]: batches on disk across restarts.
+//! - [`spool`]: batches on disk across restarts;
+//! - [`filling`]: the batch being filled, on disk as its rows come.
 //!
 //! The facts it relies on are in docs/clickhouse.md.
 
@@ -27,6 +28,7 @@ pub mod batch;
 pub mod client;
 pub mod ddl;
 pub mod delivery;
+pub mod filling;
 pub mod row;
 pub mod spool;
 pub mod target;
@@ -121,15 +123,19 @@ pub fn spawn(
         respooled: Instant::now(),
         closing: None,
     };
-    if let Some((sp, old)) = spool {
-        if !old.is_empty() {
-            tracing::info!(target: "cgmon_rs::sink", batches = old.len(),
+    let mut filling = None;
+    if let Some((mut sp, old)) = spool {
+        let (f, left) = filling::Filling::open(sp.dir())?;
+        let recovered = recover_filled(&mut sp, &left, cfg.compress);
+        if !old.is_empty() || !recovered.is_empty() {
+            tracing::info!(target: "cgmon_rs::sink", batches = old.len() + recovered.len(),
                 "batches an earlier run spooled: sent first, each looked up before it is sent");
         }
-        for (b, size) in old {
+        for (b, size) in old.into_iter().chain(recovered) {
             state.delivery.offer_spooled(b, size, true);
         }
         state.spool = Some(sp);
+        filling = Some(f);
     }
     let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new() });
     let store = client::Client::new(cfg.target.clone(), cfg.timeout);
@@ -143,6 +149,8 @@ pub fn spawn(
             shared,
             host: cfg.host,
             compress: cfg.compress,
+            filling,
+            fill_error: false,
         };
         intake.run(&rx);
         intake.finish(sender, patience)
@@ -185,6 +193,52 @@ struct Intake {
     shared: Arc<Shared>,
     host: String,
     compress: bool,
+    /// With `--spool-dir`: the batch being filled, on disk as its rows come.
+    filling: Option<filling::Filling>,
+    /// Writing it failed, and has not worked since (logged once).
+    fill_error: bool,
+}
+
+/// The batches `.filling` files an earlier run left make ([`filling`]), spooled whole:
+/// their heads and body sizes, to be sent first as uncertain. A file whose batch is
+/// already spooled, or holds no row, is deleted; one that is not ours is set aside; one
+/// the disk cannot take as a batch now stays for the next start.
+fn recover_filled(
+    sp: &mut spool::Spool,
+    left: &[PathBuf],
+    compress: bool,
+) -> Vec<(batch::Batch, usize)> {
+    let mut out = Vec::new();
+    for p in left {
+        match filling::read_left(p) {
+            Ok(Some(mut b)) if sp.path_of(&b.id).is_none() => {
+                let count = b.count;
+                if compress {
+                    b.rows = gzip(&b.rows);
+                }
+                match sp.save(&b) {
+                    Ok(()) => {
+                        tracing::info!(target: "cgmon_rs::sink", batch = %b.id, records = count,
+                            "the batch an earlier run was filling when it stopped is spooled");
+                        out.push((b.head(count), b.rows.len()));
+                    }
+                    Err(e) => {
+                        tracing::error!(target: "cgmon_rs::sink", file = %p.display(), error = %e,
+                            "cannot spool the batch an earlier run was filling; its file stays \
+                             for the next start");
+                        continue;
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(why) => {
+                spool::set_aside(p, &why);
+                continue;
+            }
+        }
+        let _ = std::fs::remove_file(p);
+    }
+    out
 }
 
 /// How long past its patience the end waits for an attempt that is out.
@@ -241,6 +295,30 @@ impl Intake {
                 self.enqueue(b);
             }
         }
+        self.fill();
+    }
+
+    /// Puts the rows of the batch being filled that are not on disk yet in its file.
+    fn fill(&mut self) {
+        let (Some(f), Some((id, rows))) = (self.filling.as_mut(), self.batcher.filling()) else {
+            return;
+        };
+        match f.fill(&id, rows) {
+            Ok(()) if self.fill_error => {
+                self.fill_error = false;
+                tracing::warn!(target: "cgmon_rs::sink",
+                    "the batch being filled reaches the spool again");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                if !self.fill_error {
+                    tracing::error!(target: "cgmon_rs::sink", error = %e,
+                        "cannot write the batch being filled to the spool; until it is cut, a \
+                         kill loses its records");
+                }
+                self.fill_error = true;
+            }
+        }
     }
 
     /// Compresses a batch once (outside the lock), spools it, and queues it.
@@ -259,6 +337,11 @@ impl Intake {
         st.publish();
         drop(st);
         self.shared.wake.notify_one();
+        // Spooled whole (or waiting in memory, where the disk refused it): its rows' file
+        // goes.
+        if let Some(f) = self.filling.as_mut() {
+            f.done();
+        }
     }
 
     /// At the end: the last batch, then `patience` for the sender; what is left stays in

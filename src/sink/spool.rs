@@ -213,6 +213,11 @@ impl Spool {
         self.files.iter().find(|f| f.0 == id).map(|f| f.1.clone())
     }
 
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Batches on disk.
     pub fn len(&self) -> usize {
         self.files.len()
@@ -225,7 +230,7 @@ impl Spool {
 }
 
 /// A new file, 0600, that is not there yet and is not reached through a link.
-fn create_new(p: &Path) -> std::io::Result<std::fs::File> {
+pub(super) fn create_new(p: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -235,7 +240,7 @@ fn create_new(p: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// Renames `p` to `SEQ.rejected` (or `NAME.rejected`), logged; where that fails, it is left.
-fn set_aside(p: &Path, why: &str) {
+pub(super) fn set_aside(p: &Path, why: &str) {
     let aside = p.with_extension("rejected");
     let moved = !aside.exists() && std::fs::rename(p, &aside).is_ok();
     tracing::warn!(target: "cgmon_rs::sink", file = %p.display(), reason = why,
@@ -244,7 +249,7 @@ fn set_aside(p: &Path, why: &str) {
 
 /// Opens a spool file for reading: a regular file, not through a link, without blocking
 /// (a FIFO would), and not over [`MAX_FILE`].
-fn open_regular(p: &Path) -> Result<(std::fs::File, u64), String> {
+pub(super) fn open_regular(p: &Path) -> Result<(std::fs::File, u64), String> {
     crate::units::open_regular(p, MAX_FILE, false)
 }
 

@@ -487,6 +487,12 @@ fn a_table_that_does_not_fit_keeps_the_records_until_it_is_fixed() {
 /// (Cookie, BytesAcked, Verdict, Host) of every record in the gzip files, as the table's
 /// TSV gives them, sorted.
 fn file_rows(dir: &std::path::Path, host: &str) -> Vec<String> {
+    file_rows_of(dir, host, false)
+}
+
+/// As [`file_rows`]; with `killed`, a file a SIGKILL cut short gives the whole lines it
+/// had flushed.
+fn file_rows_of(dir: &std::path::Path, host: &str, killed: bool) -> Vec<String> {
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
@@ -495,7 +501,16 @@ fn file_rows(dir: &std::path::Path, host: &str) -> Vec<String> {
         }
         let raw = std::fs::read(&p).unwrap();
         let mut text = Vec::new();
-        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut text).unwrap();
+        let mut d = flate2::read::MultiGzDecoder::new(&raw[..]);
+        if killed {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = d.read(&mut buf) {
+                text.extend_from_slice(&buf[..n]);
+            }
+            text.truncate(text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1));
+        } else {
+            d.read_to_end(&mut text).unwrap();
+        }
         for r in serde_json::Deserializer::from_slice(&text).into_iter::<Value>() {
             let r = r.unwrap();
             let verdict = r["Diagnosis"]["Verdict"].as_str().unwrap_or("");
@@ -593,6 +608,58 @@ fn real_server_killed_and_restarted_holds_every_record_once() {
     let median = rtts[(rtts.len() / 2).min(rtts.len() - 1)];
     let q = ch.query("SELECT quantileExact(0.5)(MinRTTObservedms) FROM cgmon.flows FORMAT TSV");
     assert_eq!(q.unwrap().trim().parse::<f64>().unwrap(), median, "median of MinRTTObservedms");
+}
+
+/// Rows of the batch being filled, in the spool's `.filling` files.
+fn filling_rows(spool: &std::path::Path) -> usize {
+    std::fs::read_dir(spool)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            p.to_string_lossy().ends_with(".filling").then(|| std::fs::read(&p).unwrap_or_default())
+        })
+        .map(|raw| raw.iter().filter(|&&b| b == b'\n').count().saturating_sub(1))
+        .sum()
+}
+
+/// A fleet's interval (`--clickhouse-batch-interval 60s`) with `--spool-dir`: the batch
+/// being filled reaches the disk as its rows come, so a SIGKILL well inside the minute loses
+/// none of the records the files had; the next run sends that batch first, each record
+/// once, into the real server.
+#[test]
+fn a_long_batch_interval_killed_mid_batch_loses_nothing_with_a_spool() {
+    let Some(ch) = ChServer::start(None, None) else { return };
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
+    let (dir, dir2, spool) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sp = spool.path().to_str().unwrap();
+    let args = ["--spool-dir", sp, "--clickhouse-batch-interval", "60s"];
+    let m = sink_monitor(&ch.url(), dir.path(), at, &args);
+    connections(&l, 40);
+    let end = Instant::now() + Duration::from_secs(30);
+    while file_rows_of(dir.path(), "test-host", true).len() < 80 || filling_rows(spool.path()) < 80
+    {
+        assert!(Instant::now() < end, "{} rows filling\n{}", filling_rows(spool.path()), m.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = http_get(&http_addr(&m), "/metrics");
+    assert_eq!(metric(&text, "cgmon_sink_records_total{result=\"sent\"}"), 0.0, "not cut yet");
+    m.signal(libc::SIGKILL);
+    let _ = m.wait(Duration::from_secs(10));
+    // The next run, at the default interval, into other files.
+    let m = sink_monitor(&ch.url(), dir2.path(), at, &["--spool-dir", sp]);
+    connections(&l, 10);
+    wait_table(&ch, 100, &m);
+    let (st, log) = stop(m);
+    assert!(st.success(), "{log}");
+    assert!(log.contains("earlier run was filling"), "{log}");
+    let mut files = file_rows_of(dir.path(), "test-host", true);
+    files.extend(file_rows(dir2.path(), "test-host"));
+    files.sort();
+    assert_eq!(files.len(), 100, "both ends of 50 connections");
+    assert_eq!(table_rows(&ch, "cgmon.flows"), files, "exactly the files' records, once");
+    assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0, "the spool emptied");
 }
 
 /// Two servers as two shards behind a `Distributed` table: the totals through it are the
