@@ -360,6 +360,11 @@ pub struct SinkMetrics {
     pub failures: Counter,
     /// Batches found stored after a lost reply (not sent twice).
     pub found_stored: Counter,
+    /// Inserts the server refused for too many parts (`Code: 252`).
+    pub part_pressure: Counter,
+    /// The batch interval in force, ns (`--clickhouse-batch-interval`, stretched under
+    /// part pressure).
+    pub batch_interval_ns: Gauge,
     /// Time to deliver each batch (the successful call).
     pub batch_seconds: Histogram,
     /// The last failure, while failing (no credentials: they are never in a URL or error).
@@ -433,6 +438,8 @@ impl Default for SinkMetrics {
             failing: Gauge::default(),
             failures: Counter::default(),
             found_stored: Counter::default(),
+            part_pressure: Counter::default(),
+            batch_interval_ns: Gauge::default(),
             batch_seconds: Histogram::new(&SINK_BUCKETS_S),
             last_error: Mutex::new(None),
         }

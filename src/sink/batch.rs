@@ -110,6 +110,11 @@ impl Batcher {
         (self.count > 0).then(|| self.cut())
     }
 
+    /// Cuts batches at `age` from now on ([`super::pressure`]).
+    pub fn set_age(&mut self, age: Duration) {
+        self.limits.age = age;
+    }
+
     /// The batch being filled, when it holds a row: its id and its rows so far.
     pub fn filling(&self) -> Option<(String, &[u8])> {
         (self.count > 0).then(|| (self.next_id(), self.rows.as_slice()))

@@ -93,6 +93,8 @@ pub struct Tally {
     pub rejected_rows: u64,
     /// Rows dropped because the queue was over its bound (also in `dropped_rows`).
     pub full_rows: u64,
+    /// Failed attempts the server refused for too many parts (also in `failures`).
+    pub part_pressure: u64,
 }
 
 struct Queued {
@@ -329,6 +331,7 @@ impl Delivery {
                 // refusal does not undo what an earlier lost reply may have stored.
                 q.uncertain |= matches!(e, Failure::Uncertain(_));
                 self.tally.failures += 1;
+                self.tally.part_pressure += u64::from(super::pressure::is_part_pressure(e.text()));
                 self.last_error = Some(e.text().to_string());
                 self.delay = if self.delay.is_zero() {
                     self.backoff.min

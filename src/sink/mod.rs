@@ -14,6 +14,7 @@
 //!   objects, the diagnosis would otherwise be lost);
 //! - [`ddl`]: the `CREATE TABLE` a server of a given version takes;
 //! - [`batch`]: rows cut into batches by count, bytes and age, each with its `BatchId`;
+//! - [`pressure`]: the batch interval stretched while the server has too many parts;
 //! - [`delivery`]: a bounded queue of batches, retried with backoff and jitter, where a
 //!   batch whose insert's reply was lost is looked up by its id before it is sent again,
 //!   so that a retry never stores it twice.
@@ -29,6 +30,7 @@ pub mod client;
 pub mod ddl;
 pub mod delivery;
 pub mod filling;
+pub mod pressure;
 pub mod row;
 pub mod spool;
 pub mod target;
@@ -110,6 +112,7 @@ pub fn spawn(
         tracing::warn!(target: "cgmon_rs::sink", "{w}");
     }
     metrics.sink.enabled.set(1);
+    metrics.sink.batch_interval_ns.set(cfg.limits.age.as_nanos() as u64);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -151,6 +154,7 @@ pub fn spawn(
             compress: cfg.compress,
             filling,
             fill_error: false,
+            stretch: pressure::Stretch::new(cfg.limits.age),
         };
         intake.run(&rx);
         intake.finish(sender, patience)
@@ -197,6 +201,8 @@ struct Intake {
     filling: Option<filling::Filling>,
     /// Writing it failed, and has not worked since (logged once).
     fill_error: bool,
+    /// The batch interval in force (stretched under part pressure).
+    stretch: pressure::Stretch,
 }
 
 /// The batches `.filling` files an earlier run left make ([`filling`]), spooled whole:
@@ -267,6 +273,18 @@ impl Intake {
             }
             // Batches a full disk kept in memory are spooled once it takes them.
             let mut st = self.shared.lock();
+            let (t, before) = (st.delivery.tally, self.stretch.interval());
+            if let Some(d) = self.stretch.observe(Instant::now(), t.part_pressure, t.sent_batches) {
+                self.batcher.set_age(d);
+                st.metrics.sink.batch_interval_ns.set(d.as_nanos() as u64);
+                if d > before {
+                    tracing::warn!(target: "cgmon_rs::sink", interval = ?d,
+                        "ClickHouse has too many parts: this host's batches are cut less often");
+                } else {
+                    tracing::info!(target: "cgmon_rs::sink", interval = ?d,
+                        "ClickHouse's parts are back within bounds: the batch interval shortens");
+                }
+            }
             if st.spool.is_some()
                 && st.respooled.elapsed() >= RESPOOL
                 && st.delivery.waiting_in_memory() > 0
@@ -542,6 +560,7 @@ impl State {
         m.sent.mirror(t.sent_rows);
         m.failures.mirror(t.failures);
         m.found_stored.mirror(t.found_stored);
+        m.part_pressure.mirror(t.part_pressure);
         if t.dropped_rows > self.dropped_before {
             m.dropped.add(t.dropped_rows - self.dropped_before);
             if t.full_rows > self.full_before {

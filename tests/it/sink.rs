@@ -662,6 +662,68 @@ fn a_long_batch_interval_killed_mid_batch_loses_nothing_with_a_spool() {
     assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0, "the spool emptied");
 }
 
+/// Part pressure (issue 54): a table that refuses inserts past 8 active parts (18.16's
+/// `Code: 252`, as past 300 by default), merges stopped. (Below 5 parts 18.16's merge
+/// selector merges nothing, so a bound of 4 would never clear.) The refusals stretch this host's
+/// batch interval, counted; once merges run again, the interval comes back toward the
+/// flag's and every record lands once.
+#[test]
+fn part_pressure_stretches_the_interval_and_every_record_lands_once() {
+    let Some(ch) = ChServer::start(None, None) else { return };
+    let ddl = Command::new(BIN).args(["clickhouse-ddl", "--server-version", "18.16"]).output();
+    let ddl = String::from_utf8(ddl.unwrap().stdout).unwrap();
+    let code: String = ddl
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .map(|l| l.to_string() + "\n")
+        .collect();
+    for stmt in code.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let stmt = match stmt.starts_with("CREATE TABLE") {
+            true => format!("{stmt} SETTINGS parts_to_throw_insert = 8, parts_to_delay_insert = 7"),
+            false => stmt.to_string(),
+        };
+        ch.query(&stmt).unwrap();
+    }
+    ch.query("SYSTEM STOP MERGES").unwrap();
+    let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--clickhouse-batch-interval", "300ms", "-run-shutdown-timeout", "40s"];
+    let m = sink_monitor(&ch.url(), dir.path(), l.local_addr().unwrap(), &args);
+    let gauge = "cgmon_sink_batch_interval_seconds";
+    let refusals = "cgmon_sink_part_pressure_total";
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut text = http_get(&http_addr(&m), "/metrics");
+    assert_eq!(metric(&text, gauge), 0.3, "the flag's at first");
+    while metric(&text, refusals) < 2.0 || metric(&text, gauge) < 1.2 {
+        assert!(Instant::now() < end, "{text}\n{}", m.log());
+        connections(&l, 2);
+        std::thread::sleep(Duration::from_millis(100));
+        text = http_get(&http_addr(&m), "/metrics");
+    }
+    let stretched = metric(&text, gauge);
+    let parts = ch.query(
+        "SELECT count() FROM system.parts WHERE database = 'cgmon' AND table = 'flows' AND active",
+    );
+    assert!(parts.unwrap().trim().parse::<u32>().unwrap() <= 8, "the table's bound held");
+    assert_eq!(m.log().matches("ClickHouse has too many parts").count() as f64, {
+        // One line each time the interval doubled: 0.3 s to the stretched one.
+        (stretched / 0.3).log2().round()
+    });
+    // Merges again: the queue drains, and calm brings the interval back down.
+    ch.query("SYSTEM START MERGES").unwrap();
+    let end = Instant::now() + Duration::from_secs(120);
+    while metric(&text, gauge) >= stretched {
+        assert!(Instant::now() < end, "{text}\n{}", m.log());
+        connections(&l, 1);
+        std::thread::sleep(Duration::from_millis(200));
+        text = http_get(&http_addr(&m), "/metrics");
+    }
+    let (st, log) = stop(m);
+    assert!(st.success(), "{log}");
+    let files = file_rows(dir.path(), "test-host");
+    assert_eq!(table_rows(&ch, "cgmon.flows"), files, "every record once");
+}
+
 /// Two servers as two shards behind a `Distributed` table: the totals through it are the
 /// files' (the insert is synchronous, so the lost-reply check sees what landed).
 #[test]

@@ -578,6 +578,23 @@ pub static SERIES: &[Series] = &[
         "Batches found already stored after a lost reply, so not sent twice",
         |m| m.sink.found_stored.get(),
     ),
+    counter(
+        Sink,
+        "cgmon_sink_part_pressure",
+        "inserts refused for too many parts",
+        "Inserts ClickHouse refused for too many parts (Code 252); each stretches the batch interval",
+        |m| m.sink.part_pressure.get(),
+    ),
+    in_unit(
+        Unit::Nanos,
+        gauge(
+            Sink,
+            "cgmon_sink_batch_interval_seconds",
+            "batch interval in force",
+            "The batch interval in force: --clickhouse-batch-interval, stretched while ClickHouse has too many parts",
+            |m| m.sink.batch_interval_ns.get(),
+        ),
+    ),
     histogram(
         Sink,
         "cgmon_sink_batch_duration_seconds",
