@@ -41,6 +41,56 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time the whole process has used, in ns: every thread's, the ended ones' included,
+/// user and system. What `top` shows, and what the budget covers (`budget`).
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: as in monotonic_ns; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The CPU clock of one thread, readable from any thread of the process while it lives:
+/// the budget reads the clocks of the threads whose whole work is pushed at us (the writer,
+/// the sinks, the HTTP server) to leave their CPU out of what it charges.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadClock {
+    id: libc::clockid_t,
+    /// The last reading: once the thread has ended its clock reads no more, and its CPU
+    /// stays what it was.
+    last_ns: u64,
+}
+
+impl ThreadClock {
+    /// The calling thread's clock; `None` if the kernel gives none (it always does on
+    /// Linux).
+    pub fn current() -> Option<Self> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_self() is the calling thread, alive; `id` is a valid out-pointer.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        (rc == 0).then_some(Self { id, last_ns: 0 })
+    }
+
+    /// Whether `other` is the same thread's clock.
+    pub fn same(&self, other: &ThreadClock) -> bool {
+        self.id == other.id
+    }
+
+    /// The thread's CPU time now, in ns; its last reading once it has ended (its clock is
+    /// gone then; take the reading before it ends, as `budget`'s `PushedThread` does).
+    pub fn read(&mut self) -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec; a clock id of a thread that has ended
+        // makes the call fail (EINVAL), which is handled.
+        let rc = unsafe { libc::clock_gettime(self.id, &mut ts) };
+        if rc == 0 {
+            self.last_ns = (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64;
+        }
+        self.last_ns
+    }
+}
+
 /// A future that adds the CPU time spent polling it to a counter.
 ///
 /// Each poll runs on one thread, start to end, so the thread's CPU clock read before and
@@ -91,6 +141,27 @@ mod tests {
         }));
         // 30 ms of CPU spinning, and none of the 100 ms asleep.
         assert!((30_000_000..90_000_000).contains(&spent), "{spent} ns");
+    }
+
+    #[test]
+    fn another_threads_clock_reads_its_cpu() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            let t = super::thread_cpu_ns();
+            while super::thread_cpu_ns() - t < 20_000_000 {
+                std::hint::spin_loop();
+            }
+            tx.send((super::ThreadClock::current().unwrap(), super::thread_cpu_ns())).unwrap();
+            go_rx.recv().unwrap(); // asleep while read
+        });
+        let (mut c, own) = rx.recv().unwrap();
+        let read = c.read();
+        // Its own reading, and what it spent sending: a little more at most.
+        assert!((own..own + 5_000_000).contains(&read), "{read} ns read, {own} its own");
+        go_tx.send(()).unwrap();
+        h.join().unwrap();
+        assert!(super::process_cpu_ns() >= read);
     }
 
     #[test]

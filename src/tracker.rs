@@ -407,6 +407,12 @@ impl Tracker {
         let (cookie, generation) = (s.msg().cookie(), self.generation);
         let sn = snap(s, t);
         let f = self.open(s, &sn, self.dumps_done == 0, Seen::Dump);
+        // A new connection starts hot; it leaves the hot set if it stays still. Flows of the
+        // first dump were open before we started: those that sent or received within the
+        // hot linger (tcp_info says how long ago) start hot too, so that the hot set is
+        // known from the first dump and no second dump is needed at once to tell.
+        let tiered = self.cfg.tiers
+            && (self.dumps_done > 0 || tiers::active_within(t, self.cfg.hot_linger_ns));
         let hot = FlowHead {
             cookie,
             fp,
@@ -417,14 +423,11 @@ impl Tracker {
             options: sn.options,
             changed: true,
             marks: queued(s),
-            tiered: self.cfg.tiers && self.dumps_done > 0,
+            tiered,
             max_gap_us: 0,
             exact: 0,
         };
-        if self.cfg.tiers && self.dumps_done > 0 {
-            // A new connection starts hot; it leaves the hot set if it stays still. Flows
-            // of the first dump were open before we started: whether they move, the
-            // second dump tells.
+        if tiered {
             self.hot_set.add(cookie, SocketTarget::of(&s.msg()), s.ts_ns, self.netns);
         }
         if self.slab.len() == self.slab.capacity() {

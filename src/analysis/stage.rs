@@ -56,6 +56,8 @@ pub async fn run(
         // What still waits behind this batch (the poll task sets it when it sends).
         metrics.ended_queue.set(ended_rx.len() as u64);
         let start = std::time::Instant::now();
+        // Ended flows are pushed at us: their analysis is out of the CPU budget's upkeep.
+        let cpu = crate::clock::thread_cpu_ns();
         let samples: u64 = ended.iter().map(|e| e.sample_count() as u64).sum();
         let mut out = Batch { records: Vec::with_capacity(ended.len()), ..Batch::default() };
         // The written flows from this one on get chart points. At 2,000 connections a
@@ -94,6 +96,7 @@ pub async fn run(
             out.records.push(r);
         }
         metrics.ended_queue_samples.sub(samples);
+        metrics.budget.pushed(crate::clock::thread_cpu_ns().saturating_sub(cpu));
         let took = start.elapsed();
         metrics.time(crate::metrics::Stage::Analyzer, took);
         tracing::debug!(target: "cgmon_rs::analyzer", time_us = took.as_micros() as u64,

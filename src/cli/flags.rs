@@ -238,9 +238,11 @@ pub struct Cli {
     #[arg(long = "netns-rescan", env = "CGMON_NETNS_RESCAN", value_name = "DURATION",
           value_parser = positive_duration, default_value = "10s", help_heading = "Run")]
     pub netns_rescan: Duration,
-    /// CPU for what the monitor does on its own initiative, in percent of one core: full
-    /// dumps, exact polls and the process walks that name each flow's
-    /// program (destroy events and records come on top). Flows whose counters move are
+    /// CPU for what the monitor does on its own initiative, in percent of one core, as top
+    /// sees the process: full dumps, exact polls, the process walks that name each flow's
+    /// program, and the process's upkeep (ticks, runtime, start-up; up to a tenth of the
+    /// budget). Destroy events, records and HTTP requests come on top
+    /// (cgmon_pushed_cpu_seconds_total). Flows whose counters move are
     /// polled every interval; full dumps (which find new flows and refresh idle ones) run as
     /// often as the rest allows, at most every interval: on a host of 200,000 sockets about
     /// every 15 s (cgmon_full_dump_interval_planned_seconds). Naming gets what is left;

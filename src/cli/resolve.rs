@@ -128,6 +128,8 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             max_errors: c.max_errors,
             cpu_budget: c.cpu_budget,
             max_full_interval: c.max_full_interval,
+            whole_process: false,
+            upkeep_cap: crate::budget::UPKEEP_CAP,
         },
         analyzer: StageConfig {
             analysis: parts.analyzer,

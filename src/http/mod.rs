@@ -326,6 +326,9 @@ pub fn spawn(l: std::net::TcpListener, s: Served, limits: Limits) -> std::io::Re
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (stop_tx, stop_rx) = oneshot::channel();
     let thread = std::thread::Builder::new().name("cgmon-http".into()).spawn(move || {
+        // Requests are pushed at us (scrapes, pages): out of the CPU budget's upkeep.
+        let m = Arc::clone(&s.metrics);
+        let _pushed = m.budget.pushed_thread();
         rt.block_on(async move {
             match tokio::net::TcpListener::from_std(l) {
                 Ok(l) => serve(l, s, limits, stop_rx).await,

@@ -137,11 +137,18 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
             Section::Sampling => {
                 let share = |ns: u64| format!("{:.2} %", ns as f64 / 1e9 / up * 100.0);
                 let (s, n) = (m.sampling_cpu_ns.get(), m.naming_cpu_ns.get());
+                let u = m.budget.upkeep();
+                let charged = u.total_ns - u.uncharged_ns;
                 rows.push(("sampling CPU: mean share of a core".into(), share(s)));
                 rows.push(("naming CPU: mean share of a core".into(), share(n)));
+                rows.push(("upkeep CPU (ticks, runtime, start-up)".into(), share(u.total_ns)));
                 rows.push((
-                    "CPU budget used (sampling and naming): mean share".into(),
-                    share(s + n),
+                    "CPU budget used (sampling, naming, upkeep up to a tenth): mean share".into(),
+                    share(s + n + charged),
+                ));
+                rows.push((
+                    "pushed work CPU, outside the budget (events, records, HTTP)".into(),
+                    share(u.pushed_ns()),
                 ));
             }
             Section::Sink => rows.push((
@@ -200,6 +207,26 @@ mod tests {
         let p = status_section(&m, None);
         assert!(p.contains("planned at 2.86 % of a core against 2.00 %"), "{p}");
         assert!(p.contains("the last full dumps were 10.0 s apart"), "{p}");
+    }
+
+    #[test]
+    fn the_page_shows_the_upkeep_and_the_pushed_work_beside_the_budget() {
+        let m = Metrics::default();
+        m.budget.set_share(0.02);
+        // 50 ms of process CPU: 10 sampling, 30 pushed, 10 upkeep; over 10 s of uptime.
+        m.sampling_cpu_ns.add(10_000_000);
+        m.budget.pushed(30_000_000);
+        m.budget.charge_upkeep_at(50_000_000, 10_000_000, std::time::Instant::now());
+        let mut p = String::new();
+        counter_rows(&mut p, &m, 10.0);
+        let row = |k: &str, v: &str| format!("<tr><td>{k}</td><td>{v}</td></tr>");
+        for (k, v) in [
+            ("upkeep CPU (ticks, runtime, start-up)", "0.10 %"),
+            ("CPU budget used (sampling, naming, upkeep up to a tenth): mean share", "0.20 %"),
+            ("pushed work CPU, outside the budget (events, records, HTTP)", "0.30 %"),
+        ] {
+            assert!(p.contains(&row(k, v)), "{k} = {v}:\n{p}");
+        }
     }
 
     #[test]

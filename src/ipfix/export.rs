@@ -343,6 +343,9 @@ pub fn spawn(
 ) -> io::Result<std::thread::JoinHandle<()>> {
     metrics.ipfix.enabled.set(1);
     std::thread::Builder::new().name("cgmon-ipfix".into()).spawn(move || {
+        // Records to export are pushed at us: out of the CPU budget's upkeep.
+        let m = Arc::clone(&metrics);
+        let _pushed = m.budget.pushed_thread();
         let mut x = Exporter::new(&cfg, metrics);
         x.refresh();
         loop {

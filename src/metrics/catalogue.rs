@@ -184,6 +184,7 @@ impl Series {
     }
 }
 
+mod make;
 mod series;
 pub use series::SERIES;
 

@@ -59,6 +59,14 @@ pub struct TaskConfig {
     /// The longest time between full dumps whatever the budget (`--max-full-interval`);
     /// `None`: the budget alone sets it.
     pub max_full_interval: Option<Duration>,
+    /// Whether the process is the monitor alone (the binary), so that the rest of its CPU,
+    /// its upkeep, is measured and charged to the budget too (`crate::budget`), up to
+    /// [`upkeep_cap`](Self::upkeep_cap). False where the stage runs inside a larger
+    /// process, as in a test binary, whose other threads are not the monitor's.
+    pub whole_process: bool,
+    /// The most of the budget the upkeep is charged ([`crate::budget::UPKEEP_CAP`]; the
+    /// binary charges none in an unoptimised build, see `app::main`).
+    pub upkeep_cap: f64,
 }
 
 impl TaskConfig {
@@ -70,6 +78,8 @@ impl TaskConfig {
             max_errors: 5,
             cpu_budget: 0.0,
             max_full_interval: None,
+            whole_process: false,
+            upkeep_cap: crate::budget::UPKEEP_CAP,
         }
     }
 }
@@ -273,26 +283,13 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 hand_on = true;
                 p.on_tick(due, &mut on_dump).await?;
             }
-            () = rest => {
-                // What queued during the rest is taken while the sockets stay out of epoll,
-                // and the loop rests again; only a rest after which nothing came waits in
-                // epoll for the next event. Under steady churn a rest then costs one
-                // recvmmsg, not two epoll_ctl calls and a wake-up through epoll.
-                let (s, t, o, m) = (&mut p.spaces, &mut p.tracker, &mut p.out, &p.metrics);
-                let (taken, full) = spaces::drain_all(s, t, o, m);
-                p.destroy_rest_until = match (taken, full) {
-                    (0, _) => None,
-                    (_, true) => Some(tokio::time::Instant::now()),
-                    (_, false) => Some(tokio::time::Instant::now() + p.destroy_rest),
-                };
-                if taken > 0 {
-                    publish(&p.tracker, &p.metrics, p.accounts.as_deref());
-                }
-            }
-            (ns, b) = spaces::next_destroy_any(&mut p.spaces), if resting.is_none() => {
+            () = rest => p.after_rest(),
+            ((ns, b), recv_cpu) = cpu_timed(spaces::next_destroy_any(&mut p.spaces)),
+                if resting.is_none() => {
                 // A batch that stopped at its cap leaves events waiting: no rest then.
                 let more = b.as_ref().is_ok_and(|b| b.full);
-                p.on_destroy(ns, b);
+                let ((), cpu) = pushed(|| p.on_destroy(ns, b));
+                p.metrics.budget.pushed(cpu + recv_cpu);
                 if !more {
                     p.destroy_rest_until = Some(tokio::time::Instant::now() + p.destroy_rest);
                     for d in p.spaces.iter_mut().filter_map(|sp| sp.destroy.as_mut()) {
@@ -305,14 +302,25 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 p.metrics.netns_sampled.set(p.spaces.len() as u64);
                 hand_on = true;
             }
-            Some(q) = next_query(&mut queries) => answer(&p.tracker, q),
+            Some(q) = next_query(&mut queries) => {
+                // A page's question (the HTTP server's): pushed at us.
+                let ((), cpu) = pushed(|| answer(&p.tracker, q));
+                p.metrics.budget.pushed(cpu);
+            }
         }
         if hand_on && !p.out.is_empty() {
-            resolve_sides(&mut p.tracker, &mut p.spaces, &mut p.out).await;
-            hand_off(&mut p.out, &ended_tx, &p.metrics, &mut p.drop_warn)?;
+            p.hand_on(&ended_tx).await?;
         }
     }
     p.finish(&ended_tx).await
+}
+
+/// Runs `f`, returning its result and the CPU it took on this thread: work pushed at us
+/// (destroy events, records to hand on), which the budget leaves out of the upkeep.
+fn pushed<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let t0 = crate::clock::thread_cpu_ns();
+    let r = f();
+    (r, crate::clock::thread_cpu_ns().saturating_sub(t0))
 }
 
 /// Sleeps until `t`, or forever without one (a `select!` arm that is off).
@@ -386,6 +394,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
         metrics.cpu_budget_ppm.set((cfg.cpu_budget * 1e6).round() as u64);
         metrics.budget.set_share(cfg.cpu_budget);
+        metrics.budget.set_upkeep_cap(cfg.upkeep_cap);
         metrics.netns_sampled.set(spaces.len() as u64);
         let capped = spaces.iter().any(|sp| sp.destroy.as_ref().is_some_and(|d| d.capped()));
         let rest = if capped { DESTROY_REST_CAPPED } else { DESTROY_REST };
@@ -421,8 +430,12 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let start = tokio::time::Instant::now();
         self.metrics.tick_lateness.observe(start.saturating_duration_since(due));
         let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
-        // Names waiting for the budget take their share of it from full dumps.
+        // Names waiting for the budget take their share of it from full dumps, and so does
+        // the process's upkeep.
         self.pacer.set_naming_reserve(self.metrics.budget.naming_reserve());
+        if self.cfg.whole_process {
+            self.charge_upkeep();
+        }
         let plan = self.pacer.plan(now_ns, self.tracker.hot_len());
         self.last_plan = Some(plan);
         // The flows opened since the last tick that are still open go to the process
@@ -435,7 +448,9 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             Plan::Exact => exact_poll(t, sp, out, m, pacer).await,
             Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
         };
-        spaces::drain_all(&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        let (_, cpu) = pushed(|| spaces::drain_all(s, t, o, m));
+        m.budget.pushed(cpu);
         match r {
             Ok(d) => {
                 self.errors = 0;
@@ -456,6 +471,16 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         }
         self.after_tick(plan, start);
         Ok(())
+    }
+
+    /// Charges the process's upkeep since the last tick to the budget (`crate::budget`,
+    /// `upkeep.rs`); the plan leaves it its share.
+    fn charge_upkeep(&mut self) {
+        let m = &self.metrics;
+        let budgeted = m.sampling_cpu_ns.get() + m.naming_cpu_ns.get();
+        let process = crate::clock::process_cpu_ns();
+        let share = m.budget.charge_upkeep_at(process, budgeted, std::time::Instant::now());
+        self.pacer.set_upkeep(share);
     }
 
     /// The tick's figures: published accounts, churn, stage times, the pace, overruns.
@@ -521,6 +546,38 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             // (At least the tracker's configured pause, three ticks and more.)
             self.tracker.set_pause_ns(planned.saturating_mul(3) / 2);
         }
+    }
+
+    /// After a rest of the destroy sockets: what queued during it is taken while the sockets
+    /// stay out of epoll, and the loop rests again; only a rest after which nothing came
+    /// waits in epoll for the next event. Under steady churn a rest then costs one recvmmsg,
+    /// not two epoll_ctl calls and a wake-up through epoll.
+    fn after_rest(&mut self) {
+        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        let ((taken, full), cpu) = pushed(|| spaces::drain_all(s, t, o, m));
+        m.budget.pushed(cpu);
+        self.destroy_rest_until = match (taken, full) {
+            (0, _) => None,
+            (_, true) => Some(tokio::time::Instant::now()),
+            (_, false) => Some(tokio::time::Instant::now() + self.destroy_rest),
+        };
+        if taken > 0 {
+            publish(&self.tracker, &self.metrics, self.accounts.as_deref());
+        }
+    }
+
+    /// Hands the flows ended since the last hand-off on to the analyzer (pushed work, as
+    /// the events that ended most of them).
+    ///
+    /// # Errors
+    /// The analyzer is gone.
+    async fn hand_on(&mut self, ended_tx: &Sender<Vec<EndedFlow>>) -> Result<(), StageError> {
+        let (t, sp, out) = (&mut self.tracker, &mut self.spaces, &mut self.out);
+        let ((), cpu) = cpu_timed(resolve_sides(t, sp, out)).await;
+        let (out, m, warn) = (&mut self.out, &self.metrics, &mut self.drop_warn);
+        let (r, cpu2) = pushed(|| hand_off(out, ended_tx, m, warn));
+        self.metrics.budget.pushed(cpu + cpu2);
+        r
     }
 
     /// Destroy events from namespace `ns`.

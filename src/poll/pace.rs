@@ -31,10 +31,18 @@ use std::time::Duration;
 pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
 
 /// The longest a network namespace where nothing moves goes unwalked by full dumps (each
-/// goes after 5 to 10 s, spread: `poll/spaces.rs`). It is no cap on the full-dump interval,
+/// goes after 30 to 60 s, spread: `poll/spaces.rs`). It is no cap on the full-dump interval,
 /// which follows the budget: as a cap it held the monitor over its budget on large hosts
 /// (benches/RESULTS.md, D13).
-pub const NAMESPACE_REWALK: Duration = Duration::from_secs(10);
+///
+/// Why a minute: where no segment moved, no socket opened and none changed what a record
+/// holds; sockets that end without a segment (a FIN-WAIT-2 timeout) send their destroy
+/// events. The walk is a safety net for what the counters cannot tell (a receive queue
+/// drained, a TIME-WAIT minisocket expired where events are not read), and it costs a whole
+/// dump: every 5–10 s it was most of an idle host's CPU (a 20,000-socket dump took 45 ms
+/// here on 2026-11-28, against the 0.06 s in 10 s issue 52 allows the whole process;
+/// benches/RESULTS.md, D30).
+pub const NAMESPACE_REWALK: Duration = Duration::from_secs(60);
 
 /// The least share of the budget full dumps get, whatever the hot flows' polls take: without
 /// it a hot set that used the whole budget would stop full dumps, and new flows would never
@@ -63,7 +71,8 @@ pub enum Plan {
 pub enum Why {
     /// No budget: every tick dumps (cgmon's way).
     Always,
-    /// The first two ticks: costs and the hot set are not known yet.
+    /// The first tick (costs and flows are not known yet), and the second when a dump
+    /// costs at most a second of the budget (which flows move is known from it).
     First,
     /// The budget's interval has passed since the last full dump.
     Due,
@@ -88,6 +97,8 @@ pub struct Pacer {
     fulls: u32,
     /// The share of a core left to naming programs now (`crate::budget`).
     naming: f64,
+    /// The share of a core the process's upkeep is charged (`crate::budget`, `upkeep.rs`).
+    upkeep: f64,
 }
 
 fn smooth(old: Option<f64>, new: f64) -> f64 {
@@ -109,6 +120,7 @@ impl Pacer {
             last_full_ns: None,
             fulls: 0,
             naming: 0.0,
+            upkeep: 0.0,
         }
     }
 
@@ -122,12 +134,15 @@ impl Pacer {
         if !self.tiers() {
             return Plan::Full(Why::Always);
         }
-        // The second dump too: only a flow's second sample tells whether it moves, so the
-        // hot set is known from the second dump on.
+        // The first dump finds the flows, and the hot set among them: those whose tcp_info
+        // says they sent or received lately (`tracker/tiers.rs`). The second, which tells
+        // the rest that move, follows at once when it costs no more than a second of the
+        // budget; a dearer one (45 ms at 20,000 sockets here) waits for the budget's pace
+        // like any other.
         let (Some(full), Some(last)) = (self.full_ns, self.last_full_ns) else {
             return Plan::Full(Why::First);
         };
-        if self.fulls < 2 {
+        if self.fulls < 2 && full <= self.budget * crate::budget::SAVED.as_nanos() as f64 {
             return Plan::Full(Why::First);
         }
         if now_ns.saturating_sub(last) >= self.full_interval_ns(hot) {
@@ -169,6 +184,12 @@ impl Pacer {
         self.naming = share.max(0.0);
     }
 
+    /// The share of a core the process's upkeep is charged (measured, smoothed): taken
+    /// from full dumps down to their [`MIN_DUMP_SHARE`].
+    pub fn set_upkeep(&mut self, share: f64) {
+        self.upkeep = share.max(0.0);
+    }
+
     /// The tick, ns.
     pub fn interval_ns(&self) -> u64 {
         self.interval_ns
@@ -185,12 +206,12 @@ impl Pacer {
     }
 
     /// The time between full dumps that the budget allows with `hot` flows polled every
-    /// tick: a dump's cost over the share of a core the polls and naming leave (at least
-    /// [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
+    /// tick: a dump's cost over the share of a core the polls, naming and the upkeep leave
+    /// (at least [`MIN_DUMP_SHARE`] of the budget), then the user's cap.
     pub fn full_interval_ns(&self, hot: usize) -> u64 {
         let Some(full) = self.full_ns else { return self.interval_ns };
-        let left =
-            (self.budget - self.polls_share(hot) - self.naming).max(self.budget * MIN_DUMP_SHARE);
+        let left = (self.budget - self.polls_share(hot) - self.naming - self.upkeep)
+            .max(self.budget * MIN_DUMP_SHARE);
         let paced = if left > 0.0 { (full / left).min(u64::MAX as f64) as u64 } else { u64::MAX };
         paced.min(self.cap_ns.unwrap_or(u64::MAX)).max(self.interval_ns)
     }
@@ -238,8 +259,15 @@ mod tests {
         let mut p = Pacer::new(Duration::from_millis(100), 0.02, None);
         assert_eq!(p.plan(0, 0), Plan::Full(Why::First));
         p.full_done(0, 25 * MS, 20_000);
-        assert_eq!(p.plan(100 * MS, 0), Plan::Full(Why::First));
-        p.full_done(0, 25 * MS, 20_000);
+        // 25 ms is more than a second of the budget (20 ms): the first dump's hot set
+        // stands, and the next goes at the budget's pace.
+        assert_eq!(p.plan(100 * MS, 0), Plan::Exact);
+        // A cheap first dump is followed at once by the second.
+        let mut c = Pacer::new(Duration::from_millis(100), 0.02, None);
+        c.full_done(0, 2 * MS, 500);
+        assert_eq!(c.plan(100 * MS, 0), Plan::Full(Why::First));
+        c.full_done(100 * MS, 2 * MS, 500);
+        assert_eq!(c.plan(150 * MS, 0), Plan::Exact);
         // Nothing hot: the whole budget is for dumps, 25 ms / 2 % = 1.25 s apart.
         assert_eq!(p.full_interval_ns(0), 1250 * MS);
         assert_eq!(p.plan(1200 * MS, 0), Plan::Exact);
@@ -309,6 +337,9 @@ mod tests {
         // Named: the whole rest again.
         p.set_naming_reserve(0.0);
         assert_eq!(p.full_interval_ns(0), 1250 * MS);
+        // The upkeep charged 0.5 %: dumps get 1.5 %.
+        p.set_upkeep(0.005);
+        assert_eq!(p.full_interval_ns(0), 1666 * MS + 666_666);
     }
 
     #[test]

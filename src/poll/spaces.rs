@@ -59,7 +59,7 @@ pub enum Walk {
     /// Every one, noting each one's counters at the task's time `now_ns`.
     All(u64),
     /// Only those in which a segment was sent or received since their last complete walk,
-    /// or whose last walk began long enough before `now_ns` (5 to 10 s by namespace, at
+    /// or whose last walk began long enough before `now_ns` (30 to 60 s by namespace, at
     /// most [`NAMESPACE_REWALK`](crate::poll::pace::NAMESPACE_REWALK)). One not walked
     /// holds no new socket, and none of its sockets sent or received anything since; its
     /// flows stand (`Tracker::carry_netns`).

@@ -95,6 +95,8 @@ async fn failures_back_off_exponentially_then_give_up() {
         max_errors: 4,
         cpu_budget: 0.0,
         max_full_interval: None,
+        whole_process: false,
+        upkeep_cap: 0.0,
     };
     let t0 = tokio::time::Instant::now();
     let (h, _stop, _rx, m) = start(scripted(Duration::ZERO, |_| true), cfg, 256);
@@ -114,6 +116,8 @@ async fn a_success_resets_the_error_count() {
         max_errors: 3,
         cpu_budget: 0.0,
         max_full_interval: None,
+        whole_process: false,
+        upkeep_cap: 0.0,
     };
     // Every other dump fails: never 3 in a row.
     let (h, stop, _rx, m) = start(scripted(Duration::ZERO, |n| n % 2 == 0), cfg, 256);

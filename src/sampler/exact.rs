@@ -16,7 +16,7 @@
 //! No allocation per socket: the requests are built into one reused buffer and the answers
 //! are read into the sampler's pooled receive buffers and shown in place.
 
-use super::source::DumpSource;
+use super::source::{DumpSource, Slots};
 use super::{SampleError, Sampler};
 use crate::wire::inet_diag::{EXACT_REQUEST_LEN, SOCK_DIAG_BY_FAMILY, SocketTarget};
 use crate::wire::nlmsg::{self, NlMsgIter};
@@ -65,6 +65,18 @@ pub struct ExactPoll {
     /// CLOCK_MONOTONIC ns of the last answer (0: none came).
     pub last_ts_ns: u64,
 }
+
+/// What [`Sampler::take_queued`] found.
+enum Taken {
+    /// Datagrams that answered this many requests, and whether one was cut short.
+    Answered(usize, bool),
+    /// Nothing queued.
+    None,
+}
+
+/// Bytes of a slot for one answer in a receive of many: an answer (one socket's message with
+/// `tcp_info` and the extensions) is about 600 bytes.
+const ANSWER_SLOT: usize = 4096;
 
 impl<S: DumpSource> Sampler<S> {
     /// Requests per `send` now.
@@ -173,27 +185,14 @@ impl<S: DumpSource> Sampler<S> {
         let mut overrun = false;
         let mut buf = self.pool.pop().unwrap_or_default();
         while left > 0 {
-            buf.clear();
-            buf.reserve(self.bufsize);
-            // The kernel answers within the send: the answers are queued by now, or lost.
-            let got = match self.source.try_recv(&mut buf) {
-                Ok(Some(got)) => got,
-                Ok(None) if overrun => break,
-                Ok(None) => {
-                    let wait = self.cfg.recv_timeout;
-                    match tokio::time::timeout(wait, self.source.recv(&mut buf)).await {
-                        Ok(Ok(got)) => got,
-                        Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                            overrun = true;
-                            continue;
-                        }
-                        Ok(Err(source)) => {
-                            self.pool.push(buf);
-                            return Err(SampleError::Io { op: "recv", source });
-                        }
-                        Err(_) => break, // counted as unanswered below
-                    }
+            match self.take_queued(left, base, poll, answer) {
+                Ok(Taken::Answered(k, cut)) => {
+                    left -= k;
+                    overrun |= cut;
+                    continue;
                 }
+                Ok(Taken::None) if overrun => break,
+                Ok(Taken::None) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     overrun = true;
                     continue;
@@ -202,6 +201,23 @@ impl<S: DumpSource> Sampler<S> {
                     self.pool.push(buf);
                     return Err(SampleError::Io { op: "recv", source });
                 }
+            }
+            // None queued yet (the kernel answers within the send, so this is rare): wait.
+            buf.clear();
+            buf.reserve(self.bufsize);
+            let got = match tokio::time::timeout(self.cfg.recv_timeout, self.source.recv(&mut buf))
+                .await
+            {
+                Ok(Ok(got)) => got,
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    overrun = true;
+                    continue;
+                }
+                Ok(Err(source)) => {
+                    self.pool.push(buf);
+                    return Err(SampleError::Io { op: "recv", source });
+                }
+                Err(_) => break, // counted as unanswered below
             };
             poll.bytes += got.len as u64;
             poll.last_ts_ns = got.ts_ns;
@@ -218,6 +234,44 @@ impl<S: DumpSource> Sampler<S> {
             );
         }
         Ok(())
+    }
+
+    /// Reads the answers already queued, up to `left`, many a call (recvmmsg): each is a
+    /// datagram of its own, queued within the send. One `recv` each cost the poll a system
+    /// call an answer (benches/RESULTS.md, D31). Says how many it answered and whether one
+    /// came cut (never seen: an answer is ~600 bytes; which request it answered is then
+    /// unknown, so nothing more is waited for).
+    ///
+    /// # Errors
+    /// The receive failed (`ENOBUFS`: answers were dropped).
+    fn take_queued<F>(
+        &mut self,
+        left: usize,
+        base: u32,
+        poll: &mut ExactPoll,
+        answer: &mut F,
+    ) -> std::io::Result<Taken>
+    where
+        F: FnMut(usize, Answer<'_>),
+    {
+        let slots = self.exact_slots.get_or_insert_with(|| Slots::new(Slots::MAX, ANSWER_SLOT));
+        let got = self.source.try_recv_many(slots, left.min(Slots::MAX))?;
+        if got == 0 {
+            return Ok(Taken::None);
+        }
+        let (mut answered, mut cut) = (0, false);
+        for i in 0..got {
+            let (bytes, r) = slots.get(i);
+            poll.bytes += r.len as u64;
+            poll.last_ts_ns = r.ts_ns;
+            if r.len > bytes.len() {
+                poll.malformed += 1;
+                cut = true;
+            }
+            let done = &mut self.exact_answered;
+            answered += read_answers(bytes, r.ts_ns, base, done, poll, answer);
+        }
+        Ok(Taken::Answered(answered, cut))
     }
 }
 

@@ -34,7 +34,7 @@ use crate::wire::inet_diag::{
 };
 use crate::wire::nlmsg::{self, NlMsgIter};
 use crate::wire::sock::{Datagram, LayoutCache, Sample, SockBatch, SockIndex};
-use source::DumpSource;
+use source::{DumpSource, Slots};
 
 /// cgmon's `-netlink-read-bufsize` default. The kernel sizes dump datagrams to the reader's
 /// buffer up to about 32 KiB, so this both avoids truncation and keeps datagrams full.
@@ -173,6 +173,8 @@ pub struct Sampler<S> {
     exact_retry: Vec<usize>,
     /// Exact polls: requests per `send` (halved when replies overran the socket buffer).
     exact_chunk: usize,
+    /// Exact polls: the answers of one receive call, a datagram each (made at the first).
+    exact_slots: Option<Slots>,
 }
 
 /// Buffers kept for reuse at most: enough for a dump of ~130,000 sockets; beyond that,
@@ -203,6 +205,7 @@ impl<S: DumpSource> Sampler<S> {
             exact_answered: Vec::new(),
             exact_retry: Vec::new(),
             exact_chunk: exact::MAX_CHUNK,
+            exact_slots: None,
         })
     }
 

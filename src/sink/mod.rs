@@ -143,10 +143,15 @@ pub fn spawn(
     let shared = Arc::new(Shared { state: Mutex::new(state), wake: Condvar::new() });
     let store = client::Client::new(cfg.target.clone(), cfg.timeout);
     let to_send = Arc::clone(&shared);
-    let sender = std::thread::Builder::new()
-        .name("cgmon-sink-send".into())
-        .spawn(move || send_loop(&to_send, store))?;
+    // Both threads' work is pushed at us (records to send): out of the CPU budget's upkeep.
+    let m = Arc::clone(&shared.lock().metrics);
+    let sender = std::thread::Builder::new().name("cgmon-sink-send".into()).spawn(move || {
+        let _pushed = m.budget.pushed_thread();
+        send_loop(&to_send, store);
+    })?;
+    let m = Arc::clone(&shared.lock().metrics);
     std::thread::Builder::new().name("cgmon-sink".into()).spawn(move || {
+        let _pushed = m.budget.pushed_thread();
         let mut intake = Intake {
             batcher: batch::Batcher::new(cfg.limits, &cfg.host, run),
             shared,

@@ -49,6 +49,17 @@ impl HotSet {
     }
 }
 
+/// Whether a socket sent or received data, or had an acknowledgement, within `ns` of its
+/// sample (`tcpi_last_data_sent`, `tcpi_last_data_recv`, `tcpi_last_ack_recv`, in ms). How
+/// a flow of the first dump, which has no earlier sample to compare with, tells that it
+/// moves: idle connections read seconds or more there.
+pub(super) fn active_within(t: &crate::wire::tcp_info::TcpInfo<'_>, ns: u64) -> bool {
+    let ms = ns / 1_000_000;
+    [t.last_data_sent(), t.last_data_recv(), t.last_ack_recv()]
+        .into_iter()
+        .any(|v| v.is_some_and(|v| u64::from(v) < ms))
+}
+
 impl Tracker {
     /// The hot flows' identities, for the next exact poll; their indexes are the `k` of
     /// [`observe_exact`](Self::observe_exact) and [`exact_gone`](Self::exact_gone).

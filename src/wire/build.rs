@@ -80,6 +80,10 @@ impl SockBuilder {
         b.info[0] = 1;
         b.set32(68, 10_000).set32(80, 10).set32(16, 1448).set64(104, u64::MAX).set64(112, u64::MAX);
         b.set32(148, u32::MAX);
+        // Idle for 100 s, as a real connection open before the monitor started usually is
+        // (tcpi_last_data_sent, tcpi_last_data_recv, tcpi_last_ack_recv): a first dump's
+        // socket that moved lately starts hot (tracker/tiers.rs).
+        b.set32(44, 100_000).set32(52, 100_000).set32(56, 100_000);
         b
     }
     fn set32(&mut self, off: usize, v: u32) -> &mut Self {

@@ -200,6 +200,8 @@ impl StreamOut {
         let shared = Arc::new(Shared { state: Mutex::new(State::default()), cv: Condvar::new() });
         let s = shared.clone();
         std::thread::Builder::new().name("cgmon-stdout".into()).spawn(move || {
+            // Records to write are pushed at us: out of the CPU budget's upkeep.
+            let _pushed = metrics.budget.pushed_thread();
             let mut block = Block::default();
             while block.claim(&s) {
                 if block.write_out(&mut *w, &s, &metrics).is_err() {

@@ -52,6 +52,8 @@ pub fn spawn(
         }
         let metrics = w.metrics.clone();
         let _stopped = Stopped(metrics.clone());
+        // Records to write are pushed at us: out of the CPU budget's upkeep.
+        let _pushed = metrics.budget.pushed_thread();
         let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = taken.clone();
         let run = std::panic::AssertUnwindSafe(|| serve(w, &rx, &reopen, patience, &counted));

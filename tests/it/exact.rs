@@ -220,9 +220,15 @@ async fn a_flow_that_goes_still_leaves_the_hot_set_and_a_full_dump_brings_it_bac
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
+    // Idle past the linger (a connection made just now reads as active, as a new one is),
+    // and the busy pair moving as the monitor starts: its first dump reads it active
+    // (tcp_info) and makes it hot; a dump costs more than a second of this budget, so no
+    // second follows soon.
+    std::thread::sleep(Duration::from_millis(300));
+    p.exchange(1000).unwrap();
     let t = tiered(a, false);
     let m = t.metrics.clone();
-    // Moving from the start: the second full dump makes both ends hot, exact polls follow.
+    // Moving from the start: the first full dump makes both ends hot, exact polls follow.
     let mut p = tokio::task::spawn_blocking(move || {
         busy(&mut p, Duration::from_millis(400));
         p
@@ -265,6 +271,12 @@ async fn a_hot_flow_that_resets_is_found_gone_by_the_next_exact_poll_and_ends_on
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
+    // Idle past the linger (a connection made just now reads as active, as a new one is),
+    // and the busy pair moving as the monitor starts: its first dump reads it active
+    // (tcp_info) and makes it hot; a dump costs more than a second of this budget, so no
+    // second follows soon.
+    std::thread::sleep(Duration::from_millis(300));
+    p.exchange(1000).unwrap();
     let mut t = tiered(a, true);
     let m = t.metrics.clone();
     let p = tokio::task::spawn_blocking(move || {
@@ -300,10 +312,16 @@ async fn a_hot_flow_that_closes_cleanly_gets_the_exact_final_counters_of_its_des
     let a = l.local_addr().unwrap();
     let mut p = Pair::connect(&l, a).unwrap();
     let _idle = idle_pairs(&l, 600);
+    // Idle past the linger (a connection made just now reads as active, as a new one is),
+    // and the busy pair moving as the monitor starts: its first dump reads it active
+    // (tcp_info) and makes it hot; a dump costs more than a second of this budget, so no
+    // second follows soon.
+    std::thread::sleep(Duration::from_millis(300));
+    p.exchange(1000).unwrap();
     let mut t = tiered(a, true);
     let sent = tokio::task::spawn_blocking(move || {
         let t = std::time::Instant::now();
-        let mut sent = 0;
+        let mut sent = 1000; // the exchange as the monitor started
         while t.elapsed() < Duration::from_millis(300) {
             p.exchange(1000).unwrap();
             sent += 1000;

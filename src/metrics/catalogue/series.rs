@@ -2,29 +2,8 @@
 //! series is and who reads the table).
 
 use super::Section::*;
-use super::{Kind, Read, Section, Series, Unit};
-use crate::metrics::{Histogram, Metrics};
-
-/// A plain series: a counter or gauge read by `get`.
-const fn plain(
-    kind: Kind,
-    section: Section,
-    name: &'static str,
-    says: &'static str,
-    help: &'static str,
-    get: fn(&Metrics) -> u64,
-) -> Series {
-    Series {
-        name,
-        help,
-        label: None,
-        kind,
-        unit: Unit::Count,
-        section,
-        says,
-        read: Read::Value(get),
-    }
-}
+use super::make::{counter, gauge, histogram, in_unit, labelled};
+use super::{Series, Unit};
 
 /// One member of `cgmon_flow_owners_total`: the flows counted at `Metrics::flow_owners[i]`.
 macro_rules! owners {
@@ -40,58 +19,6 @@ macro_rules! owners {
 const OWNERS_HELP: &str = "Flows ended, by how the process that owned the socket was found \
      (socket, listener) or why not (not_found, skipped, none: a connecting socket seen only in \
      its destroy event, or --no-process)";
-
-/// A counter of events.
-const fn counter(
-    section: Section,
-    name: &'static str,
-    says: &'static str,
-    help: &'static str,
-    get: fn(&Metrics) -> u64,
-) -> Series {
-    plain(Kind::Counter, section, name, says, help, get)
-}
-
-/// A gauge of a count.
-const fn gauge(
-    section: Section,
-    name: &'static str,
-    says: &'static str,
-    help: &'static str,
-    get: fn(&Metrics) -> u64,
-) -> Series {
-    plain(Kind::Gauge, section, name, says, help, get)
-}
-
-/// A series in another unit than a count.
-const fn in_unit(unit: Unit, s: Series) -> Series {
-    Series { unit, ..s }
-}
-
-/// One member of a labelled family.
-const fn labelled(label: (&'static str, &'static str), s: Series) -> Series {
-    Series { label: Some(label), ..s }
-}
-
-/// A histogram, in seconds.
-const fn histogram(
-    section: Section,
-    name: &'static str,
-    says: &'static str,
-    help: &'static str,
-    get: fn(&Metrics) -> &Histogram,
-) -> Series {
-    Series {
-        name,
-        help,
-        label: None,
-        kind: Kind::Histogram,
-        unit: Unit::Nanos,
-        section,
-        says,
-        read: Read::Histogram(get),
-    }
-}
 
 /// Every series of the monitor's own, in the order `/metrics` exposes them.
 pub static SERIES: &[Series] = &[
@@ -439,6 +366,36 @@ pub static SERIES: &[Series] = &[
             "of CPU naming programs",
             "CPU time the process walks that name each flow's program spent; with cgmon_sampling_cpu_seconds_total, what --cpu-budget covers",
             |m| m.naming_cpu_ns.get(),
+        ),
+    ),
+    in_unit(
+        Unit::Nanos,
+        counter(
+            Sampling,
+            "cgmon_upkeep_cpu_seconds",
+            "of CPU upkeep",
+            "CPU time the process spent besides sampling, naming and pushed work: ticks, the runtime, the start-up; charged to --cpu-budget up to a tenth of it",
+            |m| m.budget.upkeep().total_ns,
+        ),
+    ),
+    in_unit(
+        Unit::Nanos,
+        counter(
+            Sampling,
+            "cgmon_upkeep_uncharged_cpu_seconds",
+            "of CPU upkeep over its cap",
+            "The part of cgmon_upkeep_cpu_seconds_total over a tenth of --cpu-budget, not charged to it: the process took that much more than its budget",
+            |m| m.budget.upkeep().uncharged_ns,
+        ),
+    ),
+    in_unit(
+        Unit::Nanos,
+        counter(
+            Sampling,
+            "cgmon_pushed_cpu_seconds",
+            "of CPU on pushed work",
+            "CPU time spent on work the kernel and users push at the monitor, outside --cpu-budget: destroy events, analysing, writing and sending records, answering HTTP requests",
+            |m| m.budget.upkeep().pushed_ns(),
         ),
     ),
     counter(

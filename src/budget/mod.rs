@@ -18,8 +18,17 @@
 //! With no budget (`--cpu-budget 0`) nothing waits: a full dump every tick, as cgmon does,
 //! and naming as fast as it goes.
 //!
+//! The rest of the process is charged too, up to a tenth of the budget: its upkeep
+//! (ticks, the runtime, the start-up; `upkeep.rs`), so that on an idle host the whole
+//! process, as `top` sees it, stays within the budget. Work the kernel and users push at us
+//! is measured and left out.
+//!
 //! Every thread that spends the budget already holds the metrics, so the ledger is kept
 //! there (`Metrics::budget`).
+
+mod upkeep;
+
+pub use upkeep::{PushedThread, UPKEEP_CAP, UPKEEP_SAVED, UpkeepFigures};
 
 use crate::locks::Locked;
 use std::sync::Mutex;
@@ -43,6 +52,10 @@ pub struct Budget {
     waiting: AtomicU64,
     /// Whether naming has skipped a flow yet (said once in the log).
     skipped: std::sync::atomic::AtomicBool,
+    /// Pushed work measured on threads that also do the budget's work, ns (`upkeep.rs`).
+    pushed_ns: AtomicU64,
+    /// The rest of the process's CPU (`upkeep.rs`).
+    upkeep: Mutex<upkeep::Upkeep>,
 }
 
 #[derive(Debug, Default)]
