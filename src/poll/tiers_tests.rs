@@ -69,7 +69,7 @@ fn host(
             st.set(SockBuilder::new(1000 + c, 20000 + c as u16, 80).bytes_acked(1).build());
         }
         for c in 1..=busy {
-            let s = SockBuilder::new(c, 10000 + c as u16, 80).bytes_acked(1).last_data_sent(5);
+            let s = SockBuilder::new(c, 10000 + c as u16, 80).bytes_acked(1001).last_data_sent(5);
             st.set(s.build());
         }
         setup(&mut st);
@@ -114,7 +114,10 @@ async fn a_flow_the_first_dump_finds_moving_is_polled_from_the_next_tick() {
     // 5 ms ago: it is hot from the first dump, with no second dump to tell.
     let r = host(1000, 1, Duration::from_millis(20), 0.005, |st| {
         st.cost_per_socket = Duration::from_micros(10);
-        st.set(SockBuilder::new(1, 10001, 80).bytes_acked(1).last_data_sent(5).build());
+        st.set(SockBuilder::new(1, 10001, 80).bytes_acked(1001).last_data_sent(5).build());
+        // A connection just made, which has carried nothing: its handshake's times are
+        // recent, but it does not start hot.
+        st.set(SockBuilder::new(2, 10002, 80).bytes_acked(1).last_data_sent(5).build());
     });
     tokio::time::sleep(Duration::from_millis(110)).await;
     let m = r.metrics.clone();

@@ -80,6 +80,8 @@ pub struct Slots {
     got: Vec<Received>,
     /// An error that came after some datagrams, for the next call.
     deferred: Option<io::Error>,
+    /// [`one_at_a_time`]'s receive buffer, kept so that a call allocates nothing.
+    one: Vec<u8>,
 }
 
 impl Slots {
@@ -90,7 +92,8 @@ impl Slots {
     pub fn new(count: usize, size: usize) -> Self {
         let (count, size) = (count.clamp(1, Self::MAX), size.max(1));
         let bytes = vec![0; count * size];
-        Self { bytes, size, count, got: Vec::with_capacity(count), deferred: None }
+        let got = Vec::with_capacity(count);
+        Self { bytes, size, count, got, deferred: None, one: Vec::with_capacity(size) }
     }
 
     /// How many slots.
@@ -138,7 +141,7 @@ pub fn one_at_a_time<S: DumpSource + ?Sized>(
     if let Some(e) = slots.deferred.take() {
         return Err(e);
     }
-    let mut one = Vec::with_capacity(slots.size);
+    let mut one = std::mem::take(&mut slots.one);
     while slots.got.len() < limit.min(slots.count()) {
         match s.try_recv(&mut one) {
             Ok(Some(r)) => {
@@ -148,12 +151,16 @@ pub fn one_at_a_time<S: DumpSource + ?Sized>(
                 slots.got.push(r);
             }
             Ok(None) => break,
-            Err(e) if slots.got.is_empty() => return Err(e),
+            Err(e) if slots.got.is_empty() => {
+                slots.one = one;
+                return Err(e);
+            }
             Err(e) => {
                 slots.deferred = Some(e);
                 break;
             }
         }
     }
+    slots.one = one;
     Ok(slots.got.len())
 }

@@ -49,15 +49,21 @@ impl HotSet {
     }
 }
 
-/// Whether a socket sent or received data, or had an acknowledgement, within `ns` of its
-/// sample (`tcpi_last_data_sent`, `tcpi_last_data_recv`, `tcpi_last_ack_recv`, in ms). How
-/// a flow of the first dump, which has no earlier sample to compare with, tells that it
-/// moves: idle connections read seconds or more there.
+/// Whether a socket that has carried data sent or received some, or had an
+/// acknowledgement, within `ns` of its sample (`tcpi_last_data_sent`, `tcpi_last_data_recv`,
+/// `tcpi_last_ack_recv`, in ms). How a flow of the first dump, which has no earlier sample
+/// to compare with, tells that it moves: idle connections read seconds or more there. A
+/// connection that has carried nothing yet (its handshake alone: one byte acknowledged,
+/// none received) is left out: the kernel sets those times at the handshake, and 20,000
+/// connections made just before the start all read as moving (a kernel test's host, whose
+/// first seconds then went to full dumps of every flow).
 pub(super) fn active_within(t: &crate::wire::tcp_info::TcpInfo<'_>, ns: u64) -> bool {
+    let carried = t.bytes_acked().unwrap_or(0) > 1 || t.bytes_received().unwrap_or(0) > 0;
     let ms = ns / 1_000_000;
-    [t.last_data_sent(), t.last_data_recv(), t.last_ack_recv()]
-        .into_iter()
-        .any(|v| v.is_some_and(|v| u64::from(v) < ms))
+    carried
+        && [t.last_data_sent(), t.last_data_recv(), t.last_ack_recv()]
+            .into_iter()
+            .any(|v| v.is_some_and(|v| u64::from(v) < ms))
 }
 
 impl Tracker {
