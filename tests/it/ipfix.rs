@@ -320,7 +320,7 @@ fn pmacct_decodes_our_elements_with_the_shipped_primitives() {
         "daemonize: false\nnfacctd_ip: 127.0.0.1\nnfacctd_port: {port}\n\
          aggregate_primitives: {}\nplugins: print\n\
          aggregate: src_host, dst_host, src_port, dst_port, cgmon_verdict, cgmon_min_rtt_us, \
-         cgmon_retransmits\nprint_output: csv\nprint_output_file: {}\nprint_refresh_time: 1\n",
+         cgmon_retransmits\nprint_output: csv\nprint_output_file: {}\nprint_output_file_append: true\nprint_refresh_time: 1\n",
         dir.join("primitives.lst").display(),
         out.display()
     );
@@ -363,7 +363,8 @@ fn pmacct_decodes_our_elements_with_the_shipped_primitives() {
         let mut lines = text.lines();
         let Some(head) = lines.next() else { continue };
         let col: BTreeMap<&str, usize> = head.split(',').enumerate().map(|(i, c)| (c, i)).collect();
-        for l in lines {
+        // Each refresh appends, its header first.
+        for l in lines.filter(|l| *l != head) {
             let f: Vec<&str> = l.split(',').collect();
             let v = |c: &str| f[col[c]];
             let n = |c: &str| v(c).parse::<u64>().unwrap();

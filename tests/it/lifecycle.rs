@@ -22,12 +22,22 @@ fn setup(extra: &[&str]) -> (TcpListener, SocketAddr, Monitor) {
     (l, a, m)
 }
 
-/// A monitor of the sockets `filter` names, every 100 ms, with its HTTP server.
+/// A monitor of the sockets `filter` names, every 100 ms, with its HTTP server, once its
+/// first full dump is done: the connections a test makes then are new to it, as they are
+/// to a monitor that runs before them. (A connection the first dump reads, idle, is seen
+/// moving only at the second, which a dump dearer than a second of the budget, as a debug
+/// build's can be on a loaded machine, puts off for seconds: docs/running.md.)
 fn monitor(filter: &str, extra: &[&str]) -> Monitor {
     let mut c = Command::new(BIN);
     c.args(["-run-interval", "100ms", "-run-http-server", "127.0.0.1:0", "--filter", filter]);
     c.args(extra);
-    Monitor::spawn(c)
+    let m = Monitor::spawn(c);
+    let t = std::time::Instant::now();
+    while metric(&http_get(&http_addr(&m), "/metrics"), "cgmon_dumps_total") < 1.0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "no full dump in 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    m
 }
 
 /// An orderly close both ways: the client sends `sent` bytes and shuts down its side, the

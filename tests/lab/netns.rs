@@ -345,9 +345,12 @@ fn a_namespace_where_nothing_moves_is_not_walked_and_its_flows_stand() {
     let text = get(http, "/metrics");
     let skipped = metric(&text, "cgmon_netns_walks_skipped_total");
     let dumps = metric(&text, "cgmon_dumps_total");
-    // Every tick is a full dump here (a few sockets cost far less than the budget); the
-    // quiet namespace is walked by the first two and then left: all but a few skipped.
-    assert!(dumps >= 25.0 && skipped >= dumps - 6.0, "{skipped} of {dumps} dumps skipped it");
+    // The quiet pair moved just before the start, so the first dump makes it hot, and the
+    // busy pair is hot from the second: their exact polls fill the ticks between full
+    // dumps (7 to 10 in the 2 s here, at the budget's pace; every
+    // tick was one before the first dump read its hot set). The quiet namespace is walked
+    // by the first two and then left: all but a few skipped.
+    assert!(dumps >= 5.0 && skipped >= dumps - 6.0, "{skipped} of {dumps} dumps skipped it");
     if let Ok(v) = child_ehash {
         let want = if v == "0" { 2.0 } else { 0.0 };
         assert_eq!(metric(&text, "cgmon_netns_shared_tcp_hash"), want, "child_ehash {v}");

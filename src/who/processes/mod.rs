@@ -223,9 +223,6 @@ pub fn spawn(fs: impl Procfs + Send + 'static, metrics: Arc<Metrics>) -> std::io
                     std::thread::sleep(rest.min(PACE_REST));
                 }
             };
-            // A walk starts only when the budget is not in debt: its first step (listing
-            // every process's descriptors) is the largest, and would overdraw it.
-            pace();
             let out = r.resolve(&batch, &mut pace);
             pace();
             for a in &out {
