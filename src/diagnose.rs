@@ -32,7 +32,7 @@ const MAX_SECONDS: u64 = 10 * 365 * 86_400;
     after_help = "EXAMPLES:\n  cgmon-rs diagnose                      every flow, 10 s\n  \
                   cgmon-rs diagnose --seconds 30 dport 443\n  cgmon-rs diagnose --json sport 22\n  \
                   cgmon-rs diagnose --netns all       flows in every namespace (root)\n\n\
-                  EXIT STATUS:\n  0 done, 1 sampling failed, 2 a usage error",
+                  EXIT STATUS:\n  0 done, 1 sampling failed or records were lost, 2 a usage error",
     color = clap::ColorChoice::Never
 )]
 pub struct DiagnoseCli {
@@ -73,6 +73,17 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Warnings and errors only, on stderr: the table is the output, but a failed or
+    // incomplete look (records lost under a storm, a namespace that could not be read)
+    // must say why, in one line, rather than leave a bare exit status.
+    let log = crate::logging::LogSettings {
+        directives: "warn".into(),
+        format: crate::logging::LogFormat::Text,
+        syslog: false,
+    };
+    for w in crate::logging::init(&log) {
+        tracing::warn!("{w}");
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

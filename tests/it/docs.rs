@@ -222,7 +222,7 @@ fn every_cgmon_rs_command_line_the_readme_shows_runs() {
             // (`the_readmes_fleet_example_runs`).
             assert_ne!(out.status.code(), Some(2), "{cmd}: {err}");
         } else {
-            assert!(out.status.success(), "{cmd}\n(as {line}): {err}");
+            assert!(out.status.success(), "{cmd}\n(as {line}): {}: {err}", out.status);
         }
         ran += 1;
     }
