@@ -118,6 +118,10 @@ fn release_free_memory() -> String {
 pub enum Event {
     /// Stop (SIGINT, SIGTERM); a second one during the shutdown exits at once.
     Stop(&'static str),
+    /// Stop because the caller has what it came for (`diagnose`: every flow it watched
+    /// ended). Not a signal: one that comes while the program already stops (its
+    /// `-run-duration` ran out first) is ignored, and the shutdown finishes.
+    Finished(&'static str),
     /// Rotate and reopen the output (SIGHUP).
     Reopen,
     /// Log the internal metrics (SIGUSR1).
@@ -406,7 +410,10 @@ async fn until_stop(
     loop {
         tokio::select! {
             ev = events.recv() => match ev {
-                Some(Event::Stop(why)) => { tracing::info!("{why}: stopping"); break; }
+                Some(Event::Stop(why) | Event::Finished(why)) => {
+                    tracing::info!("{why}: stopping");
+                    break;
+                }
                 None => { tracing::info!("no more events: stopping"); break; }
                 Some(Event::Reopen) => {
                     tracing::info!("SIGHUP: rotating and reopening the output");

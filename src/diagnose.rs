@@ -154,7 +154,7 @@ pub async fn watch(s: Settings) -> (u8, Vec<Value>) {
                 && m.flows_active.get() == 0
                 && m.flows_awaiting_destroy.get() == 0;
             if all_ended {
-                let _ = tx.send(Event::Stop("every flow ended")).await;
+                let _ = tx.send(Event::Finished("every flow ended")).await;
                 return;
             }
         }

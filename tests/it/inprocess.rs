@@ -14,8 +14,8 @@ use serde_json::Value;
 
 /// Runs the program with `args` on a script in which flow 1 lives in dumps 2 to 4 and flow
 /// 2 from dump 3 on (the first dump is empty: flows in it were open before the start); sends `events` at 100 ms intervals, then a
-/// stop. Returns the exit status and the records written.
-async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
+/// stop, and `after` at once behind it. Returns the exit status and the records written.
+async fn run(args: &[&str], events: Vec<Event>, after: Vec<Event>) -> (u8, Vec<Value>) {
     let cfg = match cgmon_rs::cli::parse(args.iter().map(|s| s.to_string())).unwrap() {
         cgmon_rs::cli::Parsed::Run(c) => c,
         cgmon_rs::cli::Parsed::Print(_) => panic!("not a run"),
@@ -44,6 +44,9 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     tx.send(Event::Stop("test")).await.unwrap();
+    for ev in after {
+        tx.send(ev).await.unwrap();
+    }
     let code = program.await.unwrap();
     let text = out.contents();
     let records = serde_json::Deserializer::from_slice(&text)
@@ -55,7 +58,8 @@ async fn run(args: &[&str], events: Vec<Event>) -> (u8, Vec<Value>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_reach_the_writer_and_the_stop_finishes_cleanly() {
-    let (code, v) = run(&["-run-interval", "20ms"], vec![Event::Report, Event::Reopen]).await;
+    let (code, v) =
+        run(&["-run-interval", "20ms"], vec![Event::Report, Event::Reopen], vec![]).await;
     assert_eq!(code, 0);
     // Flow 1 left the dumps (no destroy listener: it ends at once, gone); flow 2 was open
     // at the stop, so without -writer-partial it is not written.
@@ -66,7 +70,7 @@ async fn records_reach_the_writer_and_the_stop_finishes_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_writes_open_flows_as_partial_when_asked() {
-    let (code, v) = run(&["-run-interval", "20ms", "-writer-partial"], vec![]).await;
+    let (code, v) = run(&["-run-interval", "20ms", "-writer-partial"], vec![], vec![]).await;
     assert_eq!(code, 0);
     let mut by_cookie: Vec<(u64, String, bool)> = v
         .iter()
@@ -77,4 +81,16 @@ async fn a_stop_writes_open_flows_as_partial_when_asked() {
         .collect();
     by_cookie.sort();
     assert_eq!(by_cookie, [(1, "gone".into(), false), (2, "shutdown".into(), true)], "{v:#?}");
+}
+
+/// A caller's own stop (`diagnose`: every flow it watched has ended) that comes while the
+/// program already stops is not a second signal: the shutdown goes on and the run is a
+/// success. It once exited 1 at once, with nothing said, when a look's time ran out as its
+/// last flow ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_event_during_the_shutdown_is_not_a_second_signal() {
+    let done = vec![Event::Finished("every flow ended")];
+    let (code, v) = run(&["-run-interval", "20ms", "-writer-partial"], vec![], done).await;
+    assert_eq!(code, 0);
+    assert_eq!(v.len(), 2, "{v:#?}");
 }
