@@ -82,14 +82,7 @@ pub struct UpkeepFigures {
     /// Of it, over the cap and not charged, ns.
     pub uncharged_ns: u64,
     /// The pushed work so far, ns.
-    pushed_ns: u64,
-}
-
-impl UpkeepFigures {
-    /// The pushed work so far, ns.
-    pub fn pushed_ns(&self) -> u64 {
-        self.pushed_ns
-    }
+    pub pushed_ns: u64,
 }
 
 impl Budget {
@@ -172,7 +165,7 @@ mod tests {
         b.pushed(15 * MS);
         b.charge_upkeep_at(30 * MS, 10 * MS, t0);
         let f = b.upkeep();
-        assert_eq!((f.total_ns, f.uncharged_ns, f.pushed_ns()), (5 * MS, 0, 15 * MS));
+        assert_eq!((f.total_ns, f.uncharged_ns, f.pushed_ns), (5 * MS, 0, 15 * MS));
         // The 5 ms are owed: a quarter of a second at 2 % (less what the moment earned).
         let wait = b.wait_at(t0).as_nanos() as u64;
         assert!((240 * MS..=250 * MS).contains(&wait), "{wait} ns");
@@ -234,12 +227,12 @@ mod tests {
         });
         rx.recv().unwrap();
         // Alive: read through its clock.
-        let alive = b.upkeep().pushed_ns();
+        let alive = b.upkeep().pushed_ns;
         assert!(alive >= 20 * MS, "{alive} ns");
         go_tx.send(()).unwrap();
         h.join().unwrap();
         // Ended: its CPU stays counted, once.
-        let ended = b.upkeep().pushed_ns();
+        let ended = b.upkeep().pushed_ns;
         assert!((alive..alive + 10 * MS).contains(&ended), "{ended} ns after {alive}");
     }
 }

@@ -148,7 +148,7 @@ fn counter_rows(p: &mut String, m: &Metrics, up: f64) {
                 ));
                 rows.push((
                     "pushed work CPU, outside the budget (events, records, HTTP)".into(),
-                    share(u.pushed_ns()),
+                    share(u.pushed_ns),
                 ));
             }
             Section::Sink => rows.push((

@@ -26,7 +26,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::clock::cpu_timed;
+use crate::clock::{cpu_timed, cpu_timed_sync};
 pub use crate::edges::{ENDED_CHANNEL_CAPACITY, MAX_QUEUED_SAMPLES, StageError};
 use crate::locks::Locked;
 use crate::metrics::{Metrics, Stage};
@@ -288,7 +288,7 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 if resting.is_none() => {
                 // A batch that stopped at its cap leaves events waiting: no rest then.
                 let more = b.as_ref().is_ok_and(|b| b.full);
-                let ((), cpu) = pushed(|| p.on_destroy(ns, b));
+                let ((), cpu) = cpu_timed_sync(|| p.on_destroy(ns, b));
                 p.metrics.budget.pushed(cpu + recv_cpu);
                 if !more {
                     p.destroy_rest_until = Some(tokio::time::Instant::now() + p.destroy_rest);
@@ -304,7 +304,7 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
             }
             Some(q) = next_query(&mut queries) => {
                 // A page's question (the HTTP server's): pushed at us.
-                let ((), cpu) = pushed(|| answer(&p.tracker, q));
+                let ((), cpu) = cpu_timed_sync(|| answer(&p.tracker, q));
                 p.metrics.budget.pushed(cpu);
             }
         }
@@ -313,14 +313,6 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
         }
     }
     p.finish(&ended_tx).await
-}
-
-/// Runs `f`, returning its result and the CPU it took on this thread: work pushed at us
-/// (destroy events, records to hand on), which the budget leaves out of the upkeep.
-fn pushed<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    let t0 = crate::clock::thread_cpu_ns();
-    let r = f();
-    (r, crate::clock::thread_cpu_ns().saturating_sub(t0))
 }
 
 /// Sleeps until `t`, or forever without one (a `select!` arm that is off).
@@ -449,7 +441,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
         };
         let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        let (_, cpu) = pushed(|| spaces::drain_all(s, t, o, m));
+        let (_, cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
         m.budget.pushed(cpu);
         match r {
             Ok(d) => {
@@ -554,7 +546,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
     /// not two epoll_ctl calls and a wake-up through epoll.
     fn after_rest(&mut self) {
         let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        let ((taken, full), cpu) = pushed(|| spaces::drain_all(s, t, o, m));
+        let ((taken, full), cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
         m.budget.pushed(cpu);
         self.destroy_rest_until = match (taken, full) {
             (0, _) => None,
@@ -575,7 +567,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         let (t, sp, out) = (&mut self.tracker, &mut self.spaces, &mut self.out);
         let ((), cpu) = cpu_timed(resolve_sides(t, sp, out)).await;
         let (out, m, warn) = (&mut self.out, &self.metrics, &mut self.drop_warn);
-        let (r, cpu2) = pushed(|| hand_off(out, ended_tx, m, warn));
+        let (r, cpu2) = cpu_timed_sync(|| hand_off(out, ended_tx, m, warn));
         self.metrics.budget.pushed(cpu + cpu2);
         r
     }

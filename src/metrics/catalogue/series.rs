@@ -395,7 +395,7 @@ pub static SERIES: &[Series] = &[
             "cgmon_pushed_cpu_seconds",
             "of CPU on pushed work",
             "CPU time spent on work the kernel and users push at the monitor, outside --cpu-budget: destroy events, analysing, writing and sending records, answering HTTP requests",
-            |m| m.budget.upkeep().pushed_ns(),
+            |m| m.budget.upkeep().pushed_ns,
         ),
     ),
     counter(
