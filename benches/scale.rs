@@ -228,28 +228,82 @@ fn metric(port: u16, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Forks the bare loop of `budget`: the request a full dump makes, every 100 ms, the answer
-/// read and discarded, until told to stop.
-fn paced_floor(others: &[(libc::pid_t, libc::c_int)]) -> (libc::pid_t, libc::c_int) {
+/// Forks the bare loop of `budget`: the request a full dump makes, every 100 ms from
+/// `first`, the answer read and discarded, until told to stop.
+fn paced_floor(
+    others: &[(libc::pid_t, libc::c_int)],
+    first: Instant,
+) -> (libc::pid_t, libc::c_int) {
     fork_helper(others, |stop| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let (mut src, req) = dump_socket();
             let mut buf = Vec::with_capacity(DEFAULT_READ_BUFSIZE);
             let mut pfd = libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 };
-            let t0 = Instant::now();
-            for i in 1u32.. {
-                dump_once(&mut src, &req, &mut buf).await;
+            for i in 0u32.. {
                 // The next point of a 100 ms grid, as the monitor's ticks.
-                let due = Duration::from_millis(100) * i;
-                let wait = due.saturating_sub(t0.elapsed()).as_millis() as libc::c_int;
+                let due = first + Duration::from_millis(100) * i;
+                let wait = due.saturating_duration_since(Instant::now()).as_millis();
                 // SAFETY: polling one valid pollfd.
-                if unsafe { libc::poll(&mut pfd, 1, wait) } != 0 {
+                if unsafe { libc::poll(&mut pfd, 1, wait as libc::c_int) } != 0 {
                     break;
                 }
+                dump_once(&mut src, &req, &mut buf).await;
             }
         });
     })
+}
+
+/// The CPU time all of `pid`'s threads have run, ns (`/proc/PID/task/*/schedstat`).
+fn run_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// When the bare loop of `budget` should make its first request: on the monitor's 100 ms
+/// grid, half a tick after the monitor's own dumps. Side by side and in step, the two
+/// walks of the same 20,000 sockets on two cores contend for the same hash buckets, and
+/// by how much depends on the phase they happen to start in: five runs in step gave
+/// 0.91–1.25× (2026-11-28). The monitor's dumps are found by sampling its threads' run
+/// time every millisecond for 1.5 s: a dump is a rise after at least 30 ms of quiet.
+fn half_a_tick_after_the_monitors_dumps(pid: u32) -> Instant {
+    let grid = Duration::from_millis(100);
+    let base = Instant::now();
+    let (mut last, mut busy_at) = (run_ns(pid), base);
+    let mut starts: Vec<i64> = Vec::new();
+    while base.elapsed() < Duration::from_millis(1500) {
+        std::thread::sleep(Duration::from_millis(1));
+        let (now, t) = (run_ns(pid), Instant::now());
+        if now.saturating_sub(last) > 300_000 {
+            if t - busy_at >= Duration::from_millis(30) {
+                starts.push(((t - base).as_nanos() % grid.as_nanos()) as i64);
+            }
+            busy_at = t;
+        }
+        last = now;
+    }
+    // The phases, as offsets from the first one within ±50 ms (a phase near 0 and one near
+    // 100 ms are the same), and their median.
+    let g = grid.as_nanos() as i64;
+    let first = starts.first().copied().unwrap_or(0);
+    let mut rel: Vec<i64> =
+        starts.iter().map(|s| (s - first + g + g / 2).rem_euclid(g) - g / 2).collect();
+    rel.sort_unstable();
+    let phase = (first + rel.get(rel.len() / 2).copied().unwrap_or(0)).rem_euclid(g);
+    eprintln!(
+        "the monitor's dumps: {} seen, at {:.1} ms on the grid",
+        starts.len(),
+        phase as f64 / 1e6
+    );
+    let mut due = base + Duration::from_nanos((phase + g / 2) as u64);
+    while due < Instant::now() {
+        due += grid;
+    }
+    due
 }
 
 /// One monitor of `budget`: `-run-interval 100ms`, no filter, records to `out`, `/metrics`
@@ -286,7 +340,8 @@ fn stop_helpers(helpers: Vec<(libc::pid_t, libc::c_int)>) {
 /// - busy: 200 busy flows added (100 connections, 1 KB every 20 ms each): the first 10 s,
 ///   and each busy flow's share of its 100 ms samples;
 /// - `--cpu-budget 0` (a full dump every tick) over 10–20 s, beside a bare loop that makes
-///   the same request on the same 100 ms grid in the same window (a process of its own).
+///   the same request on the same 100 ms grid, half a tick after the monitor's dumps, in
+///   the same window (a process of its own).
 ///
 /// The medians of RUNS (default 5), and each run.
 fn budget(runs: usize) {
@@ -351,7 +406,8 @@ fn budget(runs: usize) {
         // No budget, beside the bare loop.
         let mut m = budget_monitor(port, &out, &["--cpu-budget", "0"]);
         let pid = m.id();
-        let bare = paced_floor(&helpers);
+        std::thread::sleep(Duration::from_secs(2));
+        let bare = paced_floor(&helpers, half_a_tick_after_the_monitors_dumps(pid));
         std::thread::sleep(Duration::from_secs(10));
         let (m0, b0) = (proc_cpu_s(pid).unwrap(), proc_cpu_s(bare.0 as u32).unwrap());
         std::thread::sleep(Duration::from_secs(10));

@@ -28,6 +28,10 @@ pub struct Space<S, D> {
     activity: Option<Activity>,
     /// When its last complete walk began (the task's clock, ns) and its counters then.
     walked: Option<(u64, Segments)>,
+    /// Its counters as [`any_to_walk`] read them for the walk that follows: read once a
+    /// tick, not twice (a read of `/proc/net/snmp` makes the kernel sum every counter of
+    /// every CPU).
+    read_for_walk: Option<Segments>,
     /// Sockets in its last walk.
     sockets: u32,
 }
@@ -40,7 +44,16 @@ impl<S, D> Space<S, D> {
         sampler: Sampler<S>,
         destroy: Option<DestroyListener<D>>,
     ) -> Self {
-        Self { ns, label, sampler, destroy, activity: None, walked: None, sockets: 0 }
+        Self {
+            ns,
+            label,
+            sampler,
+            destroy,
+            activity: None,
+            walked: None,
+            read_for_walk: None,
+            sockets: 0,
+        }
     }
 
     /// With its segment counters read from `activity`.
@@ -94,7 +107,8 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
     };
     for sp in spaces.iter_mut() {
         // Read before the walk: a segment during it shows as a change at the next.
-        let segs = now_ns.and_then(|_| segments(sp));
+        let read = sp.read_for_walk.take();
+        let segs = now_ns.and_then(|_| read.or_else(|| segments(sp)));
         if may_skip && still(sp.ns, sp.walked, segs, now_ns) {
             tracker.carry_netns(sp.ns);
             metrics.netns_walks_skipped.inc();
@@ -147,11 +161,18 @@ pub(super) async fn dump_all<S: DumpSource, D: DumpSource>(
 /// and its low cost pulled the pace's estimate down until those empty dumps came every few
 /// ticks (benches/RESULTS.md, D26).
 pub(super) fn any_to_walk<S, D>(spaces: &mut [Space<S, D>], walk: Walk) -> bool {
-    let Walk::Moved(t) = walk else { return true };
-    spaces.iter_mut().any(|sp| {
+    let Walk::Moved(t) = walk else {
+        // The walk reads the counters itself (none kept from an earlier tick).
+        spaces.iter_mut().for_each(|sp| sp.read_for_walk = None);
+        return true;
+    };
+    let mut any = false;
+    for sp in spaces.iter_mut() {
         let segs = segments(sp);
-        !still(sp.ns, sp.walked, segs, Some(t))
-    })
+        sp.read_for_walk = segs;
+        any |= !still(sp.ns, sp.walked, segs, Some(t));
+    }
+    any
 }
 
 fn segments<S, D>(sp: &mut Space<S, D>) -> Option<Segments> {
