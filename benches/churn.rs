@@ -681,11 +681,18 @@ fn whole_run(secs: u64, rate: u64) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let me = std::env::current_exe().unwrap();
     let mut floor = Command::new(me).args(["--bench", "floor-process"]).spawn().unwrap();
+    // CHURN_LOG=FILE: the monitor's log there (appended), to see why a record is missing.
+    let log = match std::env::var_os("CHURN_LOG") {
+        Some(f) => {
+            Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(f).unwrap())
+        }
+        None => Stdio::null(),
+    };
     let mut child = Command::new(monitor_bin())
         .args(["-run-interval", "100ms"])
         .args(["-writer-dir", dir.path().to_str().unwrap(), "-writer-file", "f.json.gz"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let (pid, fpid) = (child.id(), floor.id());

@@ -331,6 +331,11 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
 /// half the interval.
 pub const DESTROY_REST: Duration = Duration::from_millis(50);
 
+/// The most batches of destroy events read at the stop (each up to
+/// [`MAX_DATAGRAMS_PER_BATCH`](crate::sampler::destroy::MAX_DATAGRAMS_PER_BATCH)): 64 is
+/// 65,536 events, more than a 4 MiB buffer holds.
+const STOP_DRAIN_BATCHES: usize = 64;
+
 /// The rest when a destroy socket's buffer is capped (net.core.rmem_max, 208 KiB by
 /// default). A shorter rest records more of the flows at the most the churn bench makes,
 /// at the price of wake-ups (benches/RESULTS.md, D12); docs/deployment.md, "High churn",
@@ -610,7 +615,15 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         // Connections that closed before the stop have their events queued, unread: applied,
         // they end as closed, with their final counters. Left, they ended as cut off by the
         // shutdown, and without -writer-partial their records were not written at all.
-        spaces::drain_all(&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        // Every batch of them: a loop that was behind (a loaded machine, churn) had several
+        // queued, and reading one lost the rest's records with exit 0. Bounded, as the
+        // churn may go on: what a 4 MiB buffer holds is a few batches.
+        for _ in 0..STOP_DRAIN_BATCHES {
+            let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+            if !spaces::drain_all(s, t, o, m).1 {
+                break;
+            }
+        }
         resolve_sides(&mut self.tracker, &mut self.spaces, &mut self.out).await;
         self.tracker.finish(&mut self.out);
         let st = publish(&self.tracker, &self.metrics, self.accounts.as_deref());
