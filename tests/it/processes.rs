@@ -120,11 +120,19 @@ fn run_as(
     let pid = child.id();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     line(&mut out, "READY");
-    // Wait until the walker has answered for both connections: until then their bytes
-    // (the first one each) are counted nowhere; after, under their program or `unknown`.
+    // Wait until a full dump has seen both connections (under the budget a new connection
+    // is found by the next full dump, not at once: one closed before that is seen only in
+    // its destroy event, and nobody asks who owned it), and the walker has answered for
+    // them: until then their bytes (the first one each) are counted nowhere; after, under
+    // their program or `unknown`. The bytes alone could be one connection's (a CI run).
     // (However slow the machine: the walk of a busy cgroup can take long under load.)
     let end = std::time::Instant::now() + Duration::from_secs(60);
-    while summed(&http_get(&addr, "/metrics"), "cgmon_flow_acked_bytes_total{", "") < 2.0 {
+    loop {
+        let text = http_get(&addr, "/metrics");
+        let seen = summed(&text, "cgmon_flows_opened_total{", "");
+        if seen >= 2.0 && summed(&text, "cgmon_flow_acked_bytes_total{", "") >= 2.0 {
+            break;
+        }
         assert!(std::time::Instant::now() < end, "the walker never answered\n{}", m.log());
         std::thread::sleep(Duration::from_millis(50));
     }
