@@ -445,9 +445,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
             Plan::Exact => exact_poll(t, sp, out, m, pacer).await,
             Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
         };
-        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        let (_, cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
-        m.budget.pushed(cpu);
+        self.drain_destroyed();
         match r {
             Ok(d) => {
                 self.errors = 0;
@@ -550,9 +548,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
     /// waits in epoll for the next event. Under steady churn a rest then costs one recvmmsg,
     /// not two epoll_ctl calls and a wake-up through epoll.
     fn after_rest(&mut self) {
-        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        let ((taken, full), cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
-        m.budget.pushed(cpu);
+        let (taken, full) = self.drain_destroyed();
         self.destroy_rest_until = match (taken, full) {
             (0, _) => None,
             (_, true) => Some(tokio::time::Instant::now()),
@@ -561,6 +557,15 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         if taken > 0 {
             publish(&self.tracker, &self.metrics, self.accounts.as_deref());
         }
+    }
+
+    /// Applies the destroy events queued now in every namespace ([`spaces::drain_all`]):
+    /// pushed work, charged apart from the budget. Returns what `drain_all` does.
+    fn drain_destroyed(&mut self) -> (usize, bool) {
+        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
+        let (r, cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
+        m.budget.pushed(cpu);
+        r
     }
 
     /// Hands the flows ended since the last hand-off on to the analyzer (pushed work, as
@@ -619,8 +624,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         // queued, and reading one lost the rest's records with exit 0. Bounded, as the
         // churn may go on: what a 4 MiB buffer holds is a few batches.
         for _ in 0..STOP_DRAIN_BATCHES {
-            let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-            if !spaces::drain_all(s, t, o, m).1 {
+            if !self.drain_destroyed().1 {
                 break;
             }
         }
