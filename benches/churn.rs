@@ -567,7 +567,7 @@ fn ipfix(n: usize) {
 }
 
 /// Serialising one-sample records (`ser [N]`): serde_json's compact writer against the
-/// writer's (`record::json::write_line`: serde_json with a float cache, the same bytes), ns
+/// writer's (`record::json::write_record`: field by field, the same bytes), ns
 /// a record, best of 7 rounds taken in turn.
 fn ser(n: usize) {
     use cgmon_rs::analysis::{AnalyzerConfig, analyze};
@@ -582,7 +582,7 @@ fn ser(n: usize) {
     type Ser = fn(&cgmon_rs::record::FlowStats, &mut Vec<u8>);
     let ways: [(&str, Ser); 2] = [
         ("serde_json", |r, b| serde_json::to_writer(b, r).unwrap()),
-        ("with the float cache", |r, b| cgmon_rs::record::json::write_line(r, b).unwrap()),
+        ("write_record (the writer's)", cgmon_rs::record::json::write_record),
     ];
     let mut best = [f64::INFINITY; 2];
     let mut buf = Vec::with_capacity(4096);

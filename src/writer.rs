@@ -285,7 +285,7 @@ impl Writer {
                     lines.push(serde_json::to_vec(r).map_err(|e| self.bug(e.into()))?);
                 }
             } else {
-                crate::record::json::write_line(r, &mut buf).map_err(|e| self.bug(e.into()))?;
+                crate::record::json::write_record(r, &mut buf);
                 if self.sink.is_some() {
                     lines.push(buf.clone());
                 }

@@ -7,7 +7,7 @@
 //!
 //! Its rooms: `flow` the record and its parts, `sample` the retained sample, `lines` the
 //! sample line and the live view, `text` addresses and rates as text, and `json` the
-//! one-line JSON of a record (serde_json's, with a float cache).
+//! one-line JSON of a record (field by field, the bytes serde_json writes).
 
 mod flow;
 pub mod json;

@@ -502,7 +502,7 @@ fn a_line_is_what_serde_json_writes_for_the_record() {
     for r in [one, record(4), full] {
         let want = serde_json::to_string(&r).unwrap();
         let mut line = Vec::new();
-        crate::record::json::write_line(&r, &mut line).unwrap();
+        crate::record::json::write_record(&r, &mut line);
         assert_eq!(String::from_utf8(line).unwrap(), want);
     }
 }
