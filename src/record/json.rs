@@ -139,14 +139,36 @@ impl Json<'_> {
         self.out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
     }
 
-    /// A float as serde_json writes it: `null` when not finite. A whole number below 1e15
-    /// (the -3 and -1 placeholders, 0, 100 %, a window in bytes: half a short flow's
-    /// floats) is its integer and `.0`, which is what serde_json writes, without its
-    /// search for the shortest digits.
+    /// A float as serde_json writes it: `null` when not finite. Two kinds are written
+    /// without serde_json's search for the shortest digits, which costs more than the rest
+    /// of a number: a whole number below 1e15 (the -3 and -1 placeholders, 0, 100 %, a
+    /// window in bytes) is its integer and `.0`; and a number of at most six decimals
+    /// between 0.001 and 1e9 (a time in ms from µs, a rate in Mbit/s from bytes a second)
+    /// is those decimals. Either is what serde_json writes: such a decimal is the one
+    /// nearest the float, and no shorter one is (floats there are far closer together than
+    /// 1e-6); the tests hold it to serde_json's text.
     fn f64(&mut self, v: f64) {
-        if v.fract() == 0.0 && v.abs() < 1e15 && v.to_bits() != (-0.0f64).to_bits() {
+        let a = v.abs();
+        if a < 1e15 && (v as i64) as f64 == v && v.to_bits() != (-0.0f64).to_bits() {
             self.int(v as i64);
             self.raw(b".0");
+        } else if (1e-3..1e9).contains(&a) && (a * 1e6) as u64 as f64 == a * 1e6 && {
+            let k = (a * 1e6) as u64;
+            k as f64 / 1e6 == a
+        } {
+            let k = (a * 1e6) as u64;
+            if v < 0.0 {
+                self.raw(b"-");
+            }
+            self.int(k / 1_000_000);
+            let mut frac = *b".000000";
+            let mut f = k % 1_000_000;
+            for d in frac[1..].iter_mut().rev() {
+                *d = b'0' + (f % 10) as u8;
+                f /= 10;
+            }
+            let end = frac.iter().rposition(|&d| d != b'0').unwrap_or(0) + 1;
+            self.raw(&frac[..end]);
         } else if v.is_finite() {
             let _ = self.floats.write_f64(self.out, v);
         } else {
@@ -507,6 +529,10 @@ mod tests {
             any::<f64>(),
             (-2e16..2e16f64).prop_map(f64::trunc),
             (-1e6..1e6f64),
+            // Decimals of one to seven places, from 1e-5 to past 1e9.
+            (any::<i64>(), 1..=7i32)
+                .prop_map(|(k, d)| (k % 2_000_000_000_000_000) as f64 / 10f64.powi(d)),
+            (-20_000_000i64..20_000_000, 1..=7i32).prop_map(|(k, d)| k as f64 / 10f64.powi(d)),
             prop::sample::select(vec![
                 0.0,
                 -0.0,
@@ -515,6 +541,12 @@ mod tests {
                 100.0,
                 1e15 - 1.0,
                 1e15,
+                0.001,
+                0.000999,
+                0.0001,
+                1e9,
+                999_999_999.999999,
+                1_248_614.370224,
                 1e16,
                 -1e15 + 1.0,
                 9_007_199_254_740_993.0,
