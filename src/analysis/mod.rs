@@ -21,7 +21,7 @@
 use chrono::{DateTime, Local, SecondsFormat};
 
 pub use crate::record::{CorrDetail, Correlations, FlowId, FlowStats, SamplingStats, ip, mbps};
-use crate::record::{UNKNOWN_CC, UNKNOWN_RATE};
+use crate::record::{TimeText, UNKNOWN_CC, UNKNOWN_RATE, text_in};
 use crate::states::name as state_name;
 use crate::stats::correlation::{Correlation, correlate_ranked, ranks_of_subset};
 use crate::stats::summary::{seven_number_sorted, sort_order, sort_order_by, sort_order_u64};
@@ -52,7 +52,7 @@ pub struct AnalyzerConfig {
 /// whole second, see [`local_offset`]). Formatted whole by chrono each time, the two times
 /// of a record were a large part of a one-sample flow's analysis under churn
 /// (benches/RESULTS.md, D23).
-fn wall(mono_ns: u64, offset: i128) -> String {
+fn wall(mono_ns: u64, offset: i128) -> TimeText {
     thread_local! {
         /// (UTC second, text up to and with its `.`, the zone's text).
         static SECOND: std::cell::RefCell<(i64, String, String)> =
@@ -63,15 +63,16 @@ fn wall(mono_ns: u64, offset: i128) -> String {
     let sub = ns.rem_euclid(1_000_000_000) as u32;
     SECOND.with_borrow_mut(|(second, head, zone)| {
         if *second != secs {
-            let Some(t) = DateTime::from_timestamp(secs, sub) else { return String::new() };
+            let Some(t) = DateTime::from_timestamp(secs, sub) else { return TimeText::new() };
             let text =
                 t.with_timezone(&local_offset(&t)).to_rfc3339_opts(SecondsFormat::Nanos, true);
             // `SS.` then nine digits, then the zone: `Z` or `+hh:mm`.
-            let Some(dot) = text.find('.') else { return text };
+            let Some(dot) = text.find('.') else { return text_in(&text) };
             (*second, *head, *zone) = (secs, text[..=dot].into(), text[dot + 10..].into());
-            return text;
+            return text_in(&text);
         }
-        let mut out = String::with_capacity(head.len() + 9 + zone.len());
+        // Within the capacity: chrono's text of this second was (see `TimeText`).
+        let mut out = TimeText::new();
         out.push_str(head);
         let mut digits = [b'0'; 9];
         let mut n = sub;
@@ -529,8 +530,11 @@ fn record(
         segs_out: last.segs_out,
         segs_in: last.segs_in,
         accepted: f.passive_open,
-        congestion_control: if f.cc.as_str().is_empty() { UNKNOWN_CC } else { f.cc.as_str() }
-            .to_string(),
+        congestion_control: text_in(if f.cc.as_str().is_empty() {
+            UNKNOWN_CC
+        } else {
+            f.cc.as_str()
+        }),
         family: if f.key.family == AF_INET { "inet" } else { "inet6" },
         final_state: state_name(last.state),
         cookie: f.key.cookie,

@@ -181,7 +181,7 @@ fn record_carries_cgmon_and_new_fields() {
         ),
     ]);
     let r = analyze(&mut e, &cfg());
-    assert_eq!(r.id.src_ip, "127.0.0.1");
+    assert_eq!(r.id.src_ip.as_str(), "127.0.0.1");
     assert_eq!((r.id.src_port, r.id.dst_port), (5000, 80));
     assert_eq!(r.samples, 2);
     assert!(r.timestamps && r.sack && !r.ecn);
@@ -191,7 +191,7 @@ fn record_carries_cgmon_and_new_fields() {
     assert!((r.send_throughput_mbps - 1.0).abs() < 1e-12);
     assert!((r.recv_throughput_mbps - 2.0).abs() < 1e-12);
     assert_eq!((r.delivered, r.delivered_ce), (90, 3));
-    assert_eq!(r.congestion_control, "cubic");
+    assert_eq!(r.congestion_control.as_str(), "cubic");
     assert_eq!((r.family, r.final_state, r.end_reason), ("inet", "CLOSE", "destroyed"));
     assert_eq!(r.cookie, 42);
     assert!(!r.partial);
@@ -394,6 +394,6 @@ fn wall_times_are_chronos_local_times_whether_the_offset_is_kept_or_asked_for() 
         )
         .unwrap();
         let want = t.with_timezone(&Local).to_rfc3339_opts(SecondsFormat::Nanos, true);
-        assert_eq!(wall(mono, offset), want);
+        assert_eq!(wall(mono, offset).as_str(), want);
     }
 }

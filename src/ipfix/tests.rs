@@ -11,6 +11,7 @@ use super::export::Exporter;
 use super::template::{NTOP_PEN, OUR_NAMES};
 use super::*;
 use crate::analysis::{AnalyzerConfig, analyze};
+use crate::record::text_in;
 use crate::testkit::SockBuilder;
 
 const PEN: u32 = 4_294_000_001;
@@ -101,8 +102,8 @@ fn record(cookie: u64) -> FlowStats {
     );
     // The text is what the encoder reads when the kernel's addresses are not kept beside it.
     r.id.addrs = None;
-    r.id.src_ip = "10.0.0.1".into();
-    r.id.dst_ip = "192.0.2.7".into();
+    r.id.src_ip = text_in("10.0.0.1");
+    r.id.dst_ip = text_in("192.0.2.7");
     r.id.src_port = 40000;
     r.id.dst_port = 443;
     r.id.tstamp_start_ns = 5_000_000_000;
@@ -224,11 +225,11 @@ fn a_record_becomes_one_data_record_per_direction_with_its_values() {
 #[test]
 fn ipv6_and_v4_mapped_ends_take_their_templates() {
     let mut a = record(1);
-    a.id.src_ip = "2001:db8::1".into();
-    a.id.dst_ip = "2001:db8::2".into();
+    a.id.src_ip = text_in("2001:db8::1");
+    a.id.dst_ip = text_in("2001:db8::2");
     let mut b = record(2);
-    b.id.src_ip = "::ffff:127.0.0.1".into();
-    b.id.dst_ip = "::ffff:127.0.0.2".into();
+    b.id.src_ip = text_in("::ffff:127.0.0.1");
+    b.id.dst_ip = text_in("::ffff:127.0.0.2");
     let mut chunks = Vec::new();
     Encoder::new(cfg(None)).encode(&[a, b], &mut chunks);
     let recs: Vec<Rec> =

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::ip;
+use super::{CcText, IpText, TimeText, ip};
 use crate::stats::correlation::Correlation;
 use crate::wire::sock::SockKey;
 
@@ -12,13 +12,13 @@ use crate::wire::sock::SockKey;
 pub struct FlowId {
     /// Local address.
     #[serde(rename = "SrcIP")]
-    pub src_ip: String,
+    pub src_ip: IpText,
     /// Local port.
     #[serde(rename = "SrcPort")]
     pub src_port: u16,
     /// Remote address.
     #[serde(rename = "DstIP")]
-    pub dst_ip: String,
+    pub dst_ip: IpText,
     /// Remote port.
     #[serde(rename = "DstPort")]
     pub dst_port: u16,
@@ -171,10 +171,10 @@ pub struct FlowStats {
     pub id: FlowId,
     /// Wall time of the first sample, RFC 3339 with ns, local time zone.
     #[serde(rename = "StartTime")]
-    pub start_time: String,
+    pub start_time: TimeText,
     /// Wall time the end was seen (destroy event, or the dump that missed the flow).
     #[serde(rename = "EndTime")]
-    pub end_time: String,
+    pub end_time: TimeText,
     /// Last sample seen minus first, ns.
     #[serde(rename = "Duration")]
     pub duration: i64,
@@ -306,7 +306,7 @@ pub struct FlowStats {
     /// Congestion-control algorithm, or [`UNKNOWN_CC`] when the kernel never named it (a
     /// flow seen only in its destroy event, which carries no name).
     #[serde(rename = "CongestionControl")]
-    pub congestion_control: String,
+    pub congestion_control: CcText,
     /// inet | inet6.
     #[serde(rename = "Family")]
     pub family: &'static str,

@@ -381,6 +381,7 @@ impl Formatter for Floats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::text_in;
     use proptest::prelude::*;
 
     fn serde_json_of(r: &FlowStats) -> String {
@@ -407,15 +408,15 @@ mod tests {
         };
         FlowStats {
             id: FlowId {
-                src_ip: "10.0.0.1".into(),
+                src_ip: text_in("10.0.0.1"),
                 src_port: 40_001,
-                dst_ip: "fd00::2".into(),
+                dst_ip: text_in("fd00::2"),
                 dst_port: 443,
                 tstamp_start_ns: 1_000_000_001,
                 addrs: None,
             },
-            start_time: "2026-11-28T13:00:00.000000001Z".into(),
-            end_time: "2026-11-28T13:00:03.000000002Z".into(),
+            start_time: text_in("2026-11-28T13:00:00.000000001Z"),
+            end_time: text_in("2026-11-28T13:00:03.000000002Z"),
             duration: 2_000_000_003,
             samples: 4,
             samples_deduped: 5,
@@ -459,7 +460,7 @@ mod tests {
             segs_out: 16,
             segs_in: 17,
             accepted: true,
-            congestion_control: "cubic".into(),
+            congestion_control: text_in("cubic"),
             family: "inet6",
             final_state: "CLOSE",
             cookie: 18,
@@ -571,10 +572,10 @@ mod tests {
         let mut int = || n.next().unwrap();
         let mut text = || t.next().unwrap();
         let seven = |fl: &mut dyn FnMut() -> f64| std::array::from_fn(|_| fl());
-        r.id.src_ip = text();
+        r.id.src_ip = text_in(&text());
         r.id.src_port = int() as u16;
         r.id.tstamp_start_ns = int();
-        r.start_time = text();
+        r.start_time = text_in(&text());
         r.duration = int() as i64;
         r.samples = int() as usize;
         r.partial = opt();
@@ -601,7 +602,7 @@ mod tests {
             (c.n, c.pearson, c.spearman, c.effective_n) = (int() as usize, fl(), fl(), fl());
             (c.pearson_p, c.spearman_p) = (opt().then(&mut fl), opt().then(&mut fl));
         }
-        r.congestion_control = text();
+        r.congestion_control = text_in(&text());
         r.cgroup_id = opt().then(&mut int);
         r.service = opt().then(&mut text);
         r.dest_service = opt().then(&mut text);

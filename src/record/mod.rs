@@ -21,4 +21,7 @@ pub use flow::{
 };
 pub use lines::{Line, View};
 pub use sample::{ABSENT_U64, INFINITE_SSTHRESH, Point, Retained, unwrap_chrono};
-pub use text::{EPHEMERAL_FROM, endpoint_text, ip, mbps, served_port, tuple_text};
+pub use text::{
+    CcText, EPHEMERAL_FROM, IpText, TimeText, endpoint_text, ip, mbps, served_port, text_in,
+    tuple_text,
+};

@@ -1,9 +1,38 @@
 //! Addresses, endpoints and rates as text, as records and pages show them.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
+
+use arrayvec::ArrayString;
 
 use super::FlowId;
 use crate::wire::inet_diag::AF_INET;
+
+/// An address as text, held in place: the longest IPv6 text is 45 bytes (INET6_ADDRSTRLEN
+/// less its NUL). A record's texts are held in place, not on the heap, because each was an
+/// allocation on the analysis thread freed on the writer's, thousands of times a second
+/// under churn (benches/RESULTS.md, D34).
+pub type IpText = ArrayString<46>;
+
+/// A wall time as RFC 3339 text with ns, held in place: chrono's longest is 38 bytes
+/// (`+262143-12-31T23:59:59.999999999+23:59`).
+pub type TimeText = ArrayString<40>;
+
+/// A congestion-control name, held in place: the kernel's are under 16 bytes
+/// (TCP_CA_NAME_MAX, its NUL included).
+pub type CcText = ArrayString<16>;
+
+/// `s` in a text of capacity `N`, cut at a character boundary when longer. Every caller
+/// gives text its type's capacity holds (see each type): the cut is never reached.
+pub fn text_in<const N: usize>(s: &str) -> ArrayString<N> {
+    let mut t = ArrayString::new();
+    for c in s.chars() {
+        if t.try_push(c).is_err() {
+            break;
+        }
+    }
+    t
+}
 
 /// A rate in bytes/s as Mbit/s.
 pub fn mbps(bytes_per_s: u64) -> f64 {
@@ -34,19 +63,22 @@ pub fn tuple_text(id: &FlowId) -> String {
 }
 
 /// An address as text: IPv4 from the first four bytes, else IPv6.
-pub fn ip(family: u8, raw: &[u8; 16]) -> String {
+pub fn ip(family: u8, raw: &[u8; 16]) -> IpText {
     if family == AF_INET {
         ipv4([raw[0], raw[1], raw[2], raw[3]])
     } else {
-        IpAddr::from(*raw).to_string()
+        let mut t = IpText::new();
+        // At most 45 bytes (the type's note): the write cannot fail.
+        let _ = write!(t, "{}", IpAddr::from(*raw));
+        t
     }
 }
 
 /// Dotted-quad text, written digit by digit: `Ipv4Addr`'s `Display` goes through the
 /// formatting machinery, and each record and each ended flow's page entry names two
 /// addresses (thousands a second under churn). Tested against `Display`.
-fn ipv4(o: [u8; 4]) -> String {
-    let mut s = String::with_capacity(15);
+fn ipv4(o: [u8; 4]) -> IpText {
+    let mut s = IpText::new();
     for (i, b) in o.into_iter().enumerate() {
         if i > 0 {
             s.push('.');
@@ -77,10 +109,23 @@ mod tests {
             cases.push(x.to_be_bytes());
         }
         for o in cases {
-            assert_eq!(ipv4(o), std::net::Ipv4Addr::from(o).to_string());
+            assert_eq!(ipv4(o).as_str(), std::net::Ipv4Addr::from(o).to_string());
             let mut raw = [0u8; 16];
             raw[..4].copy_from_slice(&o);
-            assert_eq!(ip(AF_INET, &raw), std::net::Ipv4Addr::from(o).to_string());
+            assert_eq!(ip(AF_INET, &raw).as_str(), std::net::Ipv4Addr::from(o).to_string());
         }
+    }
+
+    #[test]
+    fn the_longest_texts_fit_whole() {
+        let v6: std::net::Ipv6Addr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        assert_eq!(ip(10, &v6.octets()).as_str(), v6.to_string());
+        let mapped: std::net::Ipv6Addr = "::ffff:255.255.255.255".parse().unwrap();
+        assert_eq!(ip(10, &mapped.octets()).as_str(), mapped.to_string());
+        let t = chrono::DateTime::<chrono::Utc>::MAX_UTC
+            .with_timezone(&chrono::FixedOffset::west_opt(23 * 3600 + 59 * 60).unwrap())
+            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+        assert_eq!(text_in::<40>(&t).as_str(), t);
+        assert_eq!(text_in::<3>("aéb").as_str(), "aé", "cut at a character boundary");
     }
 }

@@ -63,7 +63,9 @@ impl Dests {
 
     /// Names the record's remote end.
     pub fn name(&self, r: &mut FlowStats) {
-        if let Ok(ip) = r.id.dst_ip.parse() {
+        // The address the kernel gave, else the text parsed back (a record made elsewhere).
+        let ip = r.id.addrs.map(|(_, dst)| dst).or_else(|| r.id.dst_ip.parse().ok());
+        if let Some(ip) = ip {
             r.dest_service = Some(self.map.name_str(ip, r.id.dst_port).to_string());
         }
     }

@@ -51,7 +51,7 @@ async fn replayed_dump_and_destroy_events_give_exact_final_counters() {
     acked.sort_unstable();
     assert_eq!(acked, vec![256 * 1024 + 2; 4]);
     assert!(records.iter().all(|r| r.samples == 2 && !r.partial && r.final_state == "CLOSE"));
-    assert!(records.iter().any(|r| r.congestion_control == "bbr"));
+    assert!(records.iter().any(|r| r.congestion_control.as_str() == "bbr"));
     assert!(records.iter().any(|r| r.family == "inet6" && r.id.src_ip.starts_with("::ffff:")));
 }
 
