@@ -484,6 +484,7 @@ fn record(
     let min_rtt_ms = min_rtt_kernel_ms.or(min_rtt_observed_ms).unwrap_or(0.0);
     let diagnosis = diagnosed(e, (send, recv), min_rtt_ms, rtt_summary, cwnd_summary[3]);
     let has = |bit: u8| f.options & bit != 0;
+    let cc = if f.cc.as_str().is_empty() { UNKNOWN_CC } else { f.cc.as_str() };
     FlowStats {
         id: FlowId::new(&f.key, f.first_ts_ns),
         start_time: wall(f.first_ts_ns, cfg.realtime_offset_ns),
@@ -530,11 +531,7 @@ fn record(
         segs_out: last.segs_out,
         segs_in: last.segs_in,
         accepted: f.passive_open,
-        congestion_control: text_in(if f.cc.as_str().is_empty() {
-            UNKNOWN_CC
-        } else {
-            f.cc.as_str()
-        }),
+        congestion_control: text_in(cc),
         family: if f.key.family == AF_INET { "inet" } else { "inet6" },
         final_state: state_name(last.state),
         cookie: f.key.cookie,
