@@ -90,10 +90,11 @@ fn main() {
     let r: u64 = setting("R", 10);
     let secs: f64 = setting("SECS", 900.0);
     let steady = setting::<f64>("STEADY", 600.0).min(secs);
-    let interval =
-        cgmon_rs::units::parse_duration(&std::env::var("INTERVAL").unwrap_or("1s".into())).unwrap();
+    let interval_text = std::env::var("INTERVAL").unwrap_or("1s".into());
+    let interval = cgmon_rs::units::parse_duration(&interval_text)
+        .unwrap_or_else(|e| panic!("INTERVAL={interval_text}: {e}"));
     let Some(ch) = clickhouse::ChServer::start(None, None) else { return };
-    let pid = ch.pid().unwrap();
+    let pid = ch.pid().expect("the ClickHouse server just started has no pid");
     let recs = fixture::records();
     // One set of metrics per host, as each monitor has its own.
     let metrics: Vec<Arc<Metrics>> = (0..n).map(|_| Arc::new(Metrics::default())).collect();
@@ -101,7 +102,8 @@ fn main() {
     let mut handles = Vec::new();
     for (i, m) in metrics.iter().enumerate() {
         let cfg = SinkConfig {
-            target: sink::client::Target::parse(&ch.url(), "cgmon.fleet").unwrap(),
+            target: sink::client::Target::parse(&ch.url(), "cgmon.fleet")
+                .unwrap_or_else(|e| panic!("{}: {e}", ch.url())),
             host: format!("fleet-{i:04}"),
             limits: sink::batch::Limits { age: interval, ..sink::batch::Limits::default() },
             spool_dir: None,
@@ -112,7 +114,8 @@ fn main() {
             warnings: Vec::new(),
         };
         let (tx, rx) = sync_channel(SINK_CHANNEL_CAPACITY);
-        handles.push(sink::spawn(cfg, rx, m.clone(), Duration::from_secs(120)).unwrap());
+        let h = sink::spawn(cfg, rx, m.clone(), Duration::from_secs(120));
+        handles.push(h.unwrap_or_else(|e| panic!("sink of host {i}: {e}")));
         senders.push(tx);
     }
     println!(
@@ -175,8 +178,8 @@ fn report(
     handoff_dropped: u64,
     metrics: &[Arc<Metrics>],
 ) {
+    let to = readings.last().expect("no reading taken: SECS must be over 0");
     let from = readings.iter().find(|x| x.at >= secs - steady).unwrap_or(&readings[0]);
-    let to = readings.last().unwrap();
     let span = (to.at - from.at).max(1.0);
     let d = |k: &str| to.events.get(k).unwrap_or(&0) - from.events.get(k).unwrap_or(&0);
     let peak = readings.iter().map(|x| x.parts).max().unwrap_or(0);
@@ -188,11 +191,15 @@ fn report(
     // fixture's 20,000 records).
     let per_host: BTreeMap<String, (u64, u64)> = ch
         .query("SELECT Host, count(), uniqExact(Cookie) FROM cgmon.fleet GROUP BY Host FORMAT TSV")
-        .unwrap()
+        .unwrap_or_else(|e| panic!("counting the rows per host: {e}"))
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            (f[0].to_string(), (f[1].parse().unwrap(), f[2].parse().unwrap()))
+            let n = |i: usize| -> u64 {
+                let v = f.get(i).copied().unwrap_or_default();
+                v.parse().unwrap_or_else(|_| panic!("a row count {v:?} in {l:?}"))
+            };
+            (f[0].to_string(), (n(1), n(2)))
         })
         .collect();
     let (mut lost, mut twice) = (0i64, 0u64);

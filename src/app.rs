@@ -215,6 +215,9 @@ impl Sources {
 async fn run_main(cfg: Config) -> u8 {
     let s = cfg.settings;
     let metrics = Arc::new(Metrics::new(s.task.interval));
+    // Before any stage starts: the process walker, spawned before the poll task, spends the
+    // budget from its first batch. (The poll task sets the same share again, for the tests
+    // that start it alone.)
     metrics.budget.set_share(s.task.cpu_budget);
     // The spool before the files: a --spool-dir that cannot be had is a usage error that
     // has not yet moved the last run's output aside.

@@ -95,14 +95,33 @@ fn required(tool: &str, why: &str) -> bool {
 /// each alone always passed): the pmacct tests take turns.
 static PMACCT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// nfacctd with `conf` (written to `dir/nfacctd.conf`, its log to `dir/nfacctd.log`), once
+/// it listens on `port`; killed when dropped.
+fn nfacctd(dir: &Path, conf: &str, port: u16) -> Killed {
+    std::fs::write(dir.join("nfacctd.conf"), conf).unwrap();
+    let log = std::fs::File::create(dir.join("nfacctd.log")).unwrap();
+    let pm = Killed(
+        Command::new("nfacctd")
+            .arg("-f")
+            .arg(dir.join("nfacctd.conf"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    await_udp(port);
+    pm
+}
+
 fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Waits (up to 20 s) until a UDP socket is bound to `port`: a collector that is not yet
 /// listening answers the first messages, templates and all, with port unreachable, and the
-/// exporter then rests from it (a fixed 800 ms wait lost 3 of 5 connections' records, 1
-/// run in 6, while nfacctd loaded its primitives).
+/// exporter then rests from it (a fixed 800 ms wait lost 3 of 5 connections' records in 2
+/// runs of 6, while nfacctd loaded its primitives).
 fn await_udp(port: u16) {
     let end = std::time::Instant::now() + Duration::from_secs(20);
     let hex = format!(":{port:04X} ");
@@ -254,19 +273,7 @@ fn pmacct_decodes_the_records_we_export() {
         .unwrap()
         .replace("nfacctd_port: 4739", &format!("nfacctd_port: {port}"))
         .replace("/var/lib/pmacct/cgmon.json", &dir.join("out.json").display().to_string());
-    std::fs::write(dir.join("nfacctd.conf"), conf).unwrap();
-    let log = std::fs::File::create(dir.join("nfacctd.log")).unwrap();
-    let _pm = Killed(
-        Command::new("nfacctd")
-            .arg("-f")
-            .arg(dir.join("nfacctd.conf"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    await_udp(port);
+    let _pm = nfacctd(&dir, &conf, port);
     let records = export_scene(port);
     // The print plugin writes its cache every second (print_refresh_time).
     let want = expected(&records);
@@ -324,19 +331,7 @@ fn pmacct_decodes_our_elements_with_the_shipped_primitives() {
         dir.join("primitives.lst").display(),
         out.display()
     );
-    std::fs::write(dir.join("nfacctd.conf"), conf).unwrap();
-    let log = std::fs::File::create(dir.join("nfacctd.log")).unwrap();
-    let _pm = Killed(
-        Command::new("nfacctd")
-            .arg("-f")
-            .arg(dir.join("nfacctd.conf"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    await_udp(port);
+    let _pm = nfacctd(&dir, &conf, port);
     let records = export_scene(port);
     // Each record's egress: (source, port, destination, port, verdict, min RTT µs, retransmits).
     let want: std::collections::BTreeSet<(Key, String, u64, u64)> = records
