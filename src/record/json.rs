@@ -5,10 +5,11 @@
 //! record has ~90; and a flow of one sample has seven equal numbers in each of its
 //! summaries (28 in all), where formatting a float is a third of serialising a record
 //! (benches/RESULTS.md, D18). So the names are constants copied whole, and a float equal
-//! to the last one is a copy of its text ([`Floats`]). Issue 53 removed an earlier serde
+//! to the last one is a copy of its text (`Floats`). Issue 53 removed an earlier serde
 //! `Serializer` of ours that gained ~3 %; this one gains 2.3× on the serialising and about
-//! a sixth of the whole monitor under churn (D33). Everything else (pretty records, pages,
-//! the sink's rows) stays with serde_json, and the tests hold the bytes equal to its.
+//! a sixth of the whole monitor under churn (D33). Its lines go to the files, stdout and
+//! the sink; pretty records and the pages stay with serde_json, and the tests hold the
+//! bytes equal to serde_json's.
 
 use std::io;
 
@@ -21,7 +22,7 @@ use super::{
 
 /// Writes `r` as one line of compact JSON (no newline) onto `out`: the bytes
 /// `serde_json::to_writer` writes for it, field by field in the struct's order, with the
-/// float cache of [`Floats`].
+/// float cache of `Floats`.
 ///
 /// Why not serde_json itself: a record is ~90 fields, and serde_json escapes every field
 /// name byte by byte and writes each piece as a call of its own; that was a quarter of the
