@@ -71,9 +71,10 @@ fn wall(mono_ns: u64, offset: i128) -> TimeText {
             (*second, *head, *zone) = (secs, text[..=dot].into(), text[dot + 10..].into());
             return text_in(&text);
         }
-        // Within the capacity: chrono's text of this second was (see `TimeText`).
+        // Within the capacity, as chrono's text of this second was (`TimeText`); `try_`
+        // all the same, so that no text could panic here.
         let mut out = TimeText::new();
-        out.push_str(head);
+        let _ = out.try_push_str(head);
         let mut digits = [b'0'; 9];
         let mut n = sub;
         for d in digits.iter_mut().rev() {
@@ -81,8 +82,8 @@ fn wall(mono_ns: u64, offset: i128) -> TimeText {
             n /= 10;
         }
         // Nine ASCII digits.
-        out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
-        out.push_str(zone);
+        let _ = out.try_push_str(std::str::from_utf8(&digits).unwrap_or_default());
+        let _ = out.try_push_str(zone);
         out
     })
 }

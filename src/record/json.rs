@@ -11,8 +11,6 @@
 //! the sink; pretty records and the pages stay with serde_json, and the tests hold the
 //! bytes equal to serde_json's.
 
-use std::io;
-
 use serde_json::ser::{CompactFormatter, Formatter};
 
 use super::{
@@ -42,8 +40,7 @@ pub fn write_record(r: &FlowStats, out: &mut Vec<u8>) {
     w.raw(b"}");
 }
 
-/// The writer of [`write_record`]: the line and the float cache. Writing into a `Vec`
-/// cannot fail, so the formatter's `io::Result`s are dropped.
+/// The writer of [`write_record`]: the line and the float cache.
 struct Json<'a> {
     out: &'a mut Vec<u8>,
     floats: Floats,
@@ -153,11 +150,7 @@ impl Json<'_> {
         if a < 1e15 && (v as i64) as f64 == v && v.to_bits() != (-0.0f64).to_bits() {
             self.int(v as i64);
             self.raw(b".0");
-        } else if (1e-3..1e9).contains(&a) && (a * 1e6) as u64 as f64 == a * 1e6 && {
-            let k = (a * 1e6) as u64;
-            k as f64 / 1e6 == a
-        } {
-            let k = (a * 1e6) as u64;
+        } else if let Some(k) = millionths(a) {
             if v < 0.0 {
                 self.raw(b"-");
             }
@@ -171,7 +164,7 @@ impl Json<'_> {
             let end = frac.iter().rposition(|&d| d != b'0').unwrap_or(0) + 1;
             self.raw(&frac[..end]);
         } else if v.is_finite() {
-            let _ = self.floats.write_f64(self.out, v);
+            self.floats.write(self.out, v);
         } else {
             self.out.extend_from_slice(b"null");
         }
@@ -351,8 +344,15 @@ impl Json<'_> {
     }
 }
 
-/// serde_json's compact formatter, keeping the last float written as text. (serde_json
-/// writes a float that is not finite as `null` before a formatter sees it.)
+/// `a` (positive) in millionths, when it is 0.001 to 1e9 and exactly the float nearest that
+/// many millionths, so that its six decimals are its text.
+fn millionths(a: f64) -> Option<u64> {
+    let k = (a * 1e6) as u64;
+    ((1e-3..1e9).contains(&a) && k as f64 == a * 1e6 && k as f64 / 1e6 == a).then_some(k)
+}
+
+/// The last float written and its text (serde_json's): a flow of one sample writes each
+/// summary's number seven times.
 #[derive(Debug, Default)]
 struct Floats {
     /// The last float's bits and text (`len` 0: none yet).
@@ -361,21 +361,23 @@ struct Floats {
     len: usize,
 }
 
-impl Formatter for Floats {
-    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
-        if self.len == 0 || value.to_bits() != self.last {
+impl Floats {
+    /// Writes the finite `v` as serde_json does, copying the text when it is the last one.
+    fn write(&mut self, out: &mut Vec<u8>, v: f64) {
+        if self.len == 0 || v.to_bits() != self.last {
             // A float's shortest text is at most 24 bytes; a longer one fails here, and is
-            // then written as it comes, uncached.
+            // then written as it comes, uncached. (Into a `Vec`, writing cannot fail.)
             let cap = self.text.len();
             let mut rest = &mut self.text[..];
-            if CompactFormatter.write_f64(&mut rest, value).is_err() {
+            if CompactFormatter.write_f64(&mut rest, v).is_err() {
                 self.len = 0;
-                return CompactFormatter.write_f64(writer, value);
+                let _ = CompactFormatter.write_f64(out, v);
+                return;
             }
             self.len = cap - rest.len();
-            self.last = value.to_bits();
+            self.last = v.to_bits();
         }
-        writer.write_all(&self.text[..self.len])
+        out.extend_from_slice(&self.text[..self.len]);
     }
 }
 
