@@ -391,9 +391,12 @@ fn writer(n: usize) {
         rotate_size: None,
         rotate_interval: None,
         backlog_bytes: 64 << 20,
-        samples: None,
     };
-    let mut w = Writer::to_stream(wc, Box::new(pipe), m.clone()).unwrap();
+    // Named as the monitor names them (services, destinations' fallbacks).
+    let dests = Arc::new(std::sync::Mutex::new(cgmon_rs::who::dests::Dests::fallbacks()));
+    let namer = cgmon_rs::who::namer::RecordNamer::new(Arc::default(), dests);
+    let mut w =
+        Writer::to_stream(wc, Box::new(pipe), m.clone()).unwrap().with_naming(Box::new(namer));
     let (t, c0) = (Instant::now(), thread_cpu_ns());
     let mut it = records.into_iter().peekable();
     while it.peek().is_some() {
@@ -416,11 +419,11 @@ fn writer(n: usize) {
 
 /// What each gzip level costs on real records (`levels FILE`): CPU per record and bytes per
 /// record, compressing the file's lines as the writer does (a record at a time into one
-/// stream, `writer::deflate::Gzip`: level 1 is our own encoder, the others flate2's), best
+/// stream, `gzip::Gzip`: level 1 is our own encoder, the others flate2's), best
 /// of five rounds taken in turn; and beside ours flate2's level 1 (miniz_oxide) and zlib-rs's
 /// levels 1–3.
 fn levels(path: &str) {
-    use cgmon_rs::writer::deflate::Gzip;
+    use cgmon_rs::gzip::Gzip;
     use std::io::Write;
     let text = std::fs::read(path).unwrap();
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();

@@ -29,6 +29,7 @@ use crate::sampler::activity::Activity;
 use crate::sampler::destroy::DestroyListener;
 use crate::sampler::source::{BufferRefused, NetlinkSource, Source};
 use crate::sampler::space::open_space;
+use crate::samples_out::SamplesOut;
 use crate::tracker::Tracker;
 use crate::units::format_duration;
 use crate::writer::{self, Msg, RECORDS_CHANNEL_CAPACITY, Target, Writer, WriterError};
@@ -37,6 +38,7 @@ use parts::{
 };
 
 mod parts;
+pub mod stop;
 
 pub use crate::cli::EXIT_USAGE;
 /// Exit status for a run-time failure.
@@ -229,21 +231,33 @@ async fn run_main(cfg: Config) -> u8 {
         return EXIT_USAGE;
     }
     // Outputs first: a bad -writer-dir is a usage error, found before anything is sampled.
+    // The samples file's directory is checked before the records' file opens, so that a bad
+    // one does not move an earlier run's records aside for a run that never starts.
+    let samples_from = || cfg.env.suffix(&["samples_out"]);
+    if let Some(fc) = &s.samples_out
+        && let Err(e) = crate::samples_out::check(fc)
+    {
+        eprintln!("cgmon-rs: --samples-out: {e}{}", samples_from());
+        return EXIT_USAGE;
+    }
     let w = match Writer::open(s.writer.clone(), metrics.clone()) {
         Ok(w) => w,
         Err(e) => {
             // The error names the path; which flag gave it, and whether a CGMON_* variable
             // gave that, only the configuration knows.
-            let (flag, from) = match &e {
-                WriterError::Open { samples: true, .. } => {
-                    ("--samples-out", cfg.env.suffix(&["samples_out"]))
-                }
-                _ if matches!(s.writer.target, Target::File(_)) => {
-                    ("-writer-dir", cfg.env.suffix(&["dir", "file"]))
-                }
-                _ => ("stdout", String::new()),
+            let (flag, from) = match s.writer.target {
+                Target::File(_) => ("-writer-dir", cfg.env.suffix(&["dir", "file"])),
+                Target::Stdout => ("stdout", String::new()),
             };
             eprintln!("cgmon-rs: {flag}: {e}{from}");
+            return EXIT_USAGE;
+        }
+    };
+    let w = match s.samples_out.clone().map(|fc| SamplesOut::open(fc, metrics.clone())) {
+        None => w,
+        Some(Ok(samples)) => w.with_consumer(Box::new(samples)),
+        Some(Err(e)) => {
+            eprintln!("cgmon-rs: --samples-out: {e}{}", samples_from());
             return EXIT_USAGE;
         }
     };
@@ -356,13 +370,13 @@ pub async fn run(
     };
     let polled =
         poll::run_spaces(tracker, spaces, updates, s.task.clone(), wiring, systemd_hooks());
-    let tracker = tokio::spawn(polled);
+    let poll = tokio::spawn(polled);
     let analyzer = tokio::spawn(analyzer::run(acfg, ended_rx, wtx.clone(), metrics.clone()));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "{}", s.summary);
     for w in &s.warnings {
         tracing::warn!("{w}");
     }
-    let stage = Running { tracker, analyzer, writer, sink, ipfix, stop, http };
+    let stage = Running { poll, analyzer, writer, sink, ipfix, stop, http };
     let (code, stage) = until_stop(&s, &mut events, stage, &reopen, &wtx, &metrics).await;
     drop(wtx); // the analyzer's sender is the writer's last one
     let code = shut_down(&s, &mut events, stage, code).await;
@@ -380,8 +394,8 @@ type IpfixThread = std::thread::JoinHandle<()>;
 
 /// The running stages.
 struct Running {
-    tracker:
-        tokio::task::JoinHandle<Result<crate::tracker::TrackerStats, crate::edges::StageError>>,
+    /// The poll task, which owns the tracker.
+    poll: tokio::task::JoinHandle<Result<crate::tracker::TrackerStats, crate::edges::StageError>>,
     analyzer: tokio::task::JoinHandle<Result<(), crate::edges::StageError>>,
     writer: std::thread::JoinHandle<Result<(), WriterError>>,
     /// The ClickHouse sink's thread: it ends after the writer, which holds its sender.
@@ -435,7 +449,7 @@ async fn until_stop(
                 }
             },
             () = &mut duration => { tracing::info!("-run-duration reached: stopping"); break; }
-            r = &mut stage.tracker => {
+            r = &mut stage.poll => {
                 let code = if stage_ok("sampling", r.map(|r| r.map(drop))) { 0 } else { EXIT_FAILURE };
                 return (code, (stage, true));
             }
@@ -458,12 +472,12 @@ async fn shut_down(
         tokio::task::spawn_blocking(move || h.stop()).await.ok();
     }
     let _ = stage.stop.send(true);
-    let (tracker, analyzer, writer_thread) = (stage.tracker, stage.analyzer, stage.writer);
+    let (poll, analyzer, writer_thread) = (stage.poll, stage.analyzer, stage.writer);
     let (sink_thread, ipfix_thread) = (stage.sink, stage.ipfix);
     let drain = async {
         let mut ok = code == 0;
         if !tracker_done {
-            ok &= stage_ok("sampling", tracker.await.map(|r| r.map(drop)));
+            ok &= stage_ok("sampling", poll.await.map(|r| r.map(drop)));
         }
         ok &= stage_ok("analyzer", analyzer.await);
         let writer = tokio::task::spawn_blocking(move || writer_thread.join()).await;
@@ -513,13 +527,18 @@ async fn shut_down(
 /// records left unwritten at the end, so that a wrapper script or systemd does not take an
 /// incomplete output for a complete one.
 fn exit_status(code: u8, metrics: &Metrics) -> u8 {
-    let report = metrics.report();
-    let records = report.lines().find(|l| l.starts_with("records:")).unwrap_or_default();
-    tracing::info!("stopped; {records}");
-    let (lost, dropped) = (metrics.records_lost.get(), metrics.records_dropped.get());
-    let dropped = dropped + metrics.sink.dropped.get();
-    let code = if code == 0 && lost + dropped > 0 {
-        tracing::error!(lost, dropped, "records were lost during the run: exit status 1");
+    let f = stop::StopFigures::of(metrics);
+    tracing::debug!("{}", metrics.report());
+    tracing::info!(
+        written = f.written,
+        lost = f.lost,
+        dropped = f.dropped,
+        sink_dropped = f.sink_dropped,
+        "{}",
+        f.line()
+    );
+    let code = if code == 0 && f.missing() > 0 {
+        tracing::error!(missing = f.missing(), "records were lost during the run: exit status 1");
         EXIT_FAILURE
     } else {
         code

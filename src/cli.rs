@@ -277,7 +277,16 @@ pub(crate) fn one_line(s: &str) -> String {
     let mut lines = s.lines();
     let first = lines.next().unwrap_or(s);
     let mut out = first.strip_prefix("error: ").unwrap_or(first).to_string();
-    for l in lines.map(str::trim) {
+    // A first line that ends in a colon ("the following required arguments were not
+    // provided:") is followed by its list, one indented item a line, up to a blank line.
+    let mut listed = Vec::new();
+    if out.ends_with(':') {
+        let rest: Vec<&str> = lines.clone().take_while(|l| !l.trim().is_empty()).collect();
+        listed.extend(rest.iter().map(|l| l.trim()));
+        out.push(' ');
+        out.push_str(&listed.join(", "));
+    }
+    for l in lines.skip(listed.len()).map(str::trim) {
         let hint = l
             .strip_prefix("[possible values: ")
             .and_then(|v| v.strip_suffix(']'))

@@ -22,6 +22,16 @@ use crate::writer::{MemoryOut, Writer};
 /// The longest `--seconds`: ten years, far below where a deadline would overflow.
 const MAX_SECONDS: u64 = 10 * 365 * 86_400;
 
+/// `--seconds`: a number of seconds, whole or not (`1.5`), from 0 to ten years.
+fn parse_seconds(s: &str) -> Result<Duration, crate::units::ValueError> {
+    let bad = |why: &str| crate::units::ValueError(why.to_string());
+    let v: f64 = s.trim().parse().map_err(|_| bad("not a number of seconds (e.g. 10 or 1.5)"))?;
+    if !(0.0..=MAX_SECONDS as f64).contains(&v) {
+        return Err(bad("must be from 0 to 315360000 (ten years)"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
 /// `cgmon-rs diagnose` options.
 #[derive(Debug, Parser)]
 #[command(
@@ -36,10 +46,10 @@ const MAX_SECONDS: u64 = 10 * 365 * 86_400;
     color = clap::ColorChoice::Never
 )]
 pub struct DiagnoseCli {
-    /// Watch this long (seconds, at most ten years), or until every watched flow has ended
-    #[arg(long, value_name = "N", default_value = "10",
-          value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
-    pub seconds: u64,
+    /// Watch this long (seconds, fractions allowed, at most ten years), or until every
+    /// watched flow has ended; 0: until every flow seen has ended, or Ctrl-C
+    #[arg(long, value_name = "N", default_value = "10", value_parser = parse_seconds)]
+    pub seconds: Duration,
     /// Sampling interval
     #[arg(long, value_name = "DURATION", default_value = "100ms",
           value_parser = |s: &str| parse_duration(s).and_then(|d| if d.is_zero() {
@@ -73,6 +83,12 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    if cli.seconds.is_zero() {
+        // Said, not left to look like a hang: a look with no end but its flows'.
+        eprintln!(
+            "cgmon-rs diagnose: --seconds 0: watching until every flow seen has ended (Ctrl-C stops)"
+        );
+    }
     // Warnings and errors only, on stderr: the table is the output, but a failed or
     // incomplete look (records lost under a storm, a namespace that could not be read)
     // must say why, in one line, rather than leave a bare exit status.
@@ -110,7 +126,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
 pub fn settings(cli: &DiagnoseCli) -> Result<Settings, UsageError> {
     crate::cli::settings_with(|c| {
         c.interval = cli.interval;
-        c.run_duration = std::time::Duration::from_secs(cli.seconds);
+        c.run_duration = cli.seconds;
         c.partial = true;
         c.window_samples = Some(WHOLE_FLOW);
         c.filter = (!cli.filter.is_empty()).then(|| cli.filter.join(" "));
@@ -255,6 +271,21 @@ mod tests {
         assert_eq!(s.sampler.bytecode, Some(crate::filter::compile(&with_listeners).unwrap()));
         let e = settings(&cli(&["dport", "="])).unwrap_err();
         assert!(e.0.contains("filter \"dport =\""), "{}", e.0);
+    }
+
+    #[test]
+    fn seconds_take_fractions_and_refuse_what_is_not_a_time_in_one_line() {
+        assert_eq!(cli(&["--seconds", "1.5"]).seconds, Duration::from_millis(1500));
+        assert_eq!(cli(&["--seconds", "0"]).seconds, Duration::ZERO);
+        for (bad, why) in
+            [("1.5x", "not a number of seconds"), ("-1", "from 0 to"), ("1e12", "ten years")]
+        {
+            let flag = format!("--seconds={bad}");
+            let e = DiagnoseCli::try_parse_from(["diagnose", flag.as_str()]).unwrap_err();
+            let line = crate::cli::one_line(&e.to_string());
+            assert!(line.contains(&format!("'{bad}'")) && line.contains(why), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
     }
 
     #[test]

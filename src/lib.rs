@@ -1,6 +1,6 @@
 //! cgmon-rs: a Linux TCP congestion monitor built on sock_diag.
 //!
-//! Pipeline:
+//! Pipeline (each arrow a bounded channel; `edges` types what crosses it):
 //!
 //! ```text
 //! poll task:    DumpSource → Sampler::dump_with → Tracker::observe     (poll)
@@ -8,30 +8,39 @@
 //!   ─ Vec<EndedFlow> (tokio mpsc) → analysis task: gather, analyze      (analysis::stage)
 //!     (an ended flow's samples still lie in the tracker's pool blocks; the analysis
 //!     copies them out and gives the blocks back: tracker/pool.rs)
-//!   ─ writer::Batch (std sync_channel) → writer thread: JSON → stdout | gzip files (writer)
-//!   ─ sink::SinkMsg (std sync_channel, try_send) → sink thread: ClickHouse (sink)
+//!   ─ edges::Batch (std sync_channel) → writer thread: names (who::namer), then
+//!     JSON → stdout | gzip files (writer), then each batch as written to its consumers:
+//!       ├─ sink::handoff   → sink threads: ClickHouse (sink)
+//!       ├─ ipfix::Handoff  → exporter thread: IPFIX over UDP (ipfix)
+//!       ├─ recent::Ring    → the web view's ring of ended flows (recent)
+//!       └─ samples_out     → `--samples-out`'s file
 //! ```
 //!
-//! Layers:
-//! - The program: `app` (wiring, signals, systemd, exit status), `cli` (cgmon's flags),
-//!   `logging`, `metrics` (shared counters; `metrics::catalogue` lists the monitor's own
-//!   series once for `/metrics`, the status page and the summary), `http` (status page).
-//! - The stages: `poll` (polls the kernel, feeds the tracker), `analysis::stage`, `writer`;
-//!   `sink` (the fleet sink to ClickHouse, beside the writer on threads of its own).
-//! - The pure parts, each testable without a kernel: `tracker`, `analysis`, `record`,
-//!   `stats`, `wire` (kernel formats over `&[u8]`), `filter` (expression →
-//!   INET_DIAG_REQ_BYTECODE), `units`; `chart` draws, above them all.
-//! - Beside the pipeline, who a flow is (`who`): `who::services` (cgroup → service),
-//!   `who::destinations` (address → name, `--dest-map`) and `who::processes` (socket →
-//!   process, on a walker thread of its own).
-//! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`; a
-//!   namespace's sockets are opened together by `sampler::space`). Its stand-ins for
-//!   tests (replay, script, simulated host) are `sampler::fakes`, in the `testkit` feature.
+//! The rooms, from the bottom up (`tests/layering.rs` keeps the ranks):
+//! - Ground floor, used by all: `wire` (kernel formats over `&[u8]`), `states` (TCP state
+//!   names), `units`, `locks`, `clock`, `stats` (summaries, correlations), `gzip` (the
+//!   record streams' compressor), `budget` (the CPU budget's account), `metrics` (shared
+//!   counters; `metrics::catalogue` lists the monitor's own series once).
+//! - `record` (what the program emits), `filter` (expression → INET_DIAG_REQ_BYTECODE),
+//!   `netns` (finding and entering namespaces); for tests only, `testkit` and `lab`.
+//! - `sampler`: the only code that touches sock_diag sockets (`sampler::source`; stand-ins
+//!   for tests in `sampler::fakes`). `who`: who a flow is, beside the pipeline
+//!   (`who::services`, `who::destinations` and `who::dests`, `who::processes`, and
+//!   `who::namer`, which names a record before it is written).
+//! - The stages: `edges` (what crosses each channel, and the writer's `Consumer`),
+//!   `tracker` (the flow table, pure), `poll` (polls the kernel, feeds the tracker),
+//!   `analysis` (ended flow → record; `analysis::stage` runs it), `chart` (SVG), `writer`
+//!   (stdout and files, and the hand-off to the consumers).
+//! - The consumers, ranked above the writer so that it imports none: `sink` (ClickHouse),
+//!   `ipfix`, `recent`, `samples_out`.
+//! - The program: `http` (status page, `/metrics`, the web view), `cli` (cgmon's flags),
+//!   `logging`, `report` (`plot` and `report` from files), `app` (wiring, signals,
+//!   systemd, exit status), `diagnose` (`app::run` with its records kept and printed).
 //!
 //! The facts the code relies on are in the repository's `docs/`: `kernel.md` (sock_diag,
 //! tcp_info, destroy events, measured costs), `cgmon.md` (what is kept for cgmon's users,
 //! and the defects fixed: the ids `B1`…, `R1`… that comments cite) and `records.md` (how a
-//! flow's end is seen and what a record may claim).
+//! flow's end is seen and what a record may claim); `internals.md` walks the rooms.
 
 pub mod analysis;
 pub mod app;
@@ -42,6 +51,7 @@ pub mod clock;
 pub mod diagnose;
 pub mod edges;
 pub mod filter;
+pub mod gzip;
 pub mod http;
 pub mod ipfix;
 /// Real TCP over a path with known delay, loss and rate, in network namespaces: equipment
@@ -57,6 +67,7 @@ pub mod recent;
 pub mod record;
 pub mod report;
 pub mod sampler;
+pub mod samples_out;
 pub mod sink;
 pub mod states;
 pub mod stats;

@@ -232,25 +232,6 @@ impl Recent {
         self.cap > 0
     }
 
-    /// Adds the records of a batch as written (services and destinations named), with the
-    /// chart points of each (`points`: none when the analyzer passed none on). They are
-    /// moved out of `records`, or copied when the sink takes them too (`copy`). Only the
-    /// last `cap` of a batch can stay in the ring: under churn a tick's batch holds hundreds
-    /// of records, and boxing each only to drop it a moment later was dear (benches/RESULTS.md,
-    /// D17).
-    pub fn push_written(&self, records: &mut Vec<FlowStats>, points: Vec<Vec<Point>>, copy: bool) {
-        if points.len() != records.len() || self.cap == 0 {
-            return;
-        }
-        let skip = records.len().saturating_sub(self.cap);
-        let points = points.into_iter().skip(skip);
-        if copy {
-            self.push_all(records[skip..].iter().cloned().zip(points));
-        } else {
-            self.push_all(std::mem::take(records).into_iter().skip(skip).zip(points));
-        }
-    }
-
     /// Adds an entry for each record and its chart points, under one lock, dropping the
     /// oldest entries when full.
     pub fn push_all(&self, ended: impl Iterator<Item = (FlowStats, Vec<Point>)>) {
@@ -308,12 +289,39 @@ impl Recent {
     }
 }
 
-// Tested with real records in `analysis/tests.rs` (a record needs the analyzer).
+/// The writer's consumer that fills the ring: each record as written, with the chart
+/// points the analyzer passed on.
+pub struct Ring(pub Arc<Recent>);
+
+impl crate::edges::Consumer for Ring {
+    fn keeps(&self) -> crate::edges::Keeps {
+        crate::edges::Keeps { records: true, lines: false }
+    }
+
+    /// Only the last `cap` of a batch can stay in the ring: under churn a tick's batch holds
+    /// hundreds of records, and boxing each only to drop it a moment later was dear
+    /// (benches/RESULTS.md, D17). They are moved out of the batch unless a later consumer
+    /// keeps records too.
+    fn take(&mut self, batch: &mut crate::edges::Written<'_>) {
+        let n = batch.records().len();
+        if batch.points.len() != n || self.0.cap == 0 {
+            // None stay; taking none still tells a later keeper that it is the last.
+            drop(batch.keep_records(n));
+            return;
+        }
+        let skip = n.saturating_sub(self.0.cap);
+        let points = std::mem::take(batch.points).into_iter().skip(skip);
+        self.0.push_all(batch.keep_records(skip).into_iter().zip(points));
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::testing::{batch, record};
     use crate::chart::runs;
+    use crate::writer::{MemoryOut, Writer};
+    use std::time::Duration;
 
     fn at(t: f64, rtt: f64) -> Point {
         Point { unix_s: t, rtt_ms: Some(rtt), cwnd_bytes: Some(1000.0), ..Default::default() }
@@ -359,5 +367,157 @@ mod tests {
         let s = spread(p, MAX_POINTS);
         assert!(!s.iter().any(|x| x.unix_s > 999.0 && x.unix_s < 2000.0));
         assert_eq!(line(&s).len(), 2, "the pause breaks the line");
+    }
+
+    fn stdout_cfg() -> crate::writer::WriterConfig {
+        crate::writer::WriterConfig {
+            target: crate::writer::Target::Stdout,
+            pretty: false,
+            rotate_size: None,
+            rotate_interval: None,
+            backlog_bytes: 64 << 20,
+        }
+    }
+
+    #[test]
+    fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life() {
+        use crate::recent::{MAX_POINTS, Recent};
+        let r = Recent::new(3);
+        for cookie in 1..=5u64 {
+            let b = crate::wire::build::SockBuilder::new(cookie, 5000, 80).rtt_us(1000);
+            let mut e = crate::tracker::testing::ended_flow(&[
+                (1_000_000_000, b.clone()),
+                (2_000_000_000, b),
+            ]);
+            let rec = crate::analysis::analyze(&mut e, &crate::analysis::AnalyzerConfig::default());
+            let points = (0..MAX_POINTS * 4 + usize::try_from(cookie).unwrap())
+                .map(|i| crate::record::Point {
+                    unix_s: i as f64,
+                    rtt_ms: Some(1.0),
+                    ..Default::default()
+                })
+                .collect();
+            r.push_all(std::iter::once((rec, points)));
+        }
+        assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
+        let now = std::time::Instant::now();
+        assert!(matches!(r.find(2, now), crate::recent::Found::Unknown));
+        let crate::recent::Found::Kept(four) = r.find(4, now) else { panic!("4 is in the ring") };
+        assert!(four.points.len() <= MAX_POINTS, "{} points kept", four.points.len());
+        let (first, last) = (four.points[0].unix_s, four.points[four.points.len() - 1].unix_s);
+        assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");
+        assert_eq!(four.record.cookie, 4);
+        let off = Recent::new(0);
+        off.push_all(std::iter::once(((*four.record).clone(), Vec::new())));
+        assert!(off.list().is_empty() && !off.enabled());
+    }
+
+    #[test]
+    fn a_recent_entry_is_about_45_kb() {
+        // The figure `--recent-flows`' help and docs/web.md give: the points dominate.
+        use crate::recent::{Ended, MAX_POINTS};
+        use crate::record::Point;
+        let bytes = size_of::<Ended>() + size_of::<FlowStats>() + MAX_POINTS * size_of::<Point>();
+        // 42,248 B when measured, plus its strings (times, addresses, names: a few hundred).
+        assert!((44_000..=45_500).contains(&bytes), "{bytes} B: update the figure");
+    }
+
+    #[test]
+    fn flows_a_page_listed_stay_findable_after_the_ring_drops_them_then_are_gone() {
+        use crate::recent::{Found, KEEP_LISTED, KEEP_LISTED_BYTES, Recent};
+        let t0 = std::time::Instant::now();
+        let recent = Recent::new(2);
+        let put = |i: u64| recent.push_all(std::iter::once((record(i), Vec::new())));
+        let is = |cookie: u64, at: std::time::Instant| match recent.find(cookie, at) {
+            Found::Kept(e) => {
+                assert_eq!(e.cookie, cookie);
+                "kept"
+            }
+            Found::Gone => "gone",
+            Found::Unknown => "unknown",
+        };
+        put(0);
+        put(1);
+        // The page lists cookies 1 and 2; then churn pushes them out of the ring.
+        let listed: Vec<u64> = recent.list_linked(t0).iter().map(|e| e.cookie).collect();
+        assert_eq!(listed, [2, 1]);
+        for i in 2..10 {
+            put(i);
+        }
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        assert_eq!((is(1, at(1)), is(2, at(1))), ("kept", "kept"), "listed: kept");
+        assert_eq!(is(3, at(1)), "unknown", "never listed, left the ring: 404");
+        assert_eq!(is(10, at(1)), "kept", "in the ring");
+        // Listed again at 200 s, cookie 10 is kept from then; 1 and 2 age out at 300 s.
+        recent.list_linked(at(200));
+        let past = KEEP_LISTED.as_secs() + 1;
+        assert_eq!((is(1, at(past)), is(2, at(past))), ("gone", "gone"));
+        for i in 10..20 {
+            put(i);
+        }
+        assert_eq!(is(10, at(past)), "kept", "listed 101 s ago");
+        assert_eq!(is(10, at(200 + past)), "gone");
+        assert_eq!(is(77, at(200 + past)), "unknown");
+        assert_eq!(recent.kept_listed().0, 0, "nothing kept past its time");
+        // The bytes bound: listing entry after entry, the oldest listed go first.
+        let each = {
+            put(100);
+            recent.list_linked(at(1000));
+            recent.kept_listed().1 / 2
+        };
+        let fit = KEEP_LISTED_BYTES / each;
+        let template = record(0);
+        for i in 0..fit as u64 + 10 {
+            let mut r = template.clone();
+            r.cookie = 1001 + i;
+            recent.push_all(std::iter::once((r, Vec::new())));
+            recent.list_linked(at(1000));
+        }
+        let (n, bytes) = recent.kept_listed();
+        assert!(
+            bytes <= KEEP_LISTED_BYTES && n + 2 >= fit,
+            "{n} entries, {bytes} bytes, {fit} fit"
+        );
+        assert_eq!(is(101, at(1000)), "gone", "the oldest listed went first");
+        assert_eq!(is(1001 + fit as u64 + 9, at(1000)), "kept");
+    }
+
+    #[test]
+    fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
+        use crate::record::Point;
+        let tree = tempfile::tempdir().unwrap();
+        let unit = tree.path().join("system.slice/api.service");
+        std::fs::create_dir_all(&unit).unwrap();
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&unit).unwrap());
+        let out = MemoryOut::default();
+        let recent = Arc::new(Recent::new(2));
+        let services = Arc::new(Mutex::new(crate::who::services::Services::with_root(Some(
+            tree.path().to_path_buf(),
+        ))));
+        let dests = Arc::new(Mutex::new(crate::who::dests::Dests::fallbacks()));
+        let namer = crate::who::namer::RecordNamer::new(services, dests);
+        let mut w = Writer::to_stream(stdout_cfg(), Box::new(out.clone()), Arc::default())
+            .unwrap()
+            .with_naming(Box::new(namer))
+            .with_consumer(Box::new(Ring(recent.clone())));
+        let mut b = batch(0..3);
+        b.records[2].cgroup_id = Some(ino);
+        let at = |t: f64| Point { unix_s: t, rtt_ms: Some(t), ..Default::default() };
+        b.points = vec![vec![at(1.0)], vec![at(2.0)], vec![at(3.0), at(4.0)]];
+        w.write_batch(b).unwrap();
+        // The newest two, named as written (the line on stdout says the same), with their
+        // own points.
+        let ring = recent.list();
+        assert_eq!(ring.iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![3, 2]);
+        assert_eq!(ring[0].record.service.as_deref(), Some("api.service"));
+        assert!(ring[0].record.dest_service.is_some(), "its destination named too");
+        assert_eq!(ring[0].points, vec![at(3.0), at(4.0)]);
+        assert_eq!(ring[1].points, vec![at(2.0)]);
+        // A batch without points (none passed on) leaves the ring as it was.
+        w.write_batch(batch(5..6)).unwrap();
+        assert_eq!(recent.list().len(), 2);
+        assert_eq!(recent.list()[0].cookie, 3);
+        w.close(Duration::from_secs(5)).unwrap();
+        assert!(String::from_utf8_lossy(&out.contents()).contains("\"Service\":\"api.service\""));
     }
 }

@@ -207,7 +207,7 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, ValueError> {
     let full = if s.starts_with(':') { format!("[::]{s}") } else { s.to_string() };
     full.parse().map_err(|_| {
         ValueError(format!(
-            "invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9090"
+            "invalid value {s:?} for '--run-http-server': want host:port, e.g. 127.0.0.1:9464"
         ))
     })
 }

@@ -1,4 +1,6 @@
-//! The writer stage: flow records → JSON on stdout or in rotated, gzipped files.
+//! The writer stage: flow records → JSON on stdout or in rotated, gzipped files, and each
+//! batch as written handed to the other outputs ([`crate::edges::Consumer`]s that `app`
+//! wires: the sink, IPFIX, the web view's ring, `--samples-out`).
 //!
 //! It runs on its own OS thread ([`spawn`]), fed by a bounded `std::sync::mpsc` channel,
 //! so a slow disk blocks only this thread and never a tokio worker that samples. Records
@@ -15,11 +17,10 @@
 //!
 //! When the output fails (disk full, permission), the error is logged with the file's name
 //! and counted, records wait in the backlog and are retried every tick; records pushed out
-//! of a full backlog are counted as lost. Nothing is dropped silently.
+//! of a full backlog are counted as lost. Nothing is dropped silently. The consumers get
+//! every batch whether or not the file took it, so they go on while the disk is full.
 
-pub mod deflate;
 mod deliver;
-pub mod dests;
 pub mod file;
 pub mod stream;
 mod thread;
@@ -34,9 +35,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use crate::edges::{Batch, MAX_QUEUED_BYTES, Msg, RECORD_BYTES, RECORDS_CHANNEL_CAPACITY};
+use crate::edges::{Consumer, Written};
 use crate::locks::Locked;
 use crate::metrics::{Metrics, Stage};
-use crate::who::services::Services;
+use crate::who::namer::Naming;
 use file::{FileConfig, OutFile};
 use stream::StreamOut;
 pub use thread::{ReopenRequest, spawn};
@@ -94,8 +96,6 @@ pub struct WriterConfig {
     pub rotate_interval: Option<Duration>,
     /// Most bytes of JSON held while the output cannot take them.
     pub backlog_bytes: u64,
-    /// `--samples-out`: the sample stream's file.
-    pub samples: Option<FileConfig>,
 }
 
 /// The writer failed in a way that stops the program.
@@ -106,8 +106,6 @@ pub enum WriterError {
     Open {
         /// The file or directory.
         path: PathBuf,
-        /// It is the `--samples-out` file (not the records' output).
-        samples: bool,
         /// Why.
         source: io::Error,
     },
@@ -133,15 +131,12 @@ enum Out {
 }
 
 impl Writer {
-    /// Tests: makes every write and sync of the records' file (and the samples file) fail
-    /// with ENOSPC while `full` is set.
+    /// Tests: makes every write and sync of the records' file fail with ENOSPC while
+    /// `full` is set.
     #[cfg(test)]
     pub(crate) fn inject_full(&mut self, full: &Arc<std::sync::atomic::AtomicBool>) {
         if let Out::File(f) = &mut self.out {
             f.full = Some(full.clone());
-        }
-        if let Some(s) = &mut self.samples {
-            s.full = Some(full.clone());
         }
     }
 }
@@ -150,7 +145,6 @@ impl Writer {
 pub struct Writer {
     cfg: WriterConfig,
     out: Out,
-    samples: Option<OutFile>,
     queue: VecDeque<Vec<u8>>,
     queued_bytes: u64,
     metrics: Arc<Metrics>,
@@ -160,24 +154,17 @@ pub struct Writer {
     /// the recovery.
     failing_since: Option<(Instant, u64)>,
     lost_logged: Instant,
-    /// Names records' services. Here, not in the analyzer: an unknown cgroup id walks the
-    /// cgroup tree (at most every few seconds), and this thread is the one stage that may
-    /// block on the file system. Shared with the HTTP server's names when it runs.
-    services: Arc<std::sync::Mutex<Services>>,
-    /// `--dest-map` and the fallbacks: each record's `DestService`.
-    dests: Arc<std::sync::Mutex<dests::Dests>>,
+    /// Names records' services and destinations. Here, not in the analyzer: an unknown
+    /// cgroup id walks the cgroup tree (at most every few seconds), and this thread is the
+    /// one stage that may block on the file system.
+    naming: Option<Box<dyn Naming>>,
+    /// The other outputs, each handed every batch as written, in the order wired.
+    consumers: Vec<Box<dyn Consumer>>,
+    /// How many consumers keep records, and lines ([`crate::edges::Keeps`]).
+    keepers: (usize, usize),
     /// Tests: the next batch panics (a stand-in for a bug) while set.
     #[cfg(test)]
     pub(crate) panic_next: Arc<std::sync::atomic::AtomicBool>,
-    /// `--clickhouse`: every record also goes to the sink's thread, without waiting.
-    sink: Option<std::sync::mpsc::SyncSender<crate::sink::SinkMsg>>,
-    /// When a full hand-off to the sink was last logged.
-    sink_full_logged: Option<Instant>,
-    /// `--ipfix`: every record is also encoded and handed to the exporter's thread, without
-    /// waiting; with the number of collectors (for the drop counts).
-    ipfix: Option<(crate::ipfix::Handoff, usize)>,
-    /// The web view's ring of recently ended flows, when it keeps any.
-    recent: Option<Arc<crate::recent::Recent>>,
     /// The line buffer that records written straight into a file reuse.
     spare: Vec<u8>,
 }
@@ -189,25 +176,20 @@ impl Writer {
     /// # Errors
     /// A file or directory cannot be opened.
     pub fn open(cfg: WriterConfig, metrics: Arc<Metrics>) -> Result<Self, WriterError> {
-        // The samples file opens second; a bad directory for it must not leave the records'
-        // file opened (and an earlier run's moved aside) by a run that never starts.
-        if let Some(fc) = &cfg.samples {
-            fc.check().map_err(|source| open_error(fc, true, source))?;
-        }
         let out = match &cfg.target {
             Target::Stdout => {
                 widen_pipe(libc::STDOUT_FILENO);
                 Out::Stream(stream(Box::new(io::stdout()), &cfg, &metrics)?)
             }
-            Target::File(fc) => Out::File(Box::new(open_file(fc, false, &metrics)?)),
+            Target::File(fc) => Out::File(Box::new(open_file(fc, &metrics)?)),
         };
         Self::with_output(cfg, out, metrics)
     }
 
-    /// A writer onto any stream instead of stdout (tests).
+    /// A writer onto any stream instead of stdout (tests, `diagnose`).
     ///
     /// # Errors
-    /// The samples file cannot be opened.
+    /// The stream's thread cannot start.
     pub fn to_stream(
         cfg: WriterConfig,
         w: Box<dyn Write + Send>,
@@ -222,15 +204,10 @@ impl Writer {
         out: Out,
         metrics: Arc<Metrics>,
     ) -> Result<Self, WriterError> {
-        let samples = match &cfg.samples {
-            Some(fc) => Some(open_file(fc, true, &metrics)?),
-            None => None,
-        };
         let now = Instant::now();
         Ok(Self {
             cfg,
             out,
-            samples,
             queue: VecDeque::new(),
             queued_bytes: 0,
             metrics,
@@ -238,14 +215,11 @@ impl Writer {
             last_flush: now,
             failing_since: None,
             lost_logged: now - Duration::from_secs(3600),
-            services: Arc::default(),
-            dests: Arc::new(std::sync::Mutex::new(dests::Dests::fallbacks())),
+            naming: None,
+            consumers: Vec::new(),
+            keepers: (0, 0),
             #[cfg(test)]
             panic_next: Arc::default(),
-            sink: None,
-            sink_full_logged: None,
-            ipfix: None,
-            recent: None,
             spare: Vec::new(),
         })
     }
@@ -260,15 +234,12 @@ impl Writer {
         #[cfg(test)]
         assert!(!self.panic_next.swap(false, std::sync::atomic::Ordering::Relaxed), "injected");
         if !b.records.is_empty() {
-            let mut s = self.services.locked();
-            let d = self.dests.locked();
-            for r in &mut b.records {
-                r.name_service(&mut s);
-                d.name(r);
+            if let Some(n) = &mut self.naming {
+                n.name(&mut b.records);
             }
-            drop((s, d));
             self.metrics.verdicts.add(b.records.iter().map(verdict_of));
         }
+        let want_lines = self.keepers.1 > 0;
         let mut lines = Vec::new();
         for r in &b.records {
             // Straight into the file while nothing waits: one buffer for every line, and each
@@ -281,12 +252,12 @@ impl Writer {
                 let fmt = serde_json::ser::PrettyFormatter::with_indent(b"\t");
                 let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
                 r.serialize(&mut ser).map_err(io::Error::other).map_err(|e| self.bug(e))?;
-                if self.sink.is_some() {
+                if want_lines {
                     lines.push(serde_json::to_vec(r).map_err(|e| self.bug(e.into()))?);
                 }
             } else {
                 crate::record::json::write_record(r, &mut buf);
-                if self.sink.is_some() {
+                if want_lines {
                     lines.push(buf.clone());
                 }
             }
@@ -297,24 +268,11 @@ impl Writer {
                 self.enqueue(buf);
             }
         }
-        if let Some((x, collectors)) = &mut self.ipfix {
-            x.export(&b.records, *collectors);
-        }
-        if let Some(recent) = &self.recent {
-            recent.push_written(&mut b.records, std::mem::take(&mut b.points), self.sink.is_some());
-        }
-        if self.sink.is_some() && !b.records.is_empty() {
-            let records = std::mem::take(&mut b.records);
-            self.hand_to_sink(records, lines);
-        }
-        if !b.samples.is_empty()
-            && let Some(s) = &mut self.samples
-        {
-            let r = s.write_record(&b.samples).and_then(|()| s.pump());
-            if let Err(e) = r {
-                self.metrics.write_errors.inc();
-                tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
-                    "samples not written");
+        if !b.records.is_empty() || !b.samples.is_empty() {
+            let mut w =
+                Written::new(&mut b.records, &mut lines, &mut b.points, &b.samples, self.keepers);
+            for c in &mut self.consumers {
+                c.take(&mut w);
             }
         }
         self.deliver()?;
@@ -323,57 +281,30 @@ impl Writer {
         Ok(())
     }
 
-    /// Hands every record to the ClickHouse sink too (`--clickhouse`).
+    /// Names every record with `n` before it is written.
     #[must_use]
-    pub fn with_sink(mut self, tx: std::sync::mpsc::SyncSender<crate::sink::SinkMsg>) -> Self {
-        self.sink = Some(tx);
+    pub fn with_naming(mut self, n: Box<dyn Naming>) -> Self {
+        self.naming = Some(n);
         self
     }
 
-    /// Encodes every record for the IPFIX exporter too (`--ipfix`), for `collectors`.
+    /// Hands every batch, as written, to `c` too. Consumers that keep nothing of a batch
+    /// are called first, so that every one of them sees it whole; the last that keeps
+    /// records (or lines) takes them rather than a copy.
     #[must_use]
-    pub fn with_ipfix(mut self, h: crate::ipfix::Handoff, collectors: usize) -> Self {
-        self.ipfix = Some((h, collectors));
-        self
-    }
-
-    /// Hands the batch's records, with their one-line JSON, to the sink. A full hand-off
-    /// (the sink's thread far behind) drops them, counted: the writer never waits for it.
-    fn hand_to_sink(&mut self, records: Vec<crate::record::FlowStats>, lines: Vec<Vec<u8>>) {
-        let Some(tx) = &self.sink else { return };
-        let n = records.len() as u64;
-        let msg: crate::sink::SinkMsg = lines.into_iter().zip(records).collect();
-        if tx.try_send(msg).is_err() {
-            self.metrics.sink.dropped.add(n);
-            if self.sink_full_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                self.sink_full_logged = Some(Instant::now());
-                tracing::error!(target: "cgmon_rs::writer", dropped = self.metrics.sink.dropped.get(),
-                    "the ClickHouse sink's hand-off is full: records dropped for it");
-            }
-        }
-    }
-
-    /// Puts each record, as written, in the web view's ring of recently ended flows (with
-    /// the chart points the analyzer passed on).
-    #[must_use]
-    pub fn with_recent(mut self, r: Arc<crate::recent::Recent>) -> Self {
-        self.recent = Some(r);
-        self
-    }
-
-    /// Names each record's remote end from `d` (`--dest-map`, shared with the web view so
-    /// that a page shows a record as it is written), not only by the fallbacks.
-    #[must_use]
-    pub fn with_destinations(mut self, d: Arc<std::sync::Mutex<dests::Dests>>) -> Self {
-        self.dests = d;
-        self
-    }
-
-    /// Names services with `s` (a cache shared with the HTTP server's, or one under a test's
-    /// own cgroup tree).
-    #[must_use]
-    pub fn with_services(mut self, s: Arc<std::sync::Mutex<Services>>) -> Self {
-        self.services = s;
+    pub fn with_consumer(mut self, c: Box<dyn Consumer>) -> Self {
+        let k = c.keeps();
+        self.keepers.0 += usize::from(k.records);
+        self.keepers.1 += usize::from(k.lines);
+        let at = if k == crate::edges::Keeps::default() {
+            self.consumers
+                .iter()
+                .take_while(|c| c.keeps() == crate::edges::Keeps::default())
+                .count()
+        } else {
+            self.consumers.len()
+        };
+        self.consumers.insert(at, c);
         self
     }
 
@@ -429,23 +360,12 @@ impl Writer {
 
     /// SIGHUP: rotate (when the file holds records and is still ours) and reopen.
     pub fn reopen(&mut self) {
-        self.dests.locked().reload();
+        if let Some(n) = &mut self.naming {
+            n.reopen();
+        }
         self.rotate("SIGHUP");
-        if let Some(s) = &mut self.samples {
-            match s.rotate() {
-                Ok((to, _)) => {
-                    if to.is_some()
-                        && let Some(fc) = &self.cfg.samples
-                    {
-                        retain(fc, &self.metrics);
-                    }
-                }
-                Err(e) => {
-                    self.metrics.write_errors.inc();
-                    tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(),
-                        error = %e, "reopening the samples file failed");
-                }
-            }
+        for c in &mut self.consumers {
+            c.reopen();
         }
     }
 
@@ -454,7 +374,9 @@ impl Writer {
     /// # Errors
     /// Stdout's reader is gone.
     pub fn tick(&mut self, now: Instant) -> Result<(), WriterError> {
-        self.dests.locked().tick(now);
+        if let Some(n) = &mut self.naming {
+            n.tick(now);
+        }
         self.retry_rotation();
         self.deliver()?;
         if now.duration_since(self.last_flush) >= FLUSH_INTERVAL {
@@ -470,13 +392,9 @@ impl Writer {
                     Err(e) => self.failed(&e),
                 }
             }
-            if let Some(s) = &mut self.samples
-                && let Err(e) = s.flush()
-            {
-                self.metrics.write_errors.inc();
-                tracing::warn!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
-                    "flushing the samples file failed");
-            }
+        }
+        for c in &mut self.consumers {
+            c.tick(now);
         }
         if let Some(iv) = self.cfg.rotate_interval
             && !iv.is_zero()
@@ -496,6 +414,15 @@ impl Writer {
     /// # Errors
     /// Records were lost, or stdout's reader is gone.
     pub fn close(mut self, patience: Duration) -> Result<(), WriterError> {
+        let r = self.close_output(patience);
+        // The other outputs are finished whatever became of the records' own.
+        for c in &mut self.consumers {
+            c.close();
+        }
+        r
+    }
+
+    fn close_output(&mut self, patience: Duration) -> Result<(), WriterError> {
         let deadline = Instant::now() + patience;
         loop {
             self.deliver()?;
@@ -533,13 +460,6 @@ impl Writer {
                 Out::Stream(_) => {}
                 Out::File(_) => std::thread::sleep(TICK),
             }
-        }
-        if let Some(s) = &mut self.samples
-            && let Err(e) = s.close()
-        {
-            self.metrics.write_errors.inc();
-            tracing::error!(target: "cgmon_rs::writer", file = %s.path().display(), error = %e,
-                "closing the samples file failed");
         }
         Ok(())
     }
@@ -585,16 +505,13 @@ fn stream(
 ) -> Result<StreamOut, WriterError> {
     let limit = usize::try_from(cfg.backlog_bytes / 4).unwrap_or(usize::MAX);
     let limit = stream::HANDOFF_BYTES.min(limit).max(64 << 10);
-    StreamOut::spawn(w, metrics.clone(), limit).map_err(|source| WriterError::Open {
-        path: "stdout".into(),
-        samples: false,
-        source,
-    })
+    StreamOut::spawn(w, metrics.clone(), limit)
+        .map_err(|source| WriterError::Open { path: "stdout".into(), source })
 }
 
 /// Applies `fc.keep` to `fc`'s rotated files: deletions are logged and counted, and a
 /// directory that cannot be read is a warning (the next rotation tries again).
-fn retain(fc: &FileConfig, metrics: &Metrics) {
+pub fn retain(fc: &FileConfig, metrics: &Metrics) {
     match file::prune(&fc.dir, &fc.name, fc.keep) {
         Ok(deleted) => {
             for (path, bytes) in deleted {
@@ -608,9 +525,13 @@ fn retain(fc: &FileConfig, metrics: &Metrics) {
     }
 }
 
-fn open_file(fc: &FileConfig, samples: bool, metrics: &Metrics) -> Result<OutFile, WriterError> {
-    let (f, rotated) =
-        OutFile::open(fc.clone()).map_err(|source| open_error(fc, samples, source))?;
+/// Opens `fc`, moving an earlier run's file aside (logged, counted, and the rotated files
+/// pruned).
+///
+/// # Errors
+/// The file or its directory cannot be opened.
+pub fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterError> {
+    let (f, rotated) = OutFile::open(fc.clone()).map_err(|source| open_error(fc, source))?;
     if let Some(to) = rotated {
         metrics.rotations.inc();
         tracing::info!(target: "cgmon_rs::writer", to = %to.display(),
@@ -621,8 +542,8 @@ fn open_file(fc: &FileConfig, samples: bool, metrics: &Metrics) -> Result<OutFil
     Ok(f)
 }
 
-fn open_error(fc: &FileConfig, samples: bool, source: io::Error) -> WriterError {
-    WriterError::Open { path: fc.dir.join(&fc.name), samples, source }
+fn open_error(fc: &FileConfig, source: io::Error) -> WriterError {
+    WriterError::Open { path: fc.dir.join(&fc.name), source }
 }
 
 #[cfg(test)]

@@ -392,9 +392,16 @@ fn over_in_slow_start(
 }
 
 /// The kernel's clock tick, ms, as a flow's chrono counters show it, now and at `first`
-/// (the window's first sample): [`crate::analysis::tick::tick_ms`].
+/// (the window's first sample): [`crate::analysis::jiffies::tick_ms`].
 fn tick_of(l: &Last, [b0, r0, s0]: [u32; 3]) -> u32 {
-    crate::analysis::tick::tick_ms(&[l.busy_ms, l.rwnd_limited_ms, l.sndbuf_limited_ms, b0, r0, s0])
+    crate::analysis::jiffies::tick_ms(&[
+        l.busy_ms,
+        l.rwnd_limited_ms,
+        l.sndbuf_limited_ms,
+        b0,
+        r0,
+        s0,
+    ])
 }
 
 /// Where a flow's sampled time went, from its chrono counters' growth.

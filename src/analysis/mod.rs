@@ -573,9 +573,12 @@ pub fn keep_heap_for_reuse() {
 }
 
 pub mod diagnosis;
+pub mod jiffies;
 pub mod samples;
 pub mod stage;
-pub mod tick;
+
+#[cfg(test)]
+pub(crate) mod testing;
 
 #[cfg(test)]
 mod tests;

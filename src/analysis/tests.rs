@@ -271,46 +271,6 @@ fn samples_without_an_rtt_measurement_are_left_out_of_rtt_figures() {
 }
 
 #[test]
-fn the_recent_ring_keeps_the_newest_n_records_with_points_from_their_whole_life() {
-    use crate::recent::{MAX_POINTS, Recent};
-    let r = Recent::new(3);
-    for cookie in 1..=5u64 {
-        let b = SockBuilder::new(cookie, 5000, 80).rtt_us(1000);
-        let mut e = flow(&[(1_000_000_000, b.clone()), (2_000_000_000, b)]);
-        let rec = analyze(&mut e, &AnalyzerConfig::default());
-        let points = (0..MAX_POINTS * 4 + usize::try_from(cookie).unwrap())
-            .map(|i| crate::record::Point {
-                unix_s: i as f64,
-                rtt_ms: Some(1.0),
-                ..Default::default()
-            })
-            .collect();
-        r.push_all(std::iter::once((rec, points)));
-    }
-    assert_eq!(r.list().iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![5, 4, 3]);
-    let now = std::time::Instant::now();
-    assert!(matches!(r.find(2, now), crate::recent::Found::Unknown));
-    let crate::recent::Found::Kept(four) = r.find(4, now) else { panic!("4 is in the ring") };
-    assert!(four.points.len() <= MAX_POINTS, "{} points kept", four.points.len());
-    let (first, last) = (four.points[0].unix_s, four.points[four.points.len() - 1].unix_s);
-    assert_eq!((first, last), (0.0, (MAX_POINTS * 4 + 3) as f64), "from its whole life");
-    assert_eq!(four.record.cookie, 4);
-    let off = Recent::new(0);
-    off.push_all(std::iter::once(((*four.record).clone(), Vec::new())));
-    assert!(off.list().is_empty() && !off.enabled());
-}
-
-#[test]
-fn a_recent_entry_is_about_45_kb() {
-    // The figure `--recent-flows`' help and docs/web.md give: the points dominate.
-    use crate::recent::{Ended, MAX_POINTS};
-    use crate::record::Point;
-    let bytes = size_of::<Ended>() + size_of::<FlowStats>() + MAX_POINTS * size_of::<Point>();
-    // 42,248 B when measured, plus its strings (times, addresses, names: a few hundred).
-    assert!((44_000..=45_500).contains(&bytes), "{bytes} B: update the figure");
-}
-
-#[test]
 fn a_one_sample_record_leaves_out_the_placeholder_correlations() {
     let s = SockBuilder::new(7, 40000, 443).rtt_us(50).cwnd(10);
     let one = analyze(&mut flow(&[(1_000_000_000, s.clone())]), &cfg());

@@ -14,6 +14,7 @@ use crate::poll;
 use crate::sampler::Sampler;
 use crate::sampler::source::Source;
 use crate::tracker::{Tracker, TrackerConfig};
+use crate::who::namer::RecordNamer;
 use crate::writer::{self, Writer};
 
 /// What the web view, the writer and the poll task share: the traffic accounts, the cgroup
@@ -22,7 +23,7 @@ use crate::writer::{self, Writer};
 pub(super) struct Views {
     pub(super) accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     pub(super) services: Arc<std::sync::Mutex<crate::who::services::Services>>,
-    pub(super) dests: Arc<std::sync::Mutex<writer::dests::Dests>>,
+    pub(super) dests: Arc<std::sync::Mutex<crate::who::dests::Dests>>,
 }
 
 /// What the poll task polls.
@@ -93,9 +94,10 @@ pub(super) fn web(
     Ok((Some(start_http(h, served)?), ring))
 }
 
-/// The writer's thread, reading `wrx`, and the fleet sink's beside it (the writer hands it
-/// each record without waiting). Half the shutdown budget is for retrying a failing
-/// output; the rest is for the stages. Err: the exit status.
+/// The writer's thread, reading `wrx`, with its naming and its consumers: the web view's
+/// ring, and the fleet sink's and IPFIX exporter's threads beside it (the writer hands them
+/// each batch without waiting). Half the shutdown budget is for retrying a failing output;
+/// the rest is for the stages. Err: the exit status.
 pub(super) fn outputs(
     s: &Settings,
     writer: Writer,
@@ -105,10 +107,10 @@ pub(super) fn outputs(
     reopen: &writer::ReopenRequest,
     metrics: &Arc<Metrics>,
 ) -> Result<(WriterThread, Option<SinkThread>, Option<IpfixThread>), u8> {
-    let mut writer =
-        writer.with_services(views.services.clone()).with_destinations(views.dests.clone());
+    let namer = RecordNamer::new(views.services.clone(), views.dests.clone());
+    let mut writer = writer.with_naming(Box::new(namer));
     if let Some(r) = ring {
-        writer = writer.with_recent(r);
+        writer = writer.with_consumer(Box::new(crate::recent::Ring(r)));
     }
     let (writer, sink) = start_sink(s, writer, metrics)?;
     let (writer, ipfix) = start_ipfix(s, writer, metrics)?;
@@ -131,7 +133,7 @@ pub(super) fn analyzer_config(s: &Settings) -> crate::analysis::stage::StageConf
 }
 
 /// The ClickHouse sink's thread, when `--clickhouse` asks for it, and the writer that
-/// hands it records.
+/// hands it records (its consumer [`crate::sink::handoff::Handoff`]).
 pub(super) fn start_sink(
     s: &Settings,
     writer: Writer,
@@ -140,7 +142,10 @@ pub(super) fn start_sink(
     let Some(cfg) = s.sink.clone() else { return Ok((writer, None)) };
     let (tx, rx) = std::sync::mpsc::sync_channel(crate::sink::SINK_CHANNEL_CAPACITY);
     match crate::sink::spawn(cfg, rx, metrics.clone(), s.shutdown_timeout / 4) {
-        Ok(t) => Ok((writer.with_sink(tx), Some(t))),
+        Ok(t) => {
+            let h = crate::sink::handoff::Handoff::new(tx, metrics.clone());
+            Ok((writer.with_consumer(Box::new(h)), Some(t)))
+        }
         Err(e) => {
             eprintln!("cgmon-rs: --spool-dir: cannot open the spool: {e}");
             Err(EXIT_USAGE)
@@ -165,8 +170,8 @@ pub(super) fn start_ipfix(
     let n = cfg.collectors.len();
     match crate::ipfix::export::spawn(cfg, rx, metrics.clone()) {
         Ok(t) => {
-            let h = crate::ipfix::Handoff::new(enc, tx, metrics.clone());
-            Ok((writer.with_ipfix(h, n), Some(t)))
+            let h = crate::ipfix::Handoff::new(enc, tx, metrics.clone(), n);
+            Ok((writer.with_consumer(Box::new(h)), Some(t)))
         }
         Err(e) => {
             eprintln!("cgmon-rs: cannot start the IPFIX exporter's thread: {e}");
@@ -179,11 +184,11 @@ pub(super) fn start_ipfix(
 /// records and the web view. A bad file is a usage error, reported here.
 pub(super) fn destinations(
     s: &Settings,
-) -> Result<Arc<std::sync::Mutex<writer::dests::Dests>>, ()> {
-    match s.dest_map.clone().map(writer::dests::Dests::load).transpose() {
-        Ok(d) => {
-            Ok(Arc::new(std::sync::Mutex::new(d.unwrap_or_else(writer::dests::Dests::fallbacks))))
-        }
+) -> Result<Arc<std::sync::Mutex<crate::who::dests::Dests>>, ()> {
+    match s.dest_map.clone().map(crate::who::dests::Dests::load).transpose() {
+        Ok(d) => Ok(Arc::new(std::sync::Mutex::new(
+            d.unwrap_or_else(crate::who::dests::Dests::fallbacks),
+        ))),
         Err(e) => {
             eprintln!("cgmon-rs: --dest-map: {e}");
             Err(())
@@ -196,7 +201,7 @@ pub(super) fn destinations(
 pub(super) fn attributed(
     mut tracker: Tracker,
     process: bool,
-    dests: &Arc<std::sync::Mutex<writer::dests::Dests>>,
+    dests: &Arc<std::sync::Mutex<crate::who::dests::Dests>>,
     metrics: &Arc<Metrics>,
 ) -> Tracker {
     let link = process

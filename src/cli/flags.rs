@@ -27,7 +27,10 @@ HTTP PATHS (with --http ADDR):
   /flow/{cookie}         one flow's charts, verdict and record; /flow/{cookie}/live its refresh
   /health                the monitor's own state
   /metrics               Prometheus metrics (OpenMetrics when asked)
-  /flows, /flows/{cookie}  active flows as JSON
+  /flows, /flows/{cookie}  active flows as JSON: in cookie order, a page of 1,000 at a time
+                         (?limit=N&after=COOKIE, the next page in the Link header); the
+                         busiest first with ?order=busy (or rtt, retrans, age) and
+                         ?offset=N; ?idle=0 leaves out flows still for 30 s
   /healthz               liveness (200 while dumps succeed)
   /flow-duration-histogram  ended flows' durations, cgmon's plain-text histogram
   /static/style.css, /static/live.js  the pages' style and refresh script
@@ -269,7 +272,7 @@ pub struct Cli {
     /// Run every stage on one thread
     #[arg(long = "run-serial", env = "CGMON_RUN_SERIAL", help_heading = "Run")]
     pub serial: bool,
-    /// Listen address of the HTTP status server, e.g. 127.0.0.1:9090 or :9090 (off by default)
+    /// Listen address of the HTTP status server, e.g. 127.0.0.1:9464 or :9464 (off by default)
     ///
     /// Serves / (the host page), /flow/{cookie}, /health, /metrics (Prometheus), /flows,
     /// /flows/{cookie}, /healthz and /flow-duration-histogram (see HTTP PATHS below).

@@ -45,6 +45,8 @@ pub struct Settings {
     pub analyzer: StageConfig,
     /// The output.
     pub writer: WriterConfig,
+    /// `--samples-out`: the sample stream's file.
+    pub samples_out: Option<FileConfig>,
     /// The HTTP server, when asked for.
     pub http: Option<HttpSettings>,
     /// `--netns`: which network namespaces to sample.
@@ -138,6 +140,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             chart_points: 0,
         },
         writer: writer_config(c, &parts.file_name),
+        samples_out: samples_out(c),
         http: c.http_server.map(|addr| HttpSettings {
             addr,
             limits: crate::http::Limits {
@@ -177,22 +180,26 @@ fn writer_config(c: &Cli, file_name: &str) -> WriterConfig {
         }),
         None => Target::Stdout,
     };
-    let samples = c.samples_out.as_ref().map(|p| {
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        FileConfig { dir, name, level: c.compression_level, keep }
-    });
     WriterConfig {
         target,
         pretty: c.pretty,
         rotate_size: c.rotate_size.filter(|&n| n > 0),
         rotate_interval: (!c.rotate_interval.is_zero()).then_some(c.rotate_interval),
         backlog_bytes: c.backlog,
-        samples,
     }
+}
+
+/// `--samples-out`'s file, kept and compressed as the records' files are.
+fn samples_out(c: &Cli) -> Option<FileConfig> {
+    let keep = crate::writer::file::Keep { files: c.keep_files, bytes: c.keep_size };
+    c.samples_out.as_ref().map(|p| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = p.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        FileConfig { dir, name, level: c.compression_level, keep }
+    })
 }
 
 /// The tracker's least pause ([`TrackerConfig::pause_ns`]): three ticks, and with the tiers

@@ -183,6 +183,13 @@ fn one_line_errors_keep_clap_s_choices_and_suggestions() {
 }
 
 #[test]
+fn a_missing_argument_is_named_on_the_same_line() {
+    let e = <crate::report::ReportCli as clap::Parser>::try_parse_from(["report"]).unwrap_err();
+    let line = crate::cli::one_line(&e.to_string());
+    assert!(line.ends_with("not provided: --output <FILE>, <RECORDS>..."), "{line}");
+}
+
+#[test]
 fn help_and_version() {
     let Parsed::Print(h) = parse(["--help".to_string()]).unwrap() else { panic!() };
     for want in ["EXIT STATUS", "EXAMPLES", "-run-interval", "[default: 1s]", "SIGHUP", "CGMON_"] {
@@ -357,7 +364,7 @@ fn issue_32_flag_edges() {
     .unwrap();
     let keep = crate::writer::file::Keep { files: 3, bytes: 1 << 30 };
     assert!(matches!(&c.settings.writer.target, Target::File(f) if f.keep == keep));
-    assert_eq!(c.settings.writer.samples.as_ref().unwrap().keep, keep);
+    assert_eq!(c.settings.samples_out.as_ref().unwrap().keep, keep);
 }
 
 #[test]

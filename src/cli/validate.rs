@@ -29,7 +29,7 @@ pub(super) fn validate(cli: Cli, env: EnvOrigins) -> Result<Config, UsageError> 
     let (http_token, warnings) = super::sink_flags::http_token(&cli, &env)?;
     // A map that does not parse is a usage error now, not a surprise at the first SIGHUP.
     if let Some(p) = &cli.dest_map {
-        crate::writer::dests::Dests::load(p.clone())
+        crate::who::dests::Dests::load(p.clone())
             .map_err(|e| UsageError(format!("--dest-map: {e}{}", env.suffix(&["dest_map"]))))?;
     }
     let summary = summary(&cli, filter.as_ref(), &file_name);

@@ -3,6 +3,92 @@
 
 use crate::record::{ABSENT_U64, FlowId, Line, View};
 use crate::tracker::Flow;
+use crate::tracker::views::Order;
+
+/// How a `/flows` request pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paging {
+    /// Cookie order, every flow, the next page after the last cookie (`?after=`): stable
+    /// while flows come and go.
+    Cursor,
+    /// An order of the host page's, or without idle flows: pages at offsets.
+    Ordered {
+        /// The order, largest first.
+        order: Order,
+        /// Idle flows listed too.
+        idle: bool,
+    },
+}
+
+impl Paging {
+    /// From `?order=`, `?idle=`, `?after=` and `?offset=`. Err: a one-line message naming
+    /// the bad value.
+    pub fn of(
+        order: Option<&str>,
+        idle: Option<u8>,
+        after: Option<u64>,
+        offset: Option<usize>,
+    ) -> Result<Self, String> {
+        let order = match order {
+            None | Some("cookie") => Order::Cookie,
+            Some("busy") => Order::Rate,
+            Some(name) => Order::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+                format!("invalid order {name:?}: cookie, busy (or rate), rtt, retrans or age\n")
+            })?,
+        };
+        let idle = match idle {
+            None | Some(1) => true,
+            Some(0) => false,
+            Some(n) => return Err(format!("invalid idle {n}: 0 or 1\n")),
+        };
+        if order == Order::Cookie && idle {
+            return match offset {
+                Some(_) => Err("offset pages an order (order=busy…); cookie order pages with \
+                                after=COOKIE\n"
+                    .into()),
+                None => Ok(Paging::Cursor),
+            };
+        }
+        if after.is_some() {
+            return Err("after pages the cookie order of every flow; with order or idle=0, \
+                        page with offset=N\n"
+                .into());
+        }
+        Ok(Paging::Ordered { order, idle })
+    }
+}
+
+/// A `/flows` page at an offset.
+#[derive(Debug, Clone, Copy)]
+pub struct Ordered {
+    /// The order.
+    pub order: Order,
+    /// Idle flows listed too.
+    pub idle: bool,
+    /// Flows before the page.
+    pub offset: usize,
+    /// Page size.
+    pub limit: usize,
+    /// Only this namespace's flows.
+    pub netns: Option<u32>,
+}
+
+impl Ordered {
+    /// The next page's `Link` header when `listed` flows are past this page.
+    pub fn next(&self, listed: usize, netns: Option<&str>) -> Option<String> {
+        let next = self.offset.saturating_add(self.limit);
+        (next < listed).then(|| {
+            let ns =
+                netns.map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)));
+            format!(
+                "</flows?order={}&idle={}&offset={next}&limit={}{ns}>; rel=\"next\"",
+                self.order.name(),
+                u8::from(self.idle),
+                self.limit
+            )
+        })
+    }
+}
 
 /// `f` (a view copy: its samples are the newest few, `stage.window` counts all) as JSON,
 /// with its latest sample, and with those samples when `recent`.
@@ -46,4 +132,33 @@ pub fn view(
     };
     // Serialising numbers and strings into a Value cannot fail.
     serde_json::to_value(&v).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_keeps_the_cookie_cursor_and_pages_an_order_by_offset() {
+        assert_eq!(Paging::of(None, None, Some(7), None), Ok(Paging::Cursor));
+        let busy = Paging::Ordered { order: Order::Rate, idle: true };
+        assert_eq!(Paging::of(Some("busy"), None, None, Some(5)), Ok(busy));
+        let quiet = Paging::Ordered { order: Order::Cookie, idle: false };
+        assert_eq!(Paging::of(None, Some(0), None, None), Ok(quiet));
+        for (o, i, a, off, word) in [
+            (Some("fast"), None, None, None, "\"fast\""),
+            (None, Some(2), None, None, "idle 2"),
+            (Some("rtt"), None, Some(1), None, "after"),
+            (None, None, None, Some(3), "offset"),
+        ] {
+            let e = Paging::of(o, i, a, off).unwrap_err();
+            assert!(e.contains(word) && e.trim_end().lines().count() == 1, "{e}");
+        }
+        let p = Ordered { order: Order::Rate, idle: false, offset: 0, limit: 2, netns: None };
+        assert_eq!(p.next(2, None), None);
+        assert_eq!(
+            p.next(3, Some("a b")).unwrap(),
+            "</flows?order=rate&idle=0&offset=2&limit=2&netns=a%20b>; rel=\"next\""
+        );
+    }
 }

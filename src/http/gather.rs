@@ -182,17 +182,7 @@ pub(super) async fn host(
             Err(msg) => return bad(msg),
         }
     };
-    let ov = match ask(&c, |tx| Query::Overview {
-        order,
-        offset,
-        limit,
-        keep: web::SPARK_SAMPLES,
-        filter,
-        judge: crate::analysis::diagnosis::so_far_index,
-        tx,
-    })
-    .await
-    {
+    let ov = match super::overview(&c, (order, offset, limit), web::SPARK_SAMPLES, filter).await {
         Ok(ov) => ov,
         Err(r) => return r,
     };
@@ -301,8 +291,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
     let end = f.last_ts_ns;
     let mut e = EndedFlow::new(f, EndReason::Shutdown, end);
     let mut r = crate::analysis::analyze(&mut e, &c.analysis);
-    r.name_service(&mut c.services.locked());
-    c.dests.locked().name(&mut r);
+    crate::who::namer::name(&mut c.services.locked(), &c.dests.locked(), &mut r);
     let f = &e.flow;
     let latest = points.last().copied().unwrap_or_default();
     let mut facts: Vec<(String, String)> = vec![
@@ -370,8 +359,7 @@ fn active_view(c: &Ctx, f: Flow) -> FlowView {
 /// The view of ended flow `e`, from the ring, its service named as the written record's is.
 fn ended_view(c: &Ctx, e: &Ended) -> FlowView {
     let mut record = (*e.record).clone();
-    record.name_service(&mut c.services.locked());
-    c.dests.locked().name(&mut record);
+    crate::who::namer::name(&mut c.services.locked(), &c.dests.locked(), &mut record);
     let rec: serde_json::Value = serde_json::to_value(&record).unwrap_or_default();
     let text = |k: &str| match &rec[k] {
         serde_json::Value::String(s) => s.clone(),

@@ -18,6 +18,8 @@
 //! - `GET /`: an HTML page (no JavaScript): pipeline stages with calls and min/mean/max/stddev
 //!   time, flows, churn, records, destroy events, memory.
 //! - `GET /metrics`: Prometheus text format ([`prom`]).
+//! - `GET /flows?order=busy&offset=N&idle=0`: the same, busiest first (or by RTT,
+//!   retransmits, age) at an offset, idle flows left out with `idle=0`.
 //! - `GET /flows?limit=N&after=COOKIE`: active flows with their latest sample, as JSON, a
 //!   page at a time in cookie order (default 1,000, at most 10,000); a `Link: rel="next"`
 //!   header names the next page and `X-Total-Count` the active flows. 429 with
@@ -67,7 +69,7 @@ struct Ctx {
     netns: Option<Arc<std::sync::Mutex<Vec<String>>>>,
     accounts: Arc<std::sync::Mutex<Vec<crate::tracker::accounts::Account>>>,
     services: Arc<std::sync::Mutex<crate::who::services::Services>>,
-    dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
+    dests: Arc<std::sync::Mutex<crate::who::dests::Dests>>,
     recent: Arc<crate::recent::Recent>,
     analysis: Arc<crate::analysis::AnalyzerConfig>,
 }
@@ -114,7 +116,7 @@ pub struct Served {
     /// writer's records (one cache, one walk of the cgroup tree).
     pub services: Arc<std::sync::Mutex<crate::who::services::Services>>,
     /// Destination names, shared with the writer (`--dest-map`).
-    pub dests: Arc<std::sync::Mutex<crate::writer::dests::Dests>>,
+    pub dests: Arc<std::sync::Mutex<crate::who::dests::Dests>>,
     /// The recently ended flows the analyzer keeps.
     pub recent: Arc<crate::recent::Recent>,
     /// How records are computed (for a live flow's provisional record, and the clock
@@ -184,22 +186,34 @@ struct PageQuery {
     limit: Option<usize>,
     after: Option<u64>,
     netns: Option<String>,
+    order: Option<String>,
+    offset: Option<usize>,
+    idle: Option<u8>,
 }
 
 async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection>) -> Response {
+    let bad = |msg: String| (StatusCode::BAD_REQUEST, msg).into_response();
     let q = match q {
         Ok(Query_(q)) => q,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(e) => return bad(format!("{e}\n")),
     };
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
-        let msg = format!("invalid limit {limit}: 1 to {MAX_PAGE}\n");
-        return (StatusCode::BAD_REQUEST, msg).into_response();
+        return bad(format!("invalid limit {limit}: 1 to {MAX_PAGE}\n"));
     }
     let netns = match c.netns_index(q.netns.as_deref()) {
         Ok(ns) => ns,
-        Err(msg) => return (StatusCode::BAD_REQUEST, msg).into_response(),
+        Err(msg) => return bad(msg),
     };
+    match flows::Paging::of(q.order.as_deref(), q.idle, q.after, q.offset) {
+        Ok(flows::Paging::Cursor) => {}
+        Ok(flows::Paging::Ordered { order, idle }) => {
+            let offset = q.offset.unwrap_or(0);
+            let p = flows::Ordered { order, idle, offset, limit, netns };
+            return ordered_flows(&c, p, q.netns.as_deref()).await;
+        }
+        Err(msg) => return bad(msg),
+    }
     let page = match ask(&c, |tx| Query::List { after: q.after, limit, netns, tx }).await {
         Ok(p) => p,
         Err(r) => return r,
@@ -220,6 +234,44 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
         .map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)));
     if let Some(Some(last)) = next
         && let Ok(v) = format!("</flows?limit={limit}&after={last}{filter}>; rel=\"next\"").parse()
+    {
+        h.insert(header::LINK, v);
+    }
+    r
+}
+
+/// The host view of the poll task's flows: `offset..offset + limit` in `order` (`page`),
+/// each with its `keep` newest samples, judged so far as the host page judges them.
+async fn overview(
+    c: &Ctx,
+    (order, offset, limit): (crate::tracker::views::Order, usize, usize),
+    keep: usize,
+    filter: crate::tracker::views::Filter,
+) -> Result<crate::tracker::views::Overview, Response> {
+    let judge = crate::analysis::diagnosis::so_far_index;
+    ask(c, |tx| Query::Overview { order, offset, limit, keep, filter, judge, tx }).await
+}
+
+/// `/flows` in an order of the host page's (`?order=`), or without idle flows
+/// (`?idle=0`): a page at an offset, the next one in the `Link` header.
+async fn ordered_flows(c: &Ctx, p: flows::Ordered, netns_name: Option<&str>) -> Response {
+    let filter =
+        crate::tracker::views::Filter { slots: None, verdict: None, idle: p.idle, netns: p.netns };
+    let ov = match overview(c, (p.order, p.offset, p.limit), 1, filter).await {
+        Ok(ov) => ov,
+        Err(r) => return r,
+    };
+    let offset_ns = c.analysis.realtime_offset_ns;
+    let body: Vec<_> = (ov.page.iter().zip(&ov.netns))
+        .map(|(f, &ns)| view(f, false, c.netns_name(ns).as_deref(), offset_ns))
+        .collect();
+    let listed = if p.idle { ov.matched } else { ov.matched - ov.idle };
+    let mut r = Json(body).into_response();
+    let h = r.headers_mut();
+    h.insert("x-total-count", ov.matched.into());
+    h.insert("x-idle-count", ov.idle.into());
+    if let Some(link) = p.next(listed, netns_name)
+        && let Ok(v) = link.parse()
     {
         h.insert(header::LINK, v);
     }

@@ -118,27 +118,32 @@ pub fn fnv1a32(b: &[u8]) -> u32 {
     b.iter().fold(0x811c_9dc5u32, |h, &x| (h ^ u32::from(x)).wrapping_mul(0x0100_0193))
 }
 
-/// The writer's end: encodes each batch's records and hands the bodies over.
+/// The writer's end, a consumer of its batches: encodes each batch's records on the
+/// writer's thread and hands the bodies to the export thread.
 pub struct Handoff {
     encoder: encode::Encoder,
     tx: SyncSender<Vec<encode::Chunk>>,
     metrics: Arc<Metrics>,
     full_logged: Option<std::time::Instant>,
+    /// Collectors the export thread sends to: a dropped record counts once for each.
+    collectors: usize,
 }
 
 impl Handoff {
-    /// A hand-off into `tx`, encoding with `cfg`.
+    /// A hand-off into `tx`, encoding with `cfg`, for `collectors` collectors.
     pub fn new(
         cfg: encode::EncodeConfig,
         tx: SyncSender<Vec<encode::Chunk>>,
         metrics: Arc<Metrics>,
+        collectors: usize,
     ) -> Self {
-        Handoff { encoder: encode::Encoder::new(cfg), tx, metrics, full_logged: None }
+        Handoff { encoder: encode::Encoder::new(cfg), tx, metrics, full_logged: None, collectors }
     }
 
     /// Encodes `records` and hands them to the export thread, without waiting: a full
     /// hand-off drops them (counted once per collector, as the sequence numbers skip them).
-    pub fn export(&mut self, records: &[FlowStats], collectors: usize) {
+    pub fn export(&mut self, records: &[FlowStats]) {
+        let collectors = self.collectors;
         let mut chunks = Vec::new();
         self.encoder.encode(records, &mut chunks);
         if chunks.is_empty() {
@@ -155,6 +160,12 @@ impl Handoff {
                     "the IPFIX exporter's hand-off is full: records dropped for it");
             }
         }
+    }
+}
+
+impl crate::edges::Consumer for Handoff {
+    fn take(&mut self, batch: &mut crate::edges::Written<'_>) {
+        self.export(batch.records());
     }
 }
 

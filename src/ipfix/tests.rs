@@ -391,10 +391,10 @@ fn a_collector_that_does_not_read_never_holds_up_the_sender() {
     let m = Arc::new(Metrics::default());
     let (tx, chan) = std::sync::mpsc::sync_channel(CHANNEL_CAPACITY);
     let t = export::spawn(c, chan, m.clone()).unwrap();
-    let mut h = Handoff::new(cfg(Some(PEN)), tx, m.clone());
+    let mut h = Handoff::new(cfg(Some(PEN)), tx, m.clone(), 1);
     let records: Vec<FlowStats> = (0..100).map(record).collect();
     for _ in 0..200 {
-        h.export(&records, 1);
+        h.export(&records);
     }
     drop(h);
     t.join().unwrap();

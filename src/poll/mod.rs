@@ -439,11 +439,9 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         // walker (those already gone cost no walk); its answers reach their flows.
         self.tracker.ask_owners();
         self.tracker.settle_owners();
-        let (t, sp, out, m, pacer) =
-            (&mut self.tracker, &mut self.spaces, &mut self.out, &self.metrics, &mut self.pacer);
         let r = match plan {
-            Plan::Exact => exact_poll(t, sp, out, m, pacer).await,
-            Plan::Full(why) => full_dump(t, sp, out, m, pacer, now_ns, why).await,
+            Plan::Exact => exact_poll(self.tick_parts()).await,
+            Plan::Full(why) => full_dump(self.tick_parts(), now_ns, why).await,
         };
         self.drain_destroyed();
         match r {
@@ -562,10 +560,21 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
     /// Applies the destroy events queued now in every namespace ([`spaces::drain_all`]):
     /// pushed work, charged apart from the budget. Returns what `drain_all` does.
     fn drain_destroyed(&mut self) -> (usize, bool) {
-        let (s, t, o, m) = (&mut self.spaces, &mut self.tracker, &mut self.out, &self.metrics);
-        let (r, cpu) = cpu_timed_sync(|| spaces::drain_all(s, t, o, m));
-        m.budget.pushed(cpu);
+        let Tick { spaces, tracker, out, metrics, .. } = self.tick_parts();
+        let (r, cpu) = cpu_timed_sync(|| spaces::drain_all(spaces, tracker, out, metrics));
+        metrics.budget.pushed(cpu);
         r
+    }
+
+    /// The parts a tick works on, borrowed together.
+    fn tick_parts(&mut self) -> Tick<'_, S, D> {
+        Tick {
+            tracker: &mut self.tracker,
+            spaces: &mut self.spaces,
+            out: &mut self.out,
+            metrics: &self.metrics,
+            pacer: &mut self.pacer,
+        }
     }
 
     /// Hands the flows ended since the last hand-off on to the analyzer (pushed work, as
@@ -604,15 +613,10 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         if self.last_plan == Some(Plan::Exact) {
             let start = tokio::time::Instant::now();
             let now_ns = start.duration_since(self.grid0).as_nanos() as u64;
-            let (t, sp, out, m, pacer) = (
-                &mut self.tracker,
-                &mut self.spaces,
-                &mut self.out,
-                &self.metrics,
-                &mut self.pacer,
-            );
-            match full_dump(t, sp, out, m, pacer, now_ns, Why::Due).await {
-                Ok(Some(d)) => dump_done(&d, t, out, m, start),
+            match full_dump(self.tick_parts(), now_ns, Why::Due).await {
+                Ok(Some(d)) => {
+                    dump_done(&d, &mut self.tracker, &mut self.out, &self.metrics, start)
+                }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "the last full dump, at the stop, failed"),
             }
@@ -683,7 +687,7 @@ pub mod pace;
 mod spaces;
 mod tick;
 pub use spaces::{Space, SpaceUpdate, Walk};
-use tick::{dump_done, dump_failed, exact_poll, full_dump, resolve_sides, skip_missed_ticks};
+use tick::{Tick, dump_done, dump_failed, exact_poll, full_dump, resolve_sides, skip_missed_ticks};
 
 #[cfg(test)]
 mod tests;

@@ -4,19 +4,25 @@
 
 use super::*;
 
+/// What one tick works on, borrowed from the poll loop ([`Poll::tick_parts`]).
+pub(super) struct Tick<'a, S, D> {
+    pub(super) tracker: &'a mut Tracker,
+    pub(super) spaces: &'a mut [Space<S, D>],
+    pub(super) out: &'a mut Vec<EndedFlow>,
+    pub(super) metrics: &'a Metrics,
+    pub(super) pacer: &'a mut Pacer,
+}
+
 /// A full dump: every socket of the namespaces it walks (all of them, unless the budget
 /// lets it leave out those where nothing moved) goes through the tracker; its CPU cost
 /// paces the next.
 /// `Ok(Some(dump))` for [`dump_done`] to finish.
 pub(super) async fn full_dump<S: DumpSource, D: DumpSource>(
-    tracker: &mut Tracker,
-    spaces: &mut [Space<S, D>],
-    out: &mut Vec<EndedFlow>,
-    metrics: &Metrics,
-    pacer: &mut Pacer,
+    tk: Tick<'_, S, D>,
     now_ns: u64,
     why: Why,
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
+    let Tick { tracker, spaces, out, metrics, pacer } = tk;
     let opened = tracker.stats().flows_opened;
     let walk = match why {
         Why::Always => Walk::Every,
@@ -85,12 +91,9 @@ pub(super) async fn resolve_sides<S: DumpSource, D>(
 }
 
 pub(super) async fn exact_poll<S: DumpSource, D: DumpSource>(
-    tracker: &mut Tracker,
-    spaces: &mut [Space<S, D>],
-    out: &mut Vec<EndedFlow>,
-    metrics: &Metrics,
-    pacer: &mut Pacer,
+    tk: Tick<'_, S, D>,
 ) -> Result<Option<crate::sampler::Dump>, SampleError> {
+    let Tick { tracker, spaces, out, metrics, pacer } = tk;
     let mut p = ExactPoll::default();
     let (r, cpu) = cpu_timed(spaces::poll_all(spaces, tracker, out, &mut p)).await;
     metrics.sampling_cpu_ns.add(cpu);

@@ -319,8 +319,8 @@ pub struct FlowStats {
     /// cgroup2 id (directory inode); absent when the kernel sent none.
     #[serde(rename = "CgroupID", skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
-    /// The service that cgroup names (`nginx.service`, `docker:0123456789ab`), set by the
-    /// writer ([`FlowStats::name_service`]); absent without a cgroup id or when the cgroup
+    /// The service that cgroup names (`nginx.service`, `docker:0123456789ab`), set before
+    /// the record is written (`who::namer`); absent without a cgroup id or when the cgroup
     /// was gone by then.
     #[serde(rename = "Service", skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
@@ -349,14 +349,10 @@ pub struct FlowStats {
 }
 
 impl FlowStats {
-    /// Names the record's service from its cgroup id with `services`, unless named already:
-    /// what the writer does before writing it, and the web view before showing it.
-    pub fn name_service(&mut self, services: &mut crate::who::services::Services) {
-        if self.service.is_none()
-            && let Some(id) = self.cgroup_id
-        {
-            self.service = services.lookup(id);
-        }
+    /// The remote end's address: the one the kernel gave, else the record's text parsed
+    /// back (a record made elsewhere, read from a file).
+    pub fn remote_ip(&self) -> Option<std::net::IpAddr> {
+        self.id.addrs.map(|(_, dst)| dst).or_else(|| self.id.dst_ip.parse().ok())
     }
 }
 

@@ -1,7 +1,6 @@
 //! What the program emits, below every stage: the flow record and its parts, the sample
 //! as retained (packed: `sample`), and the sample line. The analysis builds records; the
-//! writer and the HTTP side add only the service name (`FlowStats::name_service`) and
-//! otherwise read them. The logic here is construction, packing and serialisation; what a
+//! writer and the HTTP side add only the names (`who::namer`) and otherwise read them. The logic here is construction, packing and serialisation; what a
 //! record says is decided in `analysis`. (The field names and units are cgmon's where it had
 //! the field: docs/cgmon.md.)
 //!

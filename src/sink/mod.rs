@@ -20,8 +20,10 @@
 //!   so that a retry never stores it twice.
 //!
 //! - [`client`]: the server over HTTP, the table's set-up at first contact;
+//! - [`target`]: `--clickhouse`'s URL: server, database, table and credentials;
 //! - [`spool`]: batches on disk across restarts;
-//! - [`filling`]: the batch being filled, on disk as its rows come.
+//! - [`filling`]: the batch being filled, on disk as its rows come;
+//! - [`handoff`]: the writer's end, a consumer of its batches.
 //!
 //! The facts it relies on are in docs/clickhouse.md.
 
@@ -30,6 +32,7 @@ pub mod client;
 pub mod ddl;
 pub mod delivery;
 pub mod filling;
+pub mod handoff;
 pub mod pressure;
 pub mod row;
 pub mod spool;
@@ -584,14 +587,12 @@ impl State {
     }
 }
 
-/// `rows` as one gzip member, by the writer's encoder for record streams (its level 1,
-/// `writer::deflate`): rows are the writer's records with a few fields more, and it is the
+/// `rows` as one gzip member, by the encoder for record streams (its level 1,
+/// `gzip`): rows are the writer's records with a few fields more, and it is the
 /// cheapest of the encoders on them (benches/RESULTS.md, D25).
 fn gzip(rows: &[u8]) -> Vec<u8> {
-    let mut gz = crate::writer::deflate::Gzip::new(
-        Vec::with_capacity(rows.len() / 8),
-        crate::writer::deflate::FAST_LEVEL,
-    );
+    let mut gz =
+        crate::gzip::Gzip::new(Vec::with_capacity(rows.len() / 8), crate::gzip::FAST_LEVEL);
     // Into memory: neither can fail.
     gz.write_all(rows).expect("writing to memory");
     gz.finish().expect("writing to memory")

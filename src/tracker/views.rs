@@ -44,6 +44,8 @@ pub enum Order {
     Retrans,
     /// Time since the first sample (oldest first).
     Age,
+    /// Socket cookie, smallest first (`/flows`' own order; not offered by the page).
+    Cookie,
 }
 
 impl Order {
@@ -54,6 +56,7 @@ impl Order {
             Order::Rtt => "rtt",
             Order::Retrans => "retrans",
             Order::Age => "age",
+            Order::Cookie => "cookie",
         }
     }
 
@@ -299,6 +302,7 @@ impl super::Tracker {
                 Order::Rtt => u64::from(rtt_us),
                 Order::Retrans => u64::from(l.total_retrans),
                 Order::Age => u64::MAX - f.first_ts_ns,
+                Order::Cookie => u64::MAX - h.cookie,
             };
             keyed.push((key, slot as u32, (all.len() - 1) as u32));
         }

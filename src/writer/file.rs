@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::deflate::Gzip;
+use crate::gzip::Gzip;
 
 /// The file's settings.
 #[derive(Debug, Clone)]

@@ -4,7 +4,10 @@ use std::io::Read;
 use std::sync::Mutex;
 
 use super::*;
+use crate::analysis::testing::{batch, record};
 use crate::tracker::testing::ended_flow;
+use crate::who::namer::RecordNamer;
+use crate::who::services::Services;
 use crate::wire::build::SockBuilder;
 
 fn cfg(target: Target) -> WriterConfig {
@@ -14,16 +17,11 @@ fn cfg(target: Target) -> WriterConfig {
         rotate_size: None,
         rotate_interval: None,
         backlog_bytes: 64 << 20,
-        samples: None,
     }
 }
 
 fn file_cfg(dir: &std::path::Path, name: &str) -> FileConfig {
     FileConfig { dir: dir.to_path_buf(), name: name.into(), level: 6, keep: file::Keep::default() }
-}
-
-fn batch(range: std::ops::Range<u64>) -> Batch {
-    Batch { records: range.map(record).collect(), ..Batch::default() }
 }
 
 /// Every record in a (possibly multi-member, possibly cut) gzip file, by cookie, and
@@ -410,74 +408,6 @@ fn a_missing_directory_fails_at_open_naming_it() {
 }
 
 #[test]
-fn flows_a_page_listed_stay_findable_after_the_ring_drops_them_then_are_gone() {
-    use crate::recent::{Found, KEEP_LISTED, KEEP_LISTED_BYTES, Recent};
-    let t0 = std::time::Instant::now();
-    let recent = Recent::new(2);
-    let put = |i: u64| recent.push_all(std::iter::once((record(i), Vec::new())));
-    let is = |cookie: u64, at: std::time::Instant| match recent.find(cookie, at) {
-        Found::Kept(e) => {
-            assert_eq!(e.cookie, cookie);
-            "kept"
-        }
-        Found::Gone => "gone",
-        Found::Unknown => "unknown",
-    };
-    put(0);
-    put(1);
-    // The page lists cookies 1 and 2; then churn pushes them out of the ring.
-    let listed: Vec<u64> = recent.list_linked(t0).iter().map(|e| e.cookie).collect();
-    assert_eq!(listed, [2, 1]);
-    for i in 2..10 {
-        put(i);
-    }
-    let at = |s: u64| t0 + std::time::Duration::from_secs(s);
-    assert_eq!((is(1, at(1)), is(2, at(1))), ("kept", "kept"), "listed: kept");
-    assert_eq!(is(3, at(1)), "unknown", "never listed, left the ring: 404");
-    assert_eq!(is(10, at(1)), "kept", "in the ring");
-    // Listed again at 200 s, cookie 10 is kept from then; 1 and 2 age out at 300 s.
-    recent.list_linked(at(200));
-    let past = KEEP_LISTED.as_secs() + 1;
-    assert_eq!((is(1, at(past)), is(2, at(past))), ("gone", "gone"));
-    for i in 10..20 {
-        put(i);
-    }
-    assert_eq!(is(10, at(past)), "kept", "listed 101 s ago");
-    assert_eq!(is(10, at(200 + past)), "gone");
-    assert_eq!(is(77, at(200 + past)), "unknown");
-    assert_eq!(recent.kept_listed().0, 0, "nothing kept past its time");
-    // The bytes bound: listing entry after entry, the oldest listed go first.
-    let each = {
-        put(100);
-        recent.list_linked(at(1000));
-        recent.kept_listed().1 / 2
-    };
-    let fit = KEEP_LISTED_BYTES / each;
-    let template = record(0);
-    for i in 0..fit as u64 + 10 {
-        let mut r = template.clone();
-        r.cookie = 1001 + i;
-        recent.push_all(std::iter::once((r, Vec::new())));
-        recent.list_linked(at(1000));
-    }
-    let (n, bytes) = recent.kept_listed();
-    assert!(bytes <= KEEP_LISTED_BYTES && n + 2 >= fit, "{n} entries, {bytes} bytes, {fit} fit");
-    assert_eq!(is(101, at(1000)), "gone", "the oldest listed went first");
-    assert_eq!(is(1001 + fit as u64 + 9, at(1000)), "kept");
-}
-
-/// A record of a synthetic flow `i` (cookie `i + 1`, local port 5000 + i) of three samples.
-fn record(i: u64) -> crate::analysis::FlowStats {
-    let s = SockBuilder::new(i + 1, 5000 + (i % 60000) as u16, 80);
-    let mut e = ended_flow(&[
-        (1_000_000_000, s.clone().rtt_us(10_000).cwnd(10).bytes_acked(1000)),
-        (2_000_000_000, s.clone().rtt_us(12_000).cwnd(12).bytes_acked(5000 + i)),
-        (3_000_000_000, s.rtt_us(11_000).cwnd(14).bytes_acked(9000 + i)),
-    ]);
-    crate::analysis::analyze(&mut e, &crate::analysis::AnalyzerConfig::default())
-}
-
-#[test]
 fn a_line_is_what_serde_json_writes_for_the_record() {
     // One sample (seven equal numbers in each summary, written once and copied) and three.
     let s = SockBuilder::new(9, 5009, 80).rtt_us(23).cwnd(10).bytes_acked(102);
@@ -520,9 +450,10 @@ fn records_name_their_cgroups_service() {
     let out = MemoryOut::default();
     let m = Arc::new(Metrics::default());
     let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
+    let dests = Arc::new(Mutex::new(crate::who::dests::Dests::fallbacks()));
     let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), m)
         .unwrap()
-        .with_services(services);
+        .with_naming(Box::new(RecordNamer::new(services, dests)));
     let mut b = batch(0..4);
     b.records[0].cgroup_id = Some(ino(&unit));
     b.records[1].cgroup_id = Some(ino(&ctr));
@@ -538,41 +469,7 @@ fn records_name_their_cgroups_service() {
     assert_eq!(recs[1]["Service"], "docker:0123456789ab");
     assert!(recs[2].get("Service").is_none(), "an unknown cgroup names no service");
     assert!(recs[3].get("Service").is_none() && recs[3].get("CgroupID").is_none());
-}
-
-#[test]
-fn the_web_views_ring_gets_each_record_as_written_with_its_points() {
-    use crate::record::Point;
-    let tree = tempfile::tempdir().unwrap();
-    let unit = tree.path().join("system.slice/api.service");
-    std::fs::create_dir_all(&unit).unwrap();
-    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&unit).unwrap());
-    let out = MemoryOut::default();
-    let recent = Arc::new(crate::recent::Recent::new(2));
-    let services = Arc::new(Mutex::new(Services::with_root(Some(tree.path().to_path_buf()))));
-    let mut w = Writer::to_stream(cfg(Target::Stdout), Box::new(out.clone()), Arc::default())
-        .unwrap()
-        .with_services(services)
-        .with_recent(recent.clone());
-    let mut b = batch(0..3);
-    b.records[2].cgroup_id = Some(ino);
-    let at = |t: f64| Point { unix_s: t, rtt_ms: Some(t), ..Default::default() };
-    b.points = vec![vec![at(1.0)], vec![at(2.0)], vec![at(3.0), at(4.0)]];
-    w.write_batch(b).unwrap();
-    // The newest two, named as written (the line on stdout says the same), with their
-    // own points.
-    let ring = recent.list();
-    assert_eq!(ring.iter().map(|e| e.cookie).collect::<Vec<_>>(), vec![3, 2]);
-    assert_eq!(ring[0].record.service.as_deref(), Some("api.service"));
-    assert!(ring[0].record.dest_service.is_some(), "its destination named too");
-    assert_eq!(ring[0].points, vec![at(3.0), at(4.0)]);
-    assert_eq!(ring[1].points, vec![at(2.0)]);
-    // A batch without points (none passed on) leaves the ring as it was.
-    w.write_batch(batch(5..6)).unwrap();
-    assert_eq!(recent.list().len(), 2);
-    assert_eq!(recent.list()[0].cookie, 3);
-    w.close(Duration::from_secs(5)).unwrap();
-    assert!(String::from_utf8_lossy(&out.contents()).contains("\"Service\":\"api.service\""));
+    assert!(recs.iter().all(|r| r["DestService"].is_string()), "destinations named too");
 }
 
 /// Every record of every `f*.json.gz` file in `dir`, and whether each file is a complete
@@ -704,49 +601,6 @@ fn a_record_taken_before_a_write_fails_is_written_once() {
         assert_eq!(got, (1..=N).collect::<Vec<_>>(), "{name}: each record once");
         assert_eq!(m.records_written.get(), N);
     }
-}
-
-#[test]
-fn issue_32_a_close_that_fails_on_a_full_disk_is_finished_by_a_later_one() {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    let dir = tempfile::tempdir().unwrap();
-    let m = Arc::new(Metrics::default());
-    let c = WriterConfig {
-        samples: Some(file_cfg(dir.path(), "s.json.gz")),
-        ..cfg(Target::File(file_cfg(dir.path(), "f.json.gz")))
-    };
-    let mut w = Writer::open(c, m.clone()).unwrap();
-    let full = Arc::new(AtomicBool::new(false));
-    w.inject_full(&full);
-    let mut b = batch(0..4);
-    b.samples = b"{\"s\":1}\n".to_vec();
-    w.write_batch(b).unwrap();
-    full.store(true, Relaxed);
-    // A rotation and a flush of the samples file while full, then the disk frees during
-    // the shutdown's patience.
-    w.reopen();
-    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
-    let f2 = full.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        f2.store(false, Relaxed);
-    });
-    w.close(Duration::from_secs(5)).unwrap();
-    t.join().unwrap();
-    assert_eq!(all_gz(dir.path()).iter().filter(|&&c| c <= 4).count(), 4);
-    assert_eq!(m.records_written.get(), 4);
-    // The samples file's one line is there too, in a complete stream.
-    let mut samples = 0;
-    for e in std::fs::read_dir(dir.path()).unwrap() {
-        let p = e.unwrap().path();
-        if p.file_name().unwrap().to_string_lossy().starts_with("s.") {
-            let raw = std::fs::read(&p).unwrap();
-            let mut text = String::new();
-            flate2::read::MultiGzDecoder::new(&raw[..]).read_to_string(&mut text).unwrap();
-            samples += text.lines().count();
-        }
-    }
-    assert_eq!(samples, 1);
 }
 
 #[test]
@@ -888,4 +742,69 @@ fn a_rotation_that_cannot_rename_writes_on_into_the_live_file() {
         };
         assert_eq!(cookies(&text), [1, 2, 3, 4], "{name}: every record, none held back");
     }
+}
+
+/// A consumer that remembers what it was handed: how many records it saw whole, and what
+/// it kept.
+struct Seen {
+    keeps: crate::edges::Keeps,
+    log: Arc<Mutex<Vec<String>>>,
+    name: &'static str,
+}
+
+impl crate::edges::Consumer for Seen {
+    fn keeps(&self) -> crate::edges::Keeps {
+        self.keeps
+    }
+    fn take(&mut self, b: &mut crate::edges::Written<'_>) {
+        let seen = b.records().len();
+        let kept = if self.keeps.records { b.keep_records(0).len() } else { 0 };
+        let lines = if self.keeps.lines { b.keep_lines() } else { Vec::new() };
+        let cookies: Vec<u64> = lines.iter().flat_map(|l| cookies(l)).collect();
+        self.log.locked().push(format!("{}: saw {seen} kept {kept} lines {cookies:?}", self.name));
+    }
+    fn tick(&mut self, _: Instant) {
+        self.log.locked().push(format!("{}: tick", self.name));
+    }
+    fn close(&mut self) {
+        self.log.locked().push(format!("{}: close", self.name));
+    }
+}
+
+#[test]
+fn every_consumer_gets_each_batch_as_written_even_while_the_disk_is_full() {
+    use crate::edges::Keeps;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let seen = |name, records, lines| {
+        Box::new(Seen { keeps: Keeps { records, lines }, log: log.clone(), name })
+    };
+    let (_dir, m, w, _full) = on_a_disk("f.json.gz", true);
+    // Wired keepers first: the writer still calls the one that keeps nothing first, so it
+    // sees the batch whole; the first keeper gets copies, the last takes the records.
+    let mut w = w
+        .with_consumer(seen("ring", true, false))
+        .with_consumer(seen("sink", true, true))
+        .with_consumer(seen("ipfix", false, false));
+    w.write_batch(batch(0..3)).unwrap();
+    assert_eq!(m.records_written.get(), 0, "the full disk took none yet");
+    w.write_batch(Batch::default()).unwrap(); // nothing to hand over
+    w.tick(Instant::now() + FLUSH_INTERVAL).unwrap();
+    assert_eq!(
+        log.locked().clone(),
+        [
+            "ipfix: saw 3 kept 0 lines []",
+            "ring: saw 3 kept 3 lines []",
+            "sink: saw 3 kept 3 lines [1, 2, 3]",
+            "ipfix: tick",
+            "ring: tick",
+            "sink: tick",
+        ]
+    );
+    assert!(m.write_errors.get() > 0, "the file failed meanwhile");
+    drop(w.close(Duration::from_millis(10)));
+    assert!(log.locked().ends_with(&[
+        "ipfix: close".into(),
+        "ring: close".into(),
+        "sink: close".into()
+    ]));
 }

@@ -204,7 +204,7 @@ fn every_cgmon_rs_command_line_the_readme_shows_runs() {
             .replace("/tmp/cgmon", &format!("{d}/cgmon"))
             .replace("-writer-dir output", &format!("-writer-dir {d}/output"))
             .replace(" samples.ndjson.gz", &format!(" {d}/samples.ndjson.gz"))
-            .replace("127.0.0.1:9090", "127.0.0.1:0")
+            .replace("127.0.0.1:9464", "127.0.0.1:0")
             .replace("127.0.0.1:9464", "127.0.0.1:0")
             .replace("--seconds 30", "--seconds 2")
             .replace("diagnose --netns all", "diagnose --seconds 2 --netns all")
@@ -260,4 +260,39 @@ fn the_readmes_example_record_fits_the_schema() {
     let mut bad = record.clone();
     bad["Diagnosis"]["Cause"] = "small-window".into();
     assert!(!v.is_valid(&bad));
+}
+
+/// Every `src/…` path a text names, its trailing punctuation cut.
+fn source_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("src/") {
+        if text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '/' || c == '_') {
+            continue; // part of a longer path (`benches/src/…`, `crate_src/`)
+        }
+        let p: String = text[i..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || matches!(c, '/' | '_' | '.' | '-'))
+            .collect();
+        out.push(p.trim_end_matches(['.', ',']).to_string());
+    }
+    out
+}
+
+#[test]
+fn every_source_path_the_docs_name_exists() {
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for p in source_paths(&text) {
+            checked += 1;
+            if !root().join(&p).exists() {
+                missing.push(format!("{}: {p}", doc.display()));
+            }
+        }
+    }
+    assert!(checked > 10, "only {checked} paths: is the scan reading them?");
+    assert!(missing.is_empty(), "paths that do not exist:\n{}", missing.join("\n"));
+    let t = "see `src/who/services.rs`, and src/poll/. Not tests/src/x.";
+    assert_eq!(source_paths(t), ["src/who/services.rs", "src/poll/"]);
 }

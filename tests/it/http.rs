@@ -176,7 +176,7 @@ fn issue_32_two_hundred_slow_readers_do_not_block_scrapes() {
 }
 
 #[test]
-fn flows_come_a_page_at_a_time_in_cookie_order() {
+fn flows_come_a_page_at_a_time_in_cookie_order_or_busiest_first() {
     let l = TcpListener::bind((crate::program::own_address(), 0)).unwrap();
     let a = l.local_addr().unwrap();
     let (m, addr) = monitor(&crate::program::port_filter(a), &[]);
@@ -220,8 +220,39 @@ fn flows_come_a_page_at_a_time_in_cookie_order() {
     assert_eq!(v["Cookie"].as_u64(), Some(seen[5]));
     let recent = v["RecentSamples"].as_array().unwrap();
     assert!(!recent.is_empty() && recent.len() as u64 <= v["Samples"].as_u64().unwrap(), "{v}");
+    // The busiest first: one pair moves data, and its ends head `?order=busy`, with the
+    // next page at an offset (a host with thousands of idle flows in cookie order showed
+    // none of its busy ones on the first page).
+    let busy_port = pairs[7].client.local_addr().unwrap().port();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let top = loop {
+        pairs[7].exchange(200_000).unwrap();
+        let r = http_get(&addr, "/flows?order=busy&limit=2");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        let page = body(&r);
+        let ports: Vec<u64> = page
+            .iter()
+            .flat_map(|f| [f["ID"]["SrcPort"].as_u64(), f["ID"]["DstPort"].as_u64()])
+            .flatten()
+            .collect();
+        if ports.iter().all(|&p| p == u64::from(busy_port) || p == u64::from(a.port())) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the busy pair never came first: {page:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(body(&top).len(), 2, "both ends of the busy pair: {top}");
+    let next = header(&top, "link").unwrap_or_default();
+    assert!(next.contains("order=rate&idle=1&offset=2&limit=2"), "{next}");
     // Bad paging values are the client's error, named.
-    for bad in ["/flows?limit=0", "/flows?limit=99999", "/flows?after=x"] {
+    for bad in [
+        "/flows?limit=0",
+        "/flows?limit=99999",
+        "/flows?after=x",
+        "/flows?order=fastest",
+        "/flows?order=busy&after=5",
+        "/flows?offset=5",
+    ] {
         let r = http_get(&addr, bad);
         assert!(r.starts_with("HTTP/1.1 400"), "{bad}: {r}");
     }

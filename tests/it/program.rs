@@ -689,7 +689,7 @@ fn a_stdout_reader_that_pauses_loses_no_record() {
     assert!(st.success(), "{log}");
     assert!(rest.is_empty(), "{rest:?}");
     // Exit status 0 already says none was lost or dropped.
-    assert!(log.contains("records: 3000 written,"), "{log}");
+    assert!(log.contains("stopped: 3,000 records written"), "{log}");
 }
 
 #[test]
@@ -715,6 +715,9 @@ fn records_pushed_out_of_a_full_backlog_fail_the_run() {
     assert_eq!(st.code(), Some(1), "{log}");
     assert!(log.contains("records were lost during the run"), "{log}");
     assert!(!log.contains("successful termination"), "{log}");
+    // The stop line names the loss with its count, from the counters.
+    let stop = log.lines().find(|l| l.contains("stopped: ")).unwrap_or_else(|| panic!("{log}"));
+    assert!(stop.contains("lost (the output failed)") && stop.len() < 200, "{stop}");
 }
 
 #[test]

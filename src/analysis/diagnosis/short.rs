@@ -1,6 +1,6 @@
 //! Flows too short for their busy time to give a rate: judged by what they are.
 //!
-//! A flow whose busy time grew by fewer than [`crate::analysis::tick::MIN_TICKS`] clock
+//! A flow whose busy time grew by fewer than [`crate::analysis::jiffies::MIN_TICKS`] clock
 //! ticks has no rate worth dividing: its bytes over one or two 4 ms ticks read as hundreds
 //! of Mbit/s. Such a transfer that ended still in slow start (its ssthresh never set) was
 //! bounded by round trips, not by a window or the network's bandwidth: on a path whose
@@ -30,7 +30,7 @@ pub fn judge(
     in_slow_start: bool,
 ) -> Option<(&'static str, Option<&'static str>, String)> {
     let ticks = busy_ms / tick_ms.max(1.0);
-    if ticks >= crate::analysis::tick::MIN_TICKS || bytes < MIN_JUDGED_BYTES {
+    if ticks >= crate::analysis::jiffies::MIN_TICKS || bytes < MIN_JUDGED_BYTES {
         return None;
     }
     let sent = crate::units::si_bytes(bytes);
@@ -51,7 +51,7 @@ pub fn judge(
         format!(
             "too short to judge: {sent} in {busy_ms:.0} ms busy, under {} clock ticks of \
              {tick_ms:.0} ms, too few to give a rate",
-            crate::analysis::tick::MIN_TICKS
+            crate::analysis::jiffies::MIN_TICKS
         ),
     ))
 }

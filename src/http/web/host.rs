@@ -233,6 +233,7 @@ fn active_flows(b: &mut String, h: &Host) {
             Order::Rtt => "RTT",
             Order::Retrans => "retransmits",
             Order::Age => "age",
+            Order::Cookie => "cookie",
         };
         if o == h.order {
             let _ = write!(b, " <b aria-current=\"true\">{label}</b>");

@@ -1,4 +1,4 @@
-//! The destination map as the writer keeps it (`--dest-map`): loaded at the start, read
+//! The destination map as the monitor keeps it (`--dest-map`): loaded at the start, read
 //! again on SIGHUP and when the file's modification time changes (checked once a second),
 //! and the host's own addresses (what `local` names) read again once a minute. A map that
 //! no longer parses is reported and the one before it kept: records go on being named.
@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::record::FlowStats;
 use crate::who::destinations::{DestMap, own_addresses};
 
 /// How often the file's modification time is looked at.
@@ -61,13 +60,10 @@ impl Dests {
         self.map.name(addr, port)
     }
 
-    /// Names the record's remote end.
-    pub fn name(&self, r: &mut FlowStats) {
-        // The address the kernel gave, else the text parsed back (a record made elsewhere).
-        let ip = r.id.addrs.map(|(_, dst)| dst).or_else(|| r.id.dst_ip.parse().ok());
-        if let Some(ip) = ip {
-            r.dest_service = Some(self.map.name_str(ip, r.id.dst_port).to_string());
-        }
+    /// The name of a remote end as a record's `DestService` carries it; the caller sets
+    /// the field.
+    pub fn name(&self, addr: std::net::IpAddr, port: u16) -> &str {
+        self.map.name_str(addr, port)
     }
 
     /// Reads the file again (SIGHUP), keeping the map before it when it fails.
@@ -78,14 +74,14 @@ impl Dests {
         };
         match read(path) {
             Ok((map, mtime)) => {
-                tracing::info!(target: "cgmon_rs::writer", file = %path.display(),
+                tracing::info!(target: "cgmon_rs::who", file = %path.display(),
                     entries = map.len(), "destination map read");
                 (self.map, self.mtime) = (map, mtime);
             }
             Err(e) => {
                 // The mtime is taken, so that a bad file is reported once, not every second.
                 self.mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-                tracing::error!(target: "cgmon_rs::writer", error = %e,
+                tracing::error!(target: "cgmon_rs::who", error = %e,
                     "destination map not read again; the one before it stays");
             }
         }

@@ -580,5 +580,4 @@ fn run_lengths(lens: &[u8]) -> Vec<(u8, u8)> {
 }
 
 #[cfg(test)]
-#[path = "deflate_tests.rs"]
 mod tests;
