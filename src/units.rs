@@ -299,25 +299,28 @@ impl std::fmt::Debug for Secret {
 /// the file and its length.
 ///
 /// # Errors
-/// Why it cannot be read so, in words for a log or usage line.
+/// Why it cannot be read so, in words for a log or usage line (`InvalidData` for a file
+/// that is not regular or is too large).
 pub fn open_regular(
     p: &std::path::Path,
     max: u64,
     follow: bool,
-) -> Result<(std::fs::File, u64), String> {
+) -> std::io::Result<(std::fs::File, u64)> {
+    use std::io::{Error, ErrorKind};
     use std::os::unix::fs::OpenOptionsExt;
     let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nofollow | libc::O_NONBLOCK)
         .open(p)
-        .map_err(|e| format!("cannot open: {e}"))?;
-    let m = f.metadata().map_err(|e| format!("cannot stat: {e}"))?;
+        .map_err(|e| Error::new(e.kind(), format!("cannot open: {e}")))?;
+    let m = f.metadata().map_err(|e| Error::new(e.kind(), format!("cannot stat: {e}")))?;
     if !m.is_file() {
-        return Err("not a regular file".into());
+        return Err(Error::new(ErrorKind::InvalidData, "not a regular file"));
     }
     if m.len() > max {
-        return Err(format!("{} bytes, over the {max} it may have", m.len()));
+        let why = format!("{} bytes, over the {max} it may have", m.len());
+        return Err(Error::new(ErrorKind::InvalidData, why));
     }
     Ok((f, m.len()))
 }

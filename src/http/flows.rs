@@ -28,31 +28,32 @@ impl Paging {
         idle: Option<u8>,
         after: Option<u64>,
         offset: Option<usize>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, super::BadRequest> {
+        let bad = |msg: String| super::BadRequest(msg);
         let order = match order {
             None | Some("cookie") => Order::Cookie,
             Some("busy") => Order::Rate,
             Some(name) => Order::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
-                format!("invalid order {name:?}: cookie, busy (or rate), rtt, retrans or age\n")
+                bad(format!("invalid order {name:?}: cookie, busy (or rate), rtt, retrans or age"))
             })?,
         };
         let idle = match idle {
             None | Some(1) => true,
             Some(0) => false,
-            Some(n) => return Err(format!("invalid idle {n}: 0 or 1\n")),
+            Some(n) => return Err(bad(format!("invalid idle {n}: 0 or 1"))),
         };
         if order == Order::Cookie && idle {
             return match offset {
-                Some(_) => Err("offset pages an order (order=busy…); cookie order pages with \
-                                after=COOKIE\n"
-                    .into()),
+                Some(_) => Err(bad("offset pages an order (order=busy…); cookie order pages \
+                                    with after=COOKIE"
+                    .into())),
                 None => Ok(Paging::Cursor),
             };
         }
         if after.is_some() {
-            return Err("after pages the cookie order of every flow; with order or idle=0, \
-                        page with offset=N\n"
-                .into());
+            return Err(bad("after pages the cookie order of every flow; with order or idle=0, \
+                            page with offset=N"
+                .into()));
         }
         Ok(Paging::Ordered { order, idle })
     }
@@ -151,8 +152,8 @@ mod tests {
             (Some("rtt"), None, Some(1), None, "after"),
             (None, None, None, Some(3), "offset"),
         ] {
-            let e = Paging::of(o, i, a, off).unwrap_err();
-            assert!(e.contains(word) && e.trim_end().lines().count() == 1, "{e}");
+            let e = Paging::of(o, i, a, off).unwrap_err().0;
+            assert!(e.contains(word) && e.lines().count() == 1, "{e}");
         }
         let p = Ordered { order: Order::Rate, idle: false, offset: 0, limit: 2, netns: None };
         assert_eq!(p.next(2, None), None);

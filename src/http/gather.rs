@@ -10,7 +10,7 @@ use axum::response::{Html, IntoResponse, Response};
 use rustc_hash::FxHashMap;
 
 use super::web::{self, Filters, FlowView, Host, Row, ServiceRow};
-use super::{Ctx, ask};
+use super::{BadRequest, Ctx, ask};
 use crate::analysis::diagnosis::{VERDICTS, Window, so_far, so_far_number};
 use crate::chart::flow::num;
 use crate::locks::Locked;
@@ -37,10 +37,6 @@ pub(super) struct HostQuery {
 /// A query value, `None` when empty.
 fn given(v: Option<String>) -> Option<String> {
     v.filter(|v| !v.is_empty())
-}
-
-fn bad(msg: String) -> Response {
-    (StatusCode::BAD_REQUEST, msg + "\n").into_response()
 }
 
 /// Service names of account slots, resolved once per request and slot.
@@ -116,16 +112,13 @@ fn row(
 
 /// `/`'s filters as the tracker applies them: the account slots of the service or
 /// destination asked for, and the verdict's index.
-fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filter, String> {
-    let verdict =
-        match &f.verdict {
-            None => None,
-            Some(v) => {
-                Some(VERDICTS.iter().position(|x| x == v).ok_or_else(|| {
-                    format!("invalid verdict {v:?}: one of {}", VERDICTS.join(", "))
-                })? as u8)
-            }
-        };
+fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filter, BadRequest> {
+    let verdict = match &f.verdict {
+        None => None,
+        Some(v) => Some(VERDICTS.iter().position(|x| x == v).ok_or_else(|| {
+            BadRequest(format!("invalid verdict {v:?}: one of {}", VERDICTS.join(", ")))
+        })? as u8),
+    };
     let slots = (f.service.is_some() || f.dest.is_some()).then(|| {
         (0..nm.accounts.len() as u32)
             .filter(|&s| {
@@ -142,12 +135,12 @@ fn filter_of(f: &Filters, netns: Option<u32>, nm: &mut Names<'_>) -> Result<Filt
 /// what is wrong with it.
 fn host_request(
     q: Result<Query_<HostQuery>, QueryRejection>,
-) -> Result<(Order, usize, usize, Filters), String> {
-    let Query_(q) = q.map_err(|e| format!("{e}"))?;
-    let order = parse_order(q.order.as_deref()).map_err(|msg| msg.0)?;
+) -> Result<(Order, usize, usize, Filters), BadRequest> {
+    let Query_(q) = q.map_err(|e| BadRequest(e.to_string()))?;
+    let order = parse_order(q.order.as_deref()).map_err(|msg| BadRequest(msg.0))?;
     let limit = q.limit.unwrap_or(web::DEFAULT_ROWS);
     if limit == 0 || limit > web::MAX_ROWS {
-        return Err(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS));
+        return Err(BadRequest(format!("invalid limit {limit}: 1 to {}", web::MAX_ROWS)));
     }
     let filters = Filters {
         service: given(q.service),
@@ -166,11 +159,11 @@ pub(super) async fn host(
 ) -> Response {
     let (order, limit, offset, filters) = match host_request(q) {
         Ok(r) => r,
-        Err(msg) => return bad(msg),
+        Err(e) => return e.into_response(),
     };
     let netns = match c.netns_index(filters.netns.as_deref()) {
         Ok(ns) => ns,
-        Err(msg) => return bad(msg.trim_end().to_string()),
+        Err(e) => return e.into_response(),
     };
     let accounts = c.accounts.locked().clone();
     let filter = {
@@ -179,7 +172,7 @@ pub(super) async fn host(
             Names { accounts: &accounts, services: &mut services, cache: FxHashMap::default() };
         match filter_of(&filters, netns, &mut nm) {
             Ok(f) => f,
-            Err(msg) => return bad(msg),
+            Err(e) => return e.into_response(),
         }
     };
     let ov = match super::overview(&c, (order, offset, limit), web::SPARK_SAMPLES, filter).await {

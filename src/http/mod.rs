@@ -79,7 +79,7 @@ impl Ctx {
     ///
     /// # Errors
     /// None is so named: the message for a 400.
-    fn netns_index(&self, name: Option<&str>) -> Result<Option<u32>, String> {
+    fn netns_index(&self, name: Option<&str>) -> Result<Option<u32>, BadRequest> {
         let Some(name) = name else { return Ok(None) };
         let found = self.netns.as_ref().and_then(|n| {
             let names = n.locked();
@@ -87,7 +87,7 @@ impl Ctx {
         });
         match found {
             Some(i) => Ok(Some(i as u32)),
-            None => Err(format!("no sampled network namespace named {name:?}\n")),
+            None => Err(BadRequest(format!("no sampled network namespace named {name:?}"))),
         }
     }
 
@@ -180,6 +180,18 @@ async fn ask<T>(c: &Ctx, q: impl FnOnce(oneshot::Sender<T>) -> Query) -> Result<
     rx.await.map_err(|_| stopped())
 }
 
+/// A request the server cannot answer as asked: the client's error. Its message, one line
+/// naming the bad value, is the 400's body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        (StatusCode::BAD_REQUEST, self.0 + "\n").into_response()
+    }
+}
+
 /// `/flows`' query string.
 #[derive(Debug, serde::Deserialize)]
 struct PageQuery {
@@ -192,18 +204,18 @@ struct PageQuery {
 }
 
 async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection>) -> Response {
-    let bad = |msg: String| (StatusCode::BAD_REQUEST, msg).into_response();
+    let bad = |msg: String| BadRequest(msg).into_response();
     let q = match q {
         Ok(Query_(q)) => q,
-        Err(e) => return bad(format!("{e}\n")),
+        Err(e) => return bad(e.to_string()),
     };
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > MAX_PAGE {
-        return bad(format!("invalid limit {limit}: 1 to {MAX_PAGE}\n"));
+        return bad(format!("invalid limit {limit}: 1 to {MAX_PAGE}"));
     }
     let netns = match c.netns_index(q.netns.as_deref()) {
         Ok(ns) => ns,
-        Err(msg) => return bad(msg),
+        Err(e) => return e.into_response(),
     };
     match flows::Paging::of(q.order.as_deref(), q.idle, q.after, q.offset) {
         Ok(flows::Paging::Cursor) => {}
@@ -212,7 +224,7 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
             let p = flows::Ordered { order, idle, offset, limit, netns };
             return ordered_flows(&c, p, q.netns.as_deref()).await;
         }
-        Err(msg) => return bad(msg),
+        Err(e) => return e.into_response(),
     }
     let page = match ask(&c, |tx| Query::List { after: q.after, limit, netns, tx }).await {
         Ok(p) => p,

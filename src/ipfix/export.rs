@@ -105,7 +105,7 @@ impl Collector {
             std::thread::Builder::new()
                 .name("cgmon-ipfix-dns".into())
                 .spawn(move || {
-                    let _ = tx.send(resolve(&addr));
+                    let _ = tx.send(resolve(&addr).map_err(|e| e.to_string()));
                 })
                 .map_err(Failure::Other)?;
             self.lookup = Some((rx, true));
@@ -151,12 +151,12 @@ impl Collector {
     }
 }
 
-fn resolve(a: &CollectorAddr) -> Result<SocketAddr, String> {
+fn resolve(a: &CollectorAddr) -> Result<SocketAddr, super::AddrError> {
     (a.host.as_str(), a.port)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", a.host))?
+        .map_err(|e| super::AddrError::Resolve { host: a.host.clone(), why: e.to_string() })?
         .next()
-        .ok_or_else(|| format!("{} has no address", a.host))
+        .ok_or_else(|| super::AddrError::NoAddress(a.host.clone()))
 }
 
 /// The exporter's state across chunks.

@@ -39,35 +39,73 @@ pub struct CollectorAddr {
     pub port: u16,
 }
 
+/// Why a collector's address is not one: each names the part that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    /// No port.
+    #[error("expected HOST:PORT (an IPv6 address as [::1]:4739)")]
+    NoPort,
+    /// A port that is not 1 to 65535.
+    #[error("port {0:?} is not a number from 1 to 65535")]
+    Port(String),
+    /// `[` without `]`.
+    #[error("an opening [ without its closing ]")]
+    Unclosed,
+    /// Brackets around something that is not an IPv6 address.
+    #[error("{0:?} is not an IPv6 address")]
+    NotIpv6(String),
+    /// An IPv6 address without brackets.
+    #[error("an IPv6 address goes in brackets: [::1]:4739")]
+    Unbracketed,
+    /// No host.
+    #[error("the host is empty")]
+    EmptyHost,
+    /// Spaces or control characters in the host.
+    #[error("{0:?} is not a host name")]
+    BadHost(String),
+    /// The name could not be looked up (at run time).
+    #[error("cannot resolve {host}: {why}")]
+    Resolve {
+        /// The name.
+        host: String,
+        /// The resolver's answer.
+        why: String,
+    },
+    /// The name has no address.
+    #[error("{0} has no address")]
+    NoAddress(String),
+}
+
 impl CollectorAddr {
     /// `HOST:PORT`, `A.B.C.D:PORT` or `[IPV6]:PORT`.
     ///
     /// # Errors
-    /// What is wrong with it, in words.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    /// What is wrong with it.
+    pub fn parse(s: &str) -> Result<Self, AddrError> {
+        // `[::1]` alone: its last colon is inside the brackets, so it has no port.
+        if s.starts_with('[') && s.ends_with(']') {
+            return Err(AddrError::NoPort);
+        }
         let Some((host, port)) = s.rsplit_once(':') else {
-            return Err("expected HOST:PORT (an IPv6 address as [::1]:4739)".into());
+            return Err(AddrError::NoPort);
         };
         let port: u16 = port
             .parse()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| format!("port {port:?} is not a number from 1 to 65535"))?;
+            .ok_or_else(|| AddrError::Port(port.to_string()))?;
         let host = match host.strip_prefix('[') {
             Some(h) => {
-                let h = h.strip_suffix(']').ok_or("an opening [ without its closing ]")?;
-                h.parse::<std::net::Ipv6Addr>()
-                    .map_err(|_| format!("{h:?} is not an IPv6 address"))?;
+                let h = h.strip_suffix(']').ok_or(AddrError::Unclosed)?;
+                h.parse::<std::net::Ipv6Addr>().map_err(|_| AddrError::NotIpv6(h.to_string()))?;
                 h
             }
-            None if host.contains(':') => {
-                return Err("an IPv6 address goes in brackets: [::1]:4739".into());
-            }
-            None if host.is_empty() => return Err("the host is empty".into()),
+            None if host.contains(':') => return Err(AddrError::Unbracketed),
+            None if host.is_empty() => return Err(AddrError::EmptyHost),
             None => host,
         };
         if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("{host:?} is not a host name"));
+            return Err(AddrError::BadHost(host.to_string()));
         }
         Ok(CollectorAddr { host: host.to_string(), port })
     }

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::batch::Batch;
-use super::spool::{MAX_FILE, create_new, open_regular};
+use super::spool::{MAX_FILE, SpoolError, create_new, open_regular};
 
 /// The file of the batch being filled.
 #[derive(Debug)]
@@ -118,14 +118,14 @@ impl Filling {
 ///
 /// # Errors
 /// It is not a file of ours (no head, not a regular file, too large).
-pub fn read_left(p: &Path) -> Result<Option<Batch>, String> {
+pub fn read_left(p: &Path) -> Result<Option<Batch>, SpoolError> {
     let (f, _) = open_regular(p)?;
     let mut raw = Vec::new();
-    f.take(MAX_FILE + 1).read_to_end(&mut raw).map_err(|e| format!("cannot read: {e}"))?;
-    let nl = memchr::memchr(b'\n', &raw).ok_or("no batch head")?;
-    let id = std::str::from_utf8(&raw[..nl]).map_err(|_| "a head that is not text")?;
+    f.take(MAX_FILE + 1).read_to_end(&mut raw).map_err(|e| SpoolError::Read(e.to_string()))?;
+    let nl = memchr::memchr(b'\n', &raw).ok_or(SpoolError::NoHead)?;
+    let id = std::str::from_utf8(&raw[..nl]).map_err(|_| SpoolError::NoHead)?;
     if id.is_empty() || id.chars().any(char::is_control) {
-        return Err("no batch head".into());
+        return Err(SpoolError::NoHead);
     }
     let body = &raw[nl + 1..];
     let whole = memchr::memrchr(b'\n', body).map_or(0, |i| i + 1);

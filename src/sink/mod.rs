@@ -246,7 +246,7 @@ fn recover_filled(
             }
             Ok(_) => {}
             Err(why) => {
-                spool::set_aside(p, &why);
+                spool::set_aside(p, &why.to_string());
                 continue;
             }
         }
@@ -492,7 +492,7 @@ fn read_back(shared: &Shared, a: delivery::Attempt) -> Option<delivery::Attempt>
         }
         Err(why) => {
             let mut st = shared.lock();
-            st.delivery.reject(&why);
+            st.delivery.reject(&why.to_string());
             st.publish();
             None
         }

@@ -44,6 +44,55 @@ pub struct Spool {
     files: std::collections::VecDeque<(String, PathBuf)>,
 }
 
+/// Why a directory cannot be the spool, or a file in it is not a whole batch of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpoolError {
+    /// The path is a symbolic link.
+    #[error("a symbolic link; give the directory itself")]
+    Symlink,
+    /// The path is not a directory.
+    #[error("not a directory")]
+    NotDir,
+    /// A missing spool's nearest existing parent is not a directory.
+    #[error("{0} is not a directory")]
+    ParentNotDir(PathBuf),
+    /// Another user owns it.
+    #[error("owned by uid {owner}, not this user (uid {me}): another user could plant files in it")]
+    Owner {
+        /// The owner.
+        owner: u32,
+        /// This process's effective uid.
+        me: u32,
+    },
+    /// Other users may write it.
+    #[error("writable by other users (mode {0:o}): chmod go-w, or let the monitor create it")]
+    OthersWrite(u32),
+    /// stat failed.
+    #[error("cannot stat it: {0}")]
+    Stat(String),
+    /// This process cannot write it.
+    #[error("not writable: {0}")]
+    NotWritable(String),
+    /// The path holds a NUL byte.
+    #[error("a NUL in the path")]
+    Nul,
+    /// A file that cannot be opened as a batch (not a regular file, too large, gone).
+    #[error("{0}")]
+    Open(String),
+    /// Reading it failed.
+    #[error("cannot read: {0}")]
+    Read(String),
+    /// It has no head of ours.
+    #[error("no batch head")]
+    NoHead,
+    /// Its gzip body inflates past any batch's size.
+    #[error("inflates past any batch's size")]
+    TooLarge,
+    /// Its gzip body is cut or corrupt.
+    #[error("the gzip body does not inflate: {0}")]
+    Inflate(String),
+}
+
 /// Checks, without creating anything, that `dir` can be the spool: an existing directory
 /// (not a link) owned by this user, that no other user may write, and that this process
 /// can write (a read-only file system is found here, not at the first batch); or a
@@ -51,30 +100,22 @@ pub struct Spool {
 ///
 /// # Errors
 /// Which of these does not hold.
-pub fn check_dir(dir: &Path) -> Result<(), String> {
+pub fn check_dir(dir: &Path) -> Result<(), SpoolError> {
     match std::fs::symlink_metadata(dir) {
         Ok(m) => {
             if m.file_type().is_symlink() {
-                return Err("a symbolic link; give the directory itself".into());
+                return Err(SpoolError::Symlink);
             }
             if !m.is_dir() {
-                return Err("not a directory".into());
+                return Err(SpoolError::NotDir);
             }
             // SAFETY: geteuid has no preconditions.
             let me = unsafe { libc::geteuid() };
             if m.uid() != me {
-                return Err(format!(
-                    "owned by uid {}, not this user (uid {me}): another user could plant \
-                     files in it",
-                    m.uid()
-                ));
+                return Err(SpoolError::Owner { owner: m.uid(), me });
             }
             if m.mode() & 0o022 != 0 {
-                return Err(format!(
-                    "writable by other users (mode {:o}): chmod go-w, or let the monitor \
-                     create it",
-                    m.mode() & 0o7777
-                ));
+                return Err(SpoolError::OthersWrite(m.mode() & 0o7777));
             }
             writable(dir)
         }
@@ -86,13 +127,13 @@ pub fn check_dir(dir: &Path) -> Result<(), String> {
                 }
                 match std::fs::metadata(d) {
                     Ok(m) if m.is_dir() => return writable(d),
-                    Ok(_) => return Err(format!("{} is not a directory", d.display())),
+                    Ok(_) => return Err(SpoolError::ParentNotDir(d.to_path_buf())),
                     Err(_) => p = d.parent(),
                 }
             }
             Ok(())
         }
-        Err(e) => Err(format!("cannot stat it: {e}")),
+        Err(e) => Err(SpoolError::Stat(e.to_string())),
     }
 }
 
@@ -107,12 +148,12 @@ pub fn prepare(dir: &Path) -> std::io::Result<()> {
     check_dir(dir).map_err(std::io::Error::other)
 }
 
-fn writable(d: &Path) -> Result<(), String> {
+fn writable(d: &Path) -> Result<(), SpoolError> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(d.as_os_str().as_bytes()).map_err(|_| "a NUL in the path")?;
+    let c = std::ffi::CString::new(d.as_os_str().as_bytes()).map_err(|_| SpoolError::Nul)?;
     // SAFETY: a valid NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Err(format!("not writable: {}", std::io::Error::last_os_error()));
+        return Err(SpoolError::NotWritable(std::io::Error::last_os_error().to_string()));
     }
     Ok(())
 }
@@ -149,7 +190,7 @@ impl Spool {
                     s.files.push_back((b.id.clone(), p));
                     batches.push((b, size));
                 }
-                Err(why) => set_aside(&p, &why),
+                Err(why) => set_aside(&p, &why.to_string()),
             }
         }
         Ok((s, batches))
@@ -249,36 +290,36 @@ pub(super) fn set_aside(p: &Path, why: &str) {
 
 /// Opens a spool file for reading: a regular file, not through a link, without blocking
 /// (a FIFO would), and not over [`MAX_FILE`].
-pub(super) fn open_regular(p: &Path) -> Result<(std::fs::File, u64), String> {
-    crate::units::open_regular(p, MAX_FILE, false)
+pub(super) fn open_regular(p: &Path) -> Result<(std::fs::File, u64), SpoolError> {
+    crate::units::open_regular(p, MAX_FILE, false).map_err(|e| SpoolError::Open(e.to_string()))
 }
 
 /// A spooled batch, whole (its body read back to be sent).
 ///
 /// # Errors
 /// Why it is not a whole batch of ours.
-pub fn read(p: &Path) -> Result<Batch, String> {
+pub fn read(p: &Path) -> Result<Batch, SpoolError> {
     let (f, len) = open_regular(p)?;
     let mut raw = Vec::with_capacity(len as usize);
-    f.take(MAX_FILE + 1).read_to_end(&mut raw).map_err(|e| format!("cannot read: {e}"))?;
-    let (mut b, at) = head(&raw).ok_or("no batch head")?;
+    f.take(MAX_FILE + 1).read_to_end(&mut raw).map_err(|e| SpoolError::Read(e.to_string()))?;
+    let (mut b, at) = head(&raw).ok_or(SpoolError::NoHead)?;
     b.rows = raw[at..].to_vec();
     Ok(b)
 }
 
 /// A spooled batch's id and count (no rows), and its body's size, from the file's start.
-fn read_head(p: &Path) -> Result<(Batch, usize), String> {
+fn read_head(p: &Path) -> Result<(Batch, usize), SpoolError> {
     use std::io::BufRead;
     let (f, len) = open_regular(p)?;
     // The two lines, within the bound (a host name is at most 255 bytes).
     let mut r = std::io::BufReader::new(f.take(4096));
     let mut start = Vec::new();
     for _ in 0..2 {
-        if r.read_until(b'\n', &mut start).map_err(|e| format!("cannot read: {e}"))? == 0 {
-            return Err("no batch head".into());
+        if r.read_until(b'\n', &mut start).map_err(|e| SpoolError::Read(e.to_string()))? == 0 {
+            return Err(SpoolError::NoHead);
         }
     }
-    let (b, at) = head(&start).ok_or("no batch head")?;
+    let (b, at) = head(&start).ok_or(SpoolError::NoHead)?;
     Ok((b, len as usize - at))
 }
 
@@ -305,7 +346,7 @@ fn head(raw: &[u8]) -> Option<(Batch, usize)> {
 ///
 /// # Errors
 /// A gzip body that does not inflate whole (a truncated or corrupt file).
-pub fn rows_in(body: &[u8]) -> Result<usize, String> {
+pub fn rows_in(body: &[u8]) -> Result<usize, SpoolError> {
     if body.starts_with(&[0x1f, 0x8b]) {
         let mut n = 0;
         let mut d = flate2::read::MultiGzDecoder::new(body);
@@ -318,11 +359,11 @@ pub fn rows_in(body: &[u8]) -> Result<usize, String> {
                     total += k as u64;
                     // Bounded like the batch itself (a gzip bomb would say otherwise).
                     if total > 4 * MAX_FILE {
-                        return Err("inflates past any batch's size".into());
+                        return Err(SpoolError::TooLarge);
                     }
                     n += memchr::memchr_iter(b'\n', &buf[..k]).count();
                 }
-                Err(e) => return Err(format!("the gzip body does not inflate: {e}")),
+                Err(e) => return Err(SpoolError::Inflate(e.to_string())),
             }
         }
         Ok(n)
@@ -426,23 +467,28 @@ mod tests {
         let d = dir.path().join("open");
         std::fs::create_dir(&d).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(check_dir(&d).unwrap_err().contains("writable by other users"));
+        assert!(check_dir(&d).unwrap_err().to_string().contains("writable by other users"));
         assert!(Spool::open(&d).is_err());
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(check_dir(&d), Ok(()));
         assert_eq!(check_dir(&d.join("new/deeper")), Ok(()), "made at the start");
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&d, &link).unwrap();
-        assert!(check_dir(&link).unwrap_err().contains("symbolic link"));
+        assert!(check_dir(&link).unwrap_err().to_string().contains("symbolic link"));
         std::fs::write(dir.path().join("file"), "").unwrap();
-        assert!(check_dir(&dir.path().join("file")).unwrap_err().contains("not a directory"));
+        assert!(
+            check_dir(&dir.path().join("file"))
+                .unwrap_err()
+                .to_string()
+                .contains("not a directory")
+        );
         let e = check_dir(&dir.path().join("file/sub")).unwrap_err();
-        assert!(e.to_lowercase().contains("not a directory"), "{e}");
+        assert!(e.to_string().to_lowercase().contains("not a directory"), "{e}");
         // Another owner (as root, where the test can chown).
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
-            assert!(check_dir(&d).unwrap_err().contains("owned by uid 65534"));
+            assert!(check_dir(&d).unwrap_err().to_string().contains("owned by uid 65534"));
         }
     }
 
@@ -453,6 +499,8 @@ mod tests {
         gz.write_all(b"{}\n{}\n{}\n").unwrap();
         let body = gz.finish().unwrap();
         assert_eq!(rows_in(&body), Ok(3));
-        assert!(rows_in(&body[..body.len() - 6]).unwrap_err().contains("does not inflate"));
+        assert!(
+            rows_in(&body[..body.len() - 6]).unwrap_err().to_string().contains("does not inflate")
+        );
     }
 }

@@ -110,18 +110,18 @@ const MAP_MAX: u64 = 64 << 20;
 /// A map file's text: a regular file (through links, as a Kubernetes ConfigMap mounts it)
 /// of at most [`MAP_MAX`] bytes, opened without blocking, so that a FIFO or `/dev/zero`
 /// given as the map neither hangs the start nor fills memory.
-fn read_bounded(path: &std::path::Path) -> Result<String, String> {
+fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
     let (f, _) = crate::units::open_regular(path, MAP_MAX, true)?;
     let mut text = String::new();
-    f.take(MAP_MAX + 1).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    f.take(MAP_MAX + 1).read_to_string(&mut text)?;
     Ok(text)
 }
 
 fn read(path: &PathBuf) -> Result<(DestMap, Option<SystemTime>), DestMapError> {
     let err = |why: String| DestMapError { path: path.display().to_string(), why };
     let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let text = read_bounded(path).map_err(err)?;
+    let text = read_bounded(path).map_err(|e| err(e.to_string()))?;
     let map = DestMap::parse(&text, own_addresses()).map_err(|e| err(e.to_string()))?;
     Ok((map, mtime))
 }
