@@ -60,8 +60,8 @@ pub fn main(args: Vec<String>) -> ExitCode {
     // The process is the monitor alone: its whole CPU is in the budget's accounts. An
     // unoptimised build's upkeep is 0.9 % of a core at idle, twenty times a release
     // build's: charged (even capped at a tenth of the budget) it kept the ledger in debt,
-    // names waited, and the dumps the kernel tests are written for came at half the pace
-    // (six failed, 2026-11-28). Such a build measures it and charges none.
+    // names waited, and the dumps the kernel tests are written for came at half the pace.
+    // Such a build measures it and charges none.
     cfg.settings.task.whole_process = true;
     if cfg!(debug_assertions) {
         cfg.settings.task.upkeep_cap = 0.0;

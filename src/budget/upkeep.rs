@@ -16,8 +16,8 @@
 //!
 //! Why at most [`UPKEEP_CAP`] of the budget: an unoptimised build's upkeep is half the whole
 //! budget (0.9 % of a core at idle here, against under 0.05 % for a release build); charged
-//! whole it left nothing to naming and held full dumps at their least share (nine kernel
-//! tests failed on it, 2026-11-27; with a quarter, six still did, 2026-11-28). What is over
+//! whole it left nothing to naming and held full dumps at their least share, and kernel
+//! tests failed on it, as they did with a quarter. What is over
 //! the cap is counted as uncharged (`cgmon_upkeep_uncharged_cpu_seconds_total`), never
 //! hidden.
 

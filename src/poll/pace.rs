@@ -39,9 +39,7 @@ pub const DEFAULT_CPU_BUDGET: f64 = 0.02;
 /// holds; sockets that end without a segment (a FIN-WAIT-2 timeout) send their destroy
 /// events. The walk is a safety net for what the counters cannot tell (a receive queue
 /// drained, a TIME-WAIT minisocket expired where events are not read), and it costs a whole
-/// dump: every 5–10 s it was most of an idle host's CPU (a 20,000-socket dump took 45 ms
-/// here on 2026-11-28, against the 0.06 s in 10 s issue 52 allows the whole process;
-/// benches/RESULTS.md, D30).
+/// dump: every 5–10 s it was most of an idle host's CPU (benches/RESULTS.md, D30).
 pub const NAMESPACE_REWALK: Duration = Duration::from_secs(60);
 
 /// The least share of the budget full dumps get, whatever the hot flows' polls take: without
@@ -286,7 +284,7 @@ mod tests {
     #[test]
     fn no_cap_unless_the_user_sets_one() {
         // 200,000 sockets at 1.43 µs: 286 ms a dump. At 2 % that is 14.3 s between dumps,
-        // past the 10 s that used to be the cap, and within the budget.
+        // past where a 10 s cap would have cut in, and within the budget.
         let mut p = Pacer::new(Duration::from_millis(100), 0.02, None);
         p.full_done(0, 286 * MS, 200_000);
         p.full_done(0, 286 * MS, 200_000);

@@ -5,9 +5,8 @@
 //! record has ~90; and a flow of one sample has seven equal numbers in each of its
 //! summaries (28 in all), where formatting a float is a third of serialising a record
 //! (benches/RESULTS.md, D18). So the names are constants copied whole, and a float equal
-//! to the last one is a copy of its text (`Floats`). Issue 53 removed an earlier serde
-//! `Serializer` of ours that gained ~3 %; this one gains 2.3× on the serialising and about
-//! a sixth of the whole monitor under churn (D33). Its lines go to the files, stdout and
+//! to the last one is a copy of its text (`Floats`): serialising was a quarter of the whole
+//! monitor under churn (D33). Its lines go to the files, stdout and
 //! the sink; pretty records and the pages stay with serde_json, and the tests hold the
 //! bytes equal to serde_json's.
 

@@ -1,7 +1,7 @@
 //! Idle flows, packed: what a flow that has not changed for [`COLD_AFTER_NS`] keeps.
 //!
 //! A tracked flow is a 320-byte [`Flow`] with a sample stage, its owner in a map beside it:
-//! about 600 bytes a flow in all, 117 MiB at 200,000 idle keep-alive sockets
+//! about 600 bytes a flow in all, most of the memory of a host of idle keep-alive sockets
 //! (benches/RESULTS.md, D15). An idle flow needs none of that room. Its
 //! window holds one retained sample (a flow that goes idle with more writes them first, as
 //! an interim record: `Tracker::freeze_idle`), so what it keeps is its identity, its latest

@@ -1,8 +1,8 @@
 //! The flow index: a flow's cookie → its slot in the table.
 //!
 //! A `FxHashMap<u64, u32>` keeps each cookie beside its slot: 16 bytes a bucket and a
-//! control byte, 35 MB at a million flows (2^21 buckets; arithmetic), a sixth of all the
-//! monitor held there (benches/RESULTS.md, D14). Each slot's cookie is already in its hot entry,
+//! control byte, a sixth of all the monitor held at a million flows (benches/RESULTS.md,
+//! D14). Each slot's cookie is already in its hot entry,
 //! so this table keeps the slot alone, 4 bytes, and compares and rehashes through the hot
 //! array: hashbrown's `HashTable`, the engine of the standard map, made for such tables.
 //!
