@@ -534,11 +534,16 @@ fn exit_status(code: u8, metrics: &Metrics) -> u8 {
         lost = f.lost,
         dropped = f.dropped,
         sink_dropped = f.sink_dropped,
+        destroy_lost = f.destroy_lost,
         "{}",
         f.line()
     );
     let code = if code == 0 && f.missing() > 0 {
-        tracing::error!(missing = f.missing(), "records were lost during the run: exit status 1");
+        tracing::error!(
+            missing = f.missing(),
+            "records were lost during the run (or connection ends, to full destroy buffers): \
+             exit status 1"
+        );
         EXIT_FAILURE
     } else {
         code

@@ -214,8 +214,17 @@ pub struct Metrics {
     pub samples_deduped: Counter,
     /// Destroy events received.
     pub destroy_events: Counter,
-    /// Destroy events lost to receive-buffer overruns (ENOBUFS).
+    /// ENOBUFS errors on the destroy sockets: each says that the kernel dropped one or more
+    /// events (how many: [`Self::destroy_events_lost`]).
     pub destroy_overruns: Counter,
+    /// Destroy events the kernel dropped for want of room in the socket's buffer, read
+    /// from its drop counter (`SO_MEMINFO`), summed over the namespaces.
+    pub destroy_events_lost: Counter,
+    /// When destroy events were last lost (CLOCK_MONOTONIC ns; 0 never): `/healthz` is
+    /// degraded for a while after.
+    pub destroy_lost_at_ns: Gauge,
+    /// The destroy sockets' receive buffers, bytes, summed over the namespaces.
+    pub destroy_buffer_bytes: Gauge,
     /// Flows that left the dumps and are waiting for their destroy event.
     pub flows_awaiting_destroy: Gauge,
     /// 1 while the output fails (a write, a flush, a rotation), 0 once it works again.
@@ -474,6 +483,9 @@ impl Metrics {
             samples_deduped: Counter::default(),
             destroy_events: Counter::default(),
             destroy_overruns: Counter::default(),
+            destroy_events_lost: Counter::default(),
+            destroy_lost_at_ns: Gauge::default(),
+            destroy_buffer_bytes: Gauge::default(),
             flows_awaiting_destroy: Gauge::default(),
             output_failing: Gauge::default(),
             samples_held: Gauge::default(),

@@ -20,6 +20,10 @@ pub struct StopFigures {
     pub partial_skipped: u64,
     /// Output write errors (each retried; the records waited).
     pub write_errors: u64,
+    /// Destroy events the kernel dropped (its count): each a connection's end, recorded
+    /// as `gone` without its final counters, or not at all when no dump had seen it. With
+    /// a filter some may be of connections the filter would have left out.
+    pub destroy_lost: u64,
 }
 
 impl StopFigures {
@@ -32,12 +36,14 @@ impl StopFigures {
             sink_dropped: m.sink.dropped.get(),
             partial_skipped: m.records_partial_skipped.get(),
             write_errors: m.write_errors.get(),
+            destroy_lost: m.destroy_events_lost.get(),
         }
     }
 
-    /// Records that did not reach every output they were meant for: they fail the run.
+    /// Records that did not reach every output they were meant for, and connection ends
+    /// the kernel dropped: they fail the run.
     pub fn missing(&self) -> u64 {
-        self.lost + self.dropped + self.sink_dropped
+        self.lost + self.dropped + self.sink_dropped + self.destroy_lost
     }
 
     /// One line: "stopped: 1,204 records written; 3 lost (the output failed)".
@@ -47,6 +53,7 @@ impl StopFigures {
             (self.lost, "lost (the output failed)"),
             (self.dropped, "dropped (a stage's channel was full)"),
             (self.sink_dropped, "dropped for ClickHouse"),
+            (self.destroy_lost, "destroy events lost (the kernel's buffer was full)"),
             (self.write_errors, "write errors"),
             (self.partial_skipped, "partial not written (no -writer-partial)"),
         ];
@@ -88,13 +95,15 @@ mod tests {
         m.records_lost.add(3);
         m.sink.dropped.add(1000);
         m.records_partial_skipped.add(7);
+        m.destroy_events_lost.add(12_432);
         let f = StopFigures::of(&m);
         assert_eq!(
             f.line(),
             "stopped: 1,204,331 records written; 3 lost (the output failed), 1,000 dropped for \
-             ClickHouse, 7 partial not written (no -writer-partial)"
+             ClickHouse, 12,432 destroy events lost (the kernel's buffer was full), 7 partial \
+             not written (no -writer-partial)"
         );
-        assert_eq!(f.missing(), 1003);
+        assert_eq!(f.missing(), 13_435);
         assert_eq!(
             (thousands(0), thousands(999), thousands(1000)),
             ("0".into(), "999".into(), "1,000".into())

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{ArgAction, CommandFactory, Parser, ValueEnum};
 
 use super::values::{
-    backlog_size, batch_interval, cpu_budget, destroy_grace, go_bool, netns_which, port_list,
-    positive_duration, rcvbuf_size, size, states,
+    backlog_size, batch_interval, cpu_budget, destroy_grace, destroy_size, go_bool, netns_which,
+    port_list, positive_duration, rcvbuf_size, size, states,
 };
 use crate::logging::LogFormat;
 use crate::states::StateSet;
@@ -67,8 +67,8 @@ ENVIRONMENT:
 EXIT STATUS:
   0  stopped by a signal or -run-duration, every record written
   1  a run-time failure: -run-max-errors consecutive netlink errors, an output that could not be
-     opened, records lost or dropped during the run, or shutdown not finished within
-     -run-shutdown-timeout
+     opened, records lost or dropped during the run, destroy events the kernel dropped
+     (cgmon_destroy_events_lost_total), or shutdown not finished within -run-shutdown-timeout
   2  a usage error: an unknown flag or a bad value; nothing was sampled or written";
 
 /// `-analyzer-cumulant-kind` values.
@@ -213,6 +213,12 @@ pub struct Cli {
     #[arg(long = "netlink-receive-bufsize-force", env = "CGMON_NETLINK_RECEIVE_BUFSIZE_FORCE",
           value_name = "SIZE", value_parser = rcvbuf_size, default_value = "0", help_heading = "Netlink")]
     pub receive_bufsize_force: u64,
+    /// Each destroy-event socket's receive buffer (one a namespace; SO_RCVBUFFORCE as root,
+    /// else capped at net.core.rmem_max): 32M holds about 52,000 events, 1.2 s of the most
+    /// churn seen here. Kernel memory, taken only while events wait
+    #[arg(long = "destroy-buffer", env = "CGMON_DESTROY_BUFFER", value_name = "SIZE",
+          value_parser = destroy_size, default_value = "32M", help_heading = "Netlink")]
+    pub destroy_buffer: u64,
     /// How long to wait for each datagram of a dump before failing it
     #[arg(long = "netlink-receive-timeout", env = "CGMON_NETLINK_RECEIVE_TIMEOUT",
           value_name = "DURATION", value_parser = positive_duration, default_value = "1s", help_heading = "Netlink")]

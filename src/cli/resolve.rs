@@ -111,6 +111,7 @@ pub(super) fn resolve(c: &Cli, parts: Parts) -> Settings {
             rcvbuf: (c.receive_bufsize > 0).then_some(c.receive_bufsize as usize),
             rcvbuf_force: (c.receive_bufsize_force > 0).then_some(c.receive_bufsize_force as usize),
             force_if_allowed: false,
+            destroy_buffer: c.destroy_buffer as usize,
         },
         tracker: TrackerConfig {
             max_flows: c.max_flows,

@@ -73,6 +73,14 @@ pub(super) fn rcvbuf_size(s: &str) -> Result<u64, ValueError> {
     }
 }
 
+/// `--destroy-buffer`: a C int's worth, and room for a few events at least.
+pub(super) fn destroy_size(s: &str) -> Result<u64, ValueError> {
+    match rcvbuf_size(s)? {
+        n if n < 4096 => Err(ValueError(format!("at least 4096 bytes (a few events), not {n}"))),
+        n => Ok(n),
+    }
+}
+
 pub(super) fn port_list(s: &str) -> Result<String, ValueError> {
     if s.is_empty() {
         return Ok(String::new());

@@ -303,6 +303,16 @@ async fn flow(State(c): State<Ctx>, Path(cookie): Path<u64>) -> Response {
     }
 }
 
+/// How long `/healthz` stays degraded after destroy events were lost.
+const DESTROY_LOSS_DEGRADES: Duration = Duration::from_secs(60);
+
+/// Whether destroy events were lost within [`DESTROY_LOSS_DEGRADES`].
+fn destroy_loss_recent(m: &Metrics) -> bool {
+    let at = m.destroy_lost_at_ns.get();
+    at != 0
+        && crate::clock::monotonic_ns().saturating_sub(at) < DESTROY_LOSS_DEGRADES.as_nanos() as u64
+}
+
 async fn healthz(State(c): State<Ctx>) -> impl IntoResponse {
     if c.metrics.output_failing.get() != 0 {
         // Records wait in the backlog, and past it are lost: not healthy, though sampling
@@ -337,6 +347,17 @@ async fn healthz(State(c): State<Ctx>) -> impl IntoResponse {
                 "degraded: last dump {} ms ago; ClickHouse sink failing, {} records waiting\n",
                 age.as_millis(),
                 sink.waiting_records.get()
+            ),
+        ),
+        // Destroy events lost lately: connections end unrecorded or without their final
+        // counters while it lasts; degraded, not down (sampling works).
+        Some(age) if age <= c.healthy_within && destroy_loss_recent(&c.metrics) => (
+            StatusCode::OK,
+            format!(
+                "degraded: last dump {} ms ago; destroy events being lost ({} so far, \
+                 cgmon_destroy_events_lost_total): raise --destroy-buffer\n",
+                age.as_millis(),
+                c.metrics.destroy_events_lost.get()
             ),
         ),
         Some(age) if age <= c.healthy_within => {

@@ -169,27 +169,6 @@ async fn next_update<T>(u: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Optio
     }
 }
 
-fn apply_destroyed(
-    tracker: &mut Tracker,
-    b: &DestroyBatch,
-    out: &mut Vec<EndedFlow>,
-    metrics: &Metrics,
-) {
-    if b.overruns > 0 {
-        metrics.destroy_overruns.add(u64::from(b.overruns));
-        tracing::warn!(
-            overruns = b.overruns,
-            "destroy events lost (ENOBUFS); those flows end as gone"
-        );
-    }
-    metrics.destroy_events.add(b.batch.len() as u64);
-    // An owner answered since the last tick reaches its flow before the flow can end.
-    tracker.settle_owners();
-    for s in b.batch.iter() {
-        tracker.destroyed(&s, out);
-    }
-}
-
 fn publish(
     tracker: &Tracker,
     m: &Metrics,
@@ -298,7 +277,7 @@ pub async fn run_spaces<S: DumpSource, D: DumpSource>(
                 }
             }
             Some(u) = next_update(&mut updates) => {
-                spaces::update(&mut p.spaces, u, &mut p.tracker, &mut p.out);
+                spaces::update(&mut p.spaces, u, &mut p.tracker, &mut p.out, &p.metrics);
                 p.metrics.netns_sampled.set(p.spaces.len() as u64);
                 hand_on = true;
             }
@@ -386,6 +365,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
                 tracker.set_label(sp.ns, l.clone());
             }
         }
+        spaces::publish_buffers(&spaces, &metrics);
         let grid0 = tokio::time::Instant::now();
         let mut tick = tokio::time::interval_at(grid0, cfg.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -632,6 +612,9 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
                 break;
             }
         }
+        for sp in &mut self.spaces {
+            spaces::count_lost(sp, &self.metrics);
+        }
         resolve_sides(&mut self.tracker, &mut self.spaces, &mut self.out).await;
         self.tracker.finish(&mut self.out);
         let st = publish(&self.tracker, &self.metrics, self.accounts.as_deref());
@@ -682,10 +665,12 @@ fn hand_off(
     Ok(())
 }
 
+mod destroyed;
 pub mod namespaces;
 pub mod pace;
 mod spaces;
 mod tick;
+use destroyed::apply_destroyed;
 pub use spaces::{Space, SpaceUpdate, Walk};
 use tick::{Tick, dump_done, dump_failed, exact_poll, full_dump, resolve_sides, skip_missed_ticks};
 

@@ -346,12 +346,41 @@ pub(super) fn drain_all<S, D: DumpSource>(
     (taken, full)
 }
 
+/// Counts the destroy events the kernel dropped in `sp` since the last count (at a
+/// namespace's end and at the stop, so that none goes uncounted).
+pub(super) fn count_lost<S, D: DumpSource>(sp: &mut Space<S, D>, metrics: &Metrics) {
+    if let Some(d) = sp.destroy.as_mut() {
+        let n = d.take_lost();
+        if n > 0 {
+            metrics.destroy_events_lost.add(n);
+            metrics.destroy_lost_at_ns.set(crate::clock::monotonic_ns());
+            tracing::warn!(
+                netns = sp.ns,
+                lost = n,
+                "destroy events lost: the kernel's buffer for them was full"
+            );
+        }
+    }
+}
+
+/// The destroy sockets' receive buffers, summed over the namespaces, as the kernel holds
+/// them (half its accounting: the size set), for `/metrics` and `/health`.
+pub(super) fn publish_buffers<S, D: DumpSource>(spaces: &[Space<S, D>], metrics: &Metrics) {
+    let sum: u64 = spaces
+        .iter()
+        .filter_map(|sp| sp.destroy.as_ref()?.meminfo())
+        .map(|m| u64::from(m.rcvbuf / 2))
+        .sum();
+    metrics.destroy_buffer_bytes.set(sum);
+}
+
 /// Applies a namespace update.
-pub(super) fn update<S, D>(
+pub(super) fn update<S, D: DumpSource>(
     spaces: &mut Vec<Space<S, D>>,
     u: SpaceUpdate<S, D>,
     tracker: &mut Tracker,
     out: &mut Vec<EndedFlow>,
+    metrics: &Metrics,
 ) {
     match u {
         SpaceUpdate::Add(sp) => {
@@ -360,9 +389,14 @@ pub(super) fn update<S, D>(
             }
             tracing::info!(netns = sp.ns, label = ?sp.label.as_ref().map(|l| &l.name), "sampling a new network namespace");
             spaces.push(*sp);
+            publish_buffers(spaces, metrics);
         }
         SpaceUpdate::Remove(ns) => {
+            for sp in spaces.iter_mut().filter(|sp| sp.ns == ns) {
+                count_lost(sp, metrics);
+            }
             spaces.retain(|sp| sp.ns != ns);
+            publish_buffers(spaces, metrics);
             tracker.end_netns(ns, crate::clock::monotonic_ns(), out);
             tracing::info!(netns = ns, "a network namespace is gone; its flows end");
         }

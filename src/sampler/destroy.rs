@@ -23,9 +23,16 @@ pub const SKNLGRP_INET_TCP_DESTROY: u32 = 1;
 /// `SKNLGRP_INET6_TCP_DESTROY`.
 pub const SKNLGRP_INET6_TCP_DESTROY: u32 = 3;
 
-/// Receive buffer for the event socket. At ~13k closes/s the default 208 KiB overran; 4 MiB
-/// (8 MiB as the kernel accounts it) lost none (docs/kernel.md, "Destroy events").
-pub const DESTROY_RCVBUF: usize = 4 << 20;
+/// Receive buffer for the event socket, by default (`--destroy-buffer`). An event queues as
+/// a 1,280-byte buffer (its truesize: a 380-byte message, Linux 6.18), and the kernel
+/// accounts twice the size set, so 32 MiB hold about 52,000 events: 1.2 s without the CPU
+/// at the 22,000 connections a second (44,000 events) the churn bench makes here, 13 s at
+/// 2,000 a second. Memory is taken only while events wait (docs/scale.md).
+pub const DESTROY_RCVBUF: usize = 32 << 20;
+
+/// The kernel's memory for one queued destroy event (its skb's truesize), measured: the
+/// figure the buffer's size is reasoned from.
+pub const EVENT_TRUESIZE: usize = 1280;
 
 /// Upper bound on datagrams gathered into one batch, so one batch stays a bounded unit of
 /// work for the tracker even under a storm of closes.
@@ -45,6 +52,10 @@ pub struct DestroyBatch {
     pub batch: SockBatch,
     /// ENOBUFS seen: the kernel dropped events because the socket buffer was full.
     pub overruns: u32,
+    /// Events the kernel dropped since the last count (its `SO_MEMINFO` drop counter): one
+    /// ENOBUFS can stand for thousands, as the kernel drops every event until the queue
+    /// has room and says so once.
+    pub lost: u64,
     /// Events with remote port 0 (listeners, disconnected sockets): passed on unfiltered.
     pub unconnected: u32,
     /// Events the user's filter rejected.
@@ -71,6 +82,10 @@ pub struct DestroyListener<S> {
     /// The last batch's datagrams and events: the next starts with room for as many, as
     /// growing its vectors from empty was a realloc every few events under churn.
     last_len: (usize, usize),
+    /// The kernel's drop counter when last read, and whether it must be read again: from
+    /// an ENOBUFS until a read finds nothing new (drops go on, unannounced, until the
+    /// queue has room again).
+    drops: (u32, bool),
 }
 
 impl DestroyListener<NetlinkSource> {
@@ -79,7 +94,7 @@ impl DestroyListener<NetlinkSource> {
     /// # Errors
     /// Opening or subscribing the socket failed.
     pub fn open(filter: Option<Expr>) -> io::Result<Self> {
-        Self::open_in(None, filter)
+        Self::open_in(None, filter, DESTROY_RCVBUF)
     }
 
     /// As [`open`](Self::open), in the network namespace `netns` (None: the monitor's own).
@@ -89,28 +104,31 @@ impl DestroyListener<NetlinkSource> {
     pub fn open_in(
         netns: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
         filter: Option<Expr>,
+        size: usize,
     ) -> io::Result<Self> {
         let groups = [SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY];
         // SO_RCVBUF is capped at net.core.rmem_max, 208 KiB by default, which overruns at
         // high churn (docs/kernel.md, "Destroy events"); SO_RCVBUFFORCE (CAP_NET_ADMIN)
         // lifts the cap. One socket: the plain size first, then the forced one where
         // allowed, and a warning below if what it got is short.
+        let size = if size == 0 { DESTROY_RCVBUF } else { size };
         let opts = SocketOptions {
-            rcvbuf: Some(DESTROY_RCVBUF),
-            rcvbuf_force: Some(DESTROY_RCVBUF),
+            rcvbuf: Some(size),
+            rcvbuf_force: Some(size),
             force_if_allowed: true,
+            destroy_buffer: size,
         };
         let source = NetlinkSource::open_in(netns, opts, &groups)?;
         // The kernel reports twice what was set (its bookkeeping).
         let got = source.rcvbuf().map(|b| b / 2);
-        let capped = got.as_ref().is_ok_and(|&b| b < DESTROY_RCVBUF);
+        let capped = got.as_ref().is_ok_and(|&b| b < size);
         if capped {
             tracing::warn!(
                 bytes = got.unwrap_or(0),
-                wanted = DESTROY_RCVBUF,
+                wanted = size,
                 "destroy events' receive buffer is capped by net.core.rmem_max; at thousands of \
-                 closes a second events may be lost (counted as cgmon_destroy_overruns_total): \
-                 raise the sysctl to 4194304 or grant CAP_NET_ADMIN"
+                 closes a second events may be lost (counted as cgmon_destroy_events_lost_total): \
+                 raise the sysctl to {size} or grant CAP_NET_ADMIN"
             );
         }
         Ok(Self { capped, ..Self::new(source, filter) })
@@ -121,7 +139,9 @@ impl<S: DumpSource> DestroyListener<S> {
     /// Listens on `source`, which must already be subscribed.
     pub fn new(source: S, filter: Option<Expr>) -> Self {
         let scratch = Vec::with_capacity(EVENT_BUFSIZE);
-        Self { source, filter, capped: false, scratch, slots: None, last_len: (0, 0) }
+        // Drops before we listened are not ours to count (none, on a fresh socket).
+        let drops = (source.meminfo().map_or(0, |m| m.drops), false);
+        Self { source, filter, capped: false, scratch, slots: None, last_len: (0, 0), drops }
     }
 
     /// Stops being woken for each event until the next [`next_batch`](Self::next_batch):
@@ -130,7 +150,7 @@ impl<S: DumpSource> DestroyListener<S> {
         self.source.quiet();
     }
 
-    /// Whether net.core.rmem_max capped its receive buffer below [`DESTROY_RCVBUF`].
+    /// Whether net.core.rmem_max capped its receive buffer below what was asked.
     pub fn capped(&self) -> bool {
         self.capped
     }
@@ -144,7 +164,22 @@ impl<S: DumpSource> DestroyListener<S> {
             scratch: self.scratch,
             slots: self.slots,
             last_len: self.last_len,
+            drops: self.drops,
         }
+    }
+
+    /// Events the kernel dropped since the last count, read now whatever was seen: at a
+    /// namespace's end and at the stop, so that nothing lost goes uncounted.
+    pub fn take_lost(&mut self) -> u64 {
+        let Some(m) = self.source.meminfo() else { return 0 };
+        let new = m.drops.wrapping_sub(self.drops.0);
+        self.drops = (m.drops, false);
+        u64::from(new)
+    }
+
+    /// The receive queue's memory and limit (`SO_MEMINFO`), where the source has them.
+    pub fn meminfo(&self) -> Option<crate::sampler::source::MemInfo> {
+        self.source.meminfo()
     }
 
     /// Waits for at least one event, then takes whatever else is already queued.
@@ -214,6 +249,12 @@ impl<S: DumpSource> DestroyListener<S> {
             }
         }
         self.last_len = (out.batch.datagrams.len(), out.batch.index.len());
+        if out.overruns > 0 || self.drops.1 {
+            let new = self.take_lost();
+            out.lost += new;
+            // Read again at the next batch while drops still come.
+            self.drops.1 = new > 0;
+        }
         Ok(())
     }
 }

@@ -57,6 +57,23 @@ pub trait DumpSource {
     /// rests, and reads what queued meanwhile with [`try_recv`](Self::try_recv) or `recv`.
     /// Nothing by default.
     fn quiet(&mut self) {}
+
+    /// The socket's receive-queue memory and drop counter (`SO_MEMINFO`), where it has
+    /// them: a kernel socket does, a stand-in does not (`None`).
+    fn meminfo(&self) -> Option<MemInfo> {
+        None
+    }
+}
+
+/// What `SO_MEMINFO` tells of a socket's receive side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemInfo {
+    /// Bytes queued, as the kernel charges them (each message's buffer, its truesize).
+    pub rmem_alloc: u32,
+    /// The receive buffer's limit, as the kernel accounts it (twice what was set).
+    pub rcvbuf: u32,
+    /// Messages the kernel dropped for want of room since the socket opened (it wraps).
+    pub drops: u32,
 }
 
 /// `recv` for a source whose answers are all queued by the time it is asked (scripts,

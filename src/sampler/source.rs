@@ -11,7 +11,7 @@ use tokio::io::unix::AsyncFd;
 use crate::clock::monotonic_ns;
 use crate::wire::sock::Datagram;
 
-pub use super::dump_source::{DumpSource, Received, Slots};
+pub use super::dump_source::{DumpSource, MemInfo, Received, Slots};
 
 /// Socket options for [`NetlinkSource`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,6 +24,9 @@ pub struct SocketOptions {
     /// at net.core.rmem_max). For the destroy events' socket, which asks for more than the
     /// default when it may; a size the user gave must be refused aloud instead.
     pub force_if_allowed: bool,
+    /// `--destroy-buffer`: each destroy-event socket's receive buffer, bytes (0: the
+    /// destroy listener's default).
+    pub destroy_buffer: usize,
 }
 
 /// A NETLINK_SOCK_DIAG socket on tokio.
@@ -124,6 +127,34 @@ impl NetlinkSource {
     /// getsockopt(2) failed.
     pub fn rcvbuf(&self) -> io::Result<usize> {
         self.fd.socket()?.get_rx_buf_sz()
+    }
+
+    /// `SO_MEMINFO`: the queue's memory and the kernel's drop count. A netlink socket
+    /// counts every multicast message it had no room for (`netlink_overrun`), including
+    /// those after the first, which raise no second `ENOBUFS` until the queue empties.
+    ///
+    /// # Errors
+    /// getsockopt(2) failed.
+    pub fn meminfo(&self) -> io::Result<MemInfo> {
+        use std::os::fd::AsRawFd;
+        /// `SO_MEMINFO` (include/uapi/asm-generic/socket.h; the same on x86 and arm).
+        const SO_MEMINFO: libc::c_int = 55;
+        let fd = self.fd.socket()?.as_raw_fd();
+        let mut v = [0u32; 9];
+        let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `v`, which has that room.
+        let r = unsafe {
+            libc::getsockopt(fd, libc::SOL_SOCKET, SO_MEMINFO, v.as_mut_ptr().cast(), &raw mut len)
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let at = |i: libc::c_int| v[i as usize];
+        Ok(MemInfo {
+            rmem_alloc: at(libc::SK_MEMINFO_RMEM_ALLOC),
+            rcvbuf: at(libc::SK_MEMINFO_RCVBUF),
+            drops: at(libc::SK_MEMINFO_DROPS),
+        })
     }
 }
 
@@ -262,6 +293,10 @@ impl DumpSource for NetlinkSource {
     fn quiet(&mut self) {
         self.fd.quiet();
     }
+
+    fn meminfo(&self) -> Option<MemInfo> {
+        NetlinkSource::meminfo(self).ok()
+    }
 }
 
 /// The socket, watched by tokio's reactor (epoll) or, while the owner rests, not: a
@@ -388,6 +423,13 @@ impl DumpSource for Source {
     fn quiet(&mut self) {
         if let Source::Netlink(x) = self {
             x.quiet();
+        }
+    }
+
+    fn meminfo(&self) -> Option<MemInfo> {
+        match self {
+            Source::Netlink(x) => x.meminfo().ok(),
+            Source::Other(_) => None,
         }
     }
 }

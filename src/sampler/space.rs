@@ -42,7 +42,7 @@ pub fn open_space(
         None => inside(),
         Some(fd) => crate::netns::in_netns(fd, || Ok(inside()))?,
     };
-    let destroy = match DestroyListener::open_in(netns, filter) {
+    let destroy = match DestroyListener::open_in(netns, filter, opts.destroy_buffer) {
         Ok(d) => Some(d.map_source(Source::Netlink)),
         Err(e) => {
             tracing::warn!(netns = %name, error = %e,

@@ -7,6 +7,7 @@
 //! values and tolerances (`cargo test --test lab -- --nocapture`).
 
 mod causes;
+mod lost;
 #[path = "../common/monitor.rs"]
 mod monitor;
 mod netns;

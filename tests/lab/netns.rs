@@ -15,7 +15,7 @@ use crate::BIN;
 use crate::monitor::Monitor;
 
 /// True when the test can run; else explains (and fails under CI).
-fn root() -> bool {
+pub(crate) fn root() -> bool {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -27,10 +27,10 @@ fn root() -> bool {
 }
 
 /// Named namespaces (`ip netns add`), deleted when dropped.
-struct Named(Vec<String>);
+pub(crate) struct Named(pub(crate) Vec<String>);
 
 impl Named {
-    fn new(tag: &str, n: usize) -> Named {
+    pub(crate) fn new(tag: &str, n: usize) -> Named {
         let names: Vec<String> =
             (0..n).map(|i| format!("cgrs-{}-{tag}{i}", std::process::id())).collect();
         for name in &names {
@@ -40,7 +40,7 @@ impl Named {
         Named(names)
     }
 
-    fn fd(&self, i: usize) -> OwnedFd {
+    pub(crate) fn fd(&self, i: usize) -> OwnedFd {
         OwnedFd::from(std::fs::File::open(format!("/run/netns/{}", self.0[i])).unwrap())
     }
 }
@@ -98,7 +98,7 @@ fn records(m: Monitor, port: u16) -> Vec<Value> {
 }
 
 /// The body of GET `path` from the monitor's HTTP server on `port`.
-fn get(port: u16, path: &str) -> String {
+pub(crate) fn get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
@@ -112,7 +112,7 @@ fn name(r: &Value) -> &str {
 }
 
 /// A free port on 127.0.0.1 (of the host; namespaces have their own, all free).
-fn port() -> u16 {
+pub(crate) fn port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -310,7 +310,7 @@ fn without_capabilities_it_samples_what_it_may_says_what_it_may_not_and_exits_0(
 }
 
 /// The value of an unlabelled series in a /metrics text.
-fn metric(text: &str, name: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {text}"))

@@ -166,9 +166,25 @@ pub static SERIES: &[Series] = &[
     counter(
         Destroy,
         "cgmon_destroy_overruns",
-        "lost to overruns",
-        "Destroy events lost to receive-buffer overruns",
+        "overruns (ENOBUFS)",
+        "ENOBUFS errors on the destroy sockets: the kernel dropped one or more events each time",
         |m| m.destroy_overruns.get(),
+    ),
+    counter(
+        Destroy,
+        "cgmon_destroy_events_lost",
+        "lost (buffer full)",
+        "Destroy events the kernel dropped for want of room in the socket's buffer (its drop \
+         counter), all namespaces",
+        |m| m.destroy_events_lost.get(),
+    ),
+    gauge(
+        Destroy,
+        "cgmon_destroy_buffer_bytes",
+        "buffer bytes (all namespaces)",
+        "The destroy sockets' receive buffers, summed over the namespaces (--destroy-buffer; \
+         capped by net.core.rmem_max without CAP_NET_ADMIN)",
+        |m| m.destroy_buffer_bytes.get(),
     ),
     gauge(
         Destroy,
