@@ -23,6 +23,10 @@
 //! monitor more flags; `MONITOR_BIN=PATH` runs another build of it. Figures:
 //! benches/RESULTS.md and the README.
 //!
+//! `whole` with `CHURN_BUSY=N` is the busy host: one busy loop a core beside the monitor,
+//! and the churn from N client processes at once (each with a listener of its own, at
+//! RATE / N), so that the monitor gets the CPU only in the scheduler's turns.
+//!
 //! `refused` (issue 51): for each rate, a run of connects refused by a closed loopback port
 //! (non-blocking, one record each, `refused`) and a run of churned connections at the same
 //! rate, alternating, gzip output: CPU an attempt against CPU a connection, the RSS each
@@ -615,6 +619,32 @@ fn floor_process() {
     }
 }
 
+/// `CHURN_BUSY=N`: the busy-host mode of `whole`, with N client processes (0: off).
+fn busy_clients() -> usize {
+    std::env::var("CHURN_BUSY").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The machine's cores, for one busy loop each.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+/// A client process of the busy-host mode (`churn-client SECS RATE`): churns against a
+/// listener of its own (both ends here) at RATE a second (0: as fast as it can) for SECS,
+/// and prints how many connections it made.
+fn churn_client(secs: u64, rate: u64) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let generator = {
+        let stop = stop.clone();
+        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 2, rate, stop))
+    };
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    println!("{}", generator.join().unwrap());
+}
+
 /// `whole [SECS] [RUNS] [RATE ...]` (issue 52's measure): the monitor with its defaults
 /// (`-run-interval 100ms`, gzip files, naming on, no filter, no HTTP server) and the floor, a separate bare
 /// process ([`floor_process`]), both started together in a network namespace of this
@@ -683,7 +713,7 @@ fn whole_run(secs: u64, rate: u64) -> Outcome {
     let a = l.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let me = std::env::current_exe().unwrap();
-    let mut floor = Command::new(me).args(["--bench", "floor-process"]).spawn().unwrap();
+    let mut floor = Command::new(&me).args(["--bench", "floor-process"]).spawn().unwrap();
     // CHURN_LOG=FILE: the monitor's log there (appended), to see why a record is missing.
     let log = match std::env::var_os("CHURN_LOG") {
         Some(f) => {
@@ -703,15 +733,52 @@ fn whole_run(secs: u64, rate: u64) -> Outcome {
     let (c0, f0) = (proc_cpu_s(pid).unwrap(), proc_cpu_s(fpid).unwrap());
     let cpu0 = thread_cpu(pid);
     let stop = Arc::new(AtomicBool::new(false));
-    let t = Instant::now();
-    let generator = {
-        let stop = stop.clone();
-        std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
+    // CHURN_BUSY=N: a busy host. One busy loop a core beside the monitor, and the churn
+    // from N client processes at once (a busy host has many clients; one alone made only
+    // 4,500 a second beside the loops), each at RATE / N.
+    let busy: Vec<std::process::Child> = match busy_clients() {
+        0 => Vec::new(),
+        _ => (0..cores())
+            .map(|_| Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap())
+            .collect(),
     };
-    std::thread::sleep(Duration::from_secs(secs));
-    stop.store(true, Ordering::Relaxed);
-    let made = generator.join().unwrap();
+    let t = Instant::now();
+    let made = match busy_clients() {
+        0 => {
+            let generator = {
+                let stop = stop.clone();
+                std::thread::spawn(move || cgmon_rs::testkit::churn(l, a, 4, rate, stop))
+            };
+            std::thread::sleep(Duration::from_secs(secs));
+            stop.store(true, Ordering::Relaxed);
+            generator.join().unwrap()
+        }
+        n => {
+            drop(l);
+            let per = rate.div_ceil(n as u64);
+            let clients: Vec<std::process::Child> = (0..n)
+                .map(|_| {
+                    Command::new(&me)
+                        .args(["--bench", "churn-client", &secs.to_string(), &per.to_string()])
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            clients
+                .into_iter()
+                .map(|c| {
+                    let out = c.wait_with_output().unwrap();
+                    String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap_or(0)
+                })
+                .sum()
+        }
+    };
     let elapsed = t.elapsed().as_secs_f64();
+    for mut b in busy {
+        let _ = b.kill();
+        let _ = b.wait();
+    }
     std::thread::sleep(Duration::from_millis(600));
     let (cpu, floor_cpu) = (proc_cpu_s(pid).unwrap() - c0, proc_cpu_s(fpid).unwrap() - f0);
     let by_thread: Vec<String> = thread_cpu(pid)
@@ -781,6 +848,12 @@ fn main() {
     }
     if a.peek().is_some_and(|x| x == "floor-process") {
         floor_process();
+    }
+    if a.peek().is_some_and(|x| x == "churn-client") {
+        a.next();
+        let secs: u64 = a.next().map_or(10, |v| v.parse().unwrap());
+        let rate: u64 = a.next().map_or(0, |v| v.parse().unwrap());
+        return churn_client(secs, rate);
     }
     if a.peek().is_some_and(|x| x == "whole") {
         a.next();

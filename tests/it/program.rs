@@ -362,7 +362,7 @@ fn sighup_rotates_the_file_and_sigusr_signals_log_the_metrics() {
     m.signal(libc::SIGTERM);
     let (st, log, _) = m.wait(Duration::from_secs(10));
     assert!(st.success(), "{log}");
-    assert!(log.contains("4 written"), "{log}");
+    assert!(log.contains("stopped: 4 records written"), "{log}");
 }
 
 #[test]
