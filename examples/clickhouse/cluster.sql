@@ -18,6 +18,7 @@
 --   DestService: 'unknown' when not named
 --   Comm: the program; 'unknown' when not found
 --   Pid: 0 when not found
+--   NotNamed: 'connecting side' when no program can be named
 --   Host: --host-name
 --   BatchId: HOST/RUN/SEQ: exactly-once delivery
 --   Verdict: what limited the flow
@@ -73,6 +74,7 @@ CREATE TABLE IF NOT EXISTS `cgmon`.`flows_local`
     `DestService` LowCardinality(String),
     `Comm` LowCardinality(String),
     `Pid` UInt32,
+    `NotNamed` LowCardinality(String),
     `Host` LowCardinality(String),
     `BatchId` String,
     `Verdict` LowCardinality(String),

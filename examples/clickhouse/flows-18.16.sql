@@ -18,6 +18,7 @@
 --   DestService: 'unknown' when not named
 --   Comm: the program; 'unknown' when not found
 --   Pid: 0 when not found
+--   NotNamed: 'connecting side' when no program can be named
 --   Host: --host-name
 --   BatchId: HOST/RUN/SEQ: exactly-once delivery
 --   Verdict: what limited the flow
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS `cgmon`.`flows`
     `DestService` String,
     `Comm` String,
     `Pid` UInt32,
+    `NotNamed` String,
     `Host` String,
     `BatchId` String,
     `Verdict` String,

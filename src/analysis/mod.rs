@@ -148,7 +148,9 @@ pub fn analyze(e: &mut EndedFlow, cfg: &AnalyzerConfig) -> FlowStats {
     } else {
         (rtt_figures(&b, cfg), rate_figures(&b, cfg))
     };
-    record(e, cfg, &b, rtt, rates)
+    let mut r = record(e, cfg, &b, rtt, rates);
+    r.not_named = r.why_not_named();
+    r
 }
 
 /// A subset of the one sample of a flow: its value, weight (1) and cwnd, as slices of one
@@ -537,12 +539,12 @@ fn record(
         final_state: state_name(last.state),
         cookie: f.key.cookie,
         cgroup_id: (f.cgroup_id != 0).then_some(f.cgroup_id),
-        // Named by the writer: finding a name may walk the cgroup tree, which only the
-        // writer's own thread may block on.
+        // Named on the writer's thread (who::namer), the one that may block on the cgroups.
         service: None,
         dest_service: None,
         comm: e.owner.as_ref().map(|o| o.name.clone()),
         pid: e.owner.as_ref().map(|o| o.pid),
+        not_named: None,
         diagnosis,
     }
 }

@@ -336,6 +336,11 @@ pub struct FlowStats {
     /// That process's pid, in the monitor's pid namespace.
     #[serde(rename = "Pid", skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Why no program is named, when it cannot be: [`NOT_NAMED_CONNECTING`] for the
+    /// connecting side of a connection seen only in its destroy event (which carries no
+    /// inode to look for: docs/processes.md). Absent otherwise, named or not.
+    #[serde(rename = "NotNamed", skip_serializing_if = "Option::is_none")]
+    pub not_named: Option<&'static str>,
     /// What limited the flow, and why (absent on kernels without tcpi_busy_time).
     #[serde(rename = "Diagnosis", skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
@@ -348,7 +353,19 @@ pub struct FlowStats {
     pub netns: Option<NetnsLabel>,
 }
 
+/// [`FlowStats::not_named`] of a connecting side seen only in its destroy event: fleets
+/// group such ends apart, not as a program called `unknown`.
+pub const NOT_NAMED_CONNECTING: &str = "connecting side";
+
 impl FlowStats {
+    /// Why no program can be named (see [`FlowStats::not_named`]), from what the record
+    /// knows: no program, never seen by a dump, and not the accepted side.
+    pub fn why_not_named(&self) -> Option<&'static str> {
+        let connecting_unseen =
+            self.comm.is_none() && self.sampling.from_dumps == 0 && !self.accepted;
+        connecting_unseen.then_some(NOT_NAMED_CONNECTING)
+    }
+
     /// The remote end's address: the one the kernel gave, else the record's text parsed
     /// back (a record made elsewhere, read from a file).
     pub fn remote_ip(&self) -> Option<std::net::IpAddr> {

@@ -104,6 +104,7 @@ impl Json<'_> {
         self.opt_str(b",\"DestService\":", r.dest_service.as_deref());
         self.opt_str(b",\"Comm\":", r.comm.as_deref());
         self.opt_int(b",\"Pid\":", r.pid);
+        self.opt_str(b",\"NotNamed\":", r.not_named);
         if let Some(d) = &r.diagnosis {
             self.raw(b",\"Diagnosis\":");
             self.diagnosis(d);
@@ -471,6 +472,7 @@ mod tests {
             dest_service: Some("db".into()),
             comm: Some("curl".into()),
             pid: Some(20),
+            not_named: Some("connecting side"),
             diagnosis: Some(Diagnosis {
                 shares: TimeShares {
                     receiver_window: 10.0,
@@ -610,6 +612,7 @@ mod tests {
         r.dest_service = opt().then(&mut text);
         r.comm = opt().then(|| text().into());
         r.pid = opt().then(|| int() as u32);
+        r.not_named = opt().then_some(crate::record::NOT_NAMED_CONNECTING);
         r.sampling.max_gap_ms = fl();
         r.sampling.from_destroy_event = opt();
         r.netns = opt().then(|| NetnsLabel {

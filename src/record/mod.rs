@@ -15,8 +15,8 @@ mod sample;
 mod text;
 
 pub use flow::{
-    Caps, CorrDetail, Correlations, Diagnosis, FlowId, FlowStats, NetnsLabel, SamplingStats,
-    Signals, TimeShares, UNKNOWN_CC, UNKNOWN_RATE,
+    Caps, CorrDetail, Correlations, Diagnosis, FlowId, FlowStats, NOT_NAMED_CONNECTING, NetnsLabel,
+    SamplingStats, Signals, TimeShares, UNKNOWN_CC, UNKNOWN_RATE,
 };
 pub use lines::{Line, View};
 pub use sample::{ABSENT_U64, INFINITE_SSTHRESH, Point, Retained, unwrap_chrono};

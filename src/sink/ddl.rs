@@ -74,6 +74,12 @@ const COLUMNS: &[(&str, &str, &str, &str)] = &[
     ("DestService", "LowCardinality(String)", "String", "'unknown' when not named"),
     ("Comm", "LowCardinality(String)", "String", "the program; 'unknown' when not found"),
     ("Pid", "UInt32", "UInt32", "0 when not found"),
+    (
+        "NotNamed",
+        "LowCardinality(String)",
+        "String",
+        "'connecting side' when no program can be named",
+    ),
     ("Host", "LowCardinality(String)", "String", "--host-name"),
     ("BatchId", "String", "String", "HOST/RUN/SEQ: exactly-once delivery"),
     ("Verdict", "LowCardinality(String)", "String", "what limited the flow"),

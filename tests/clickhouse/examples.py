@@ -87,6 +87,7 @@ def flatten(r, host):
         ZeroWindowms=sig.get("ZeroWindowms", 0.0))
     for k in ("Service", "DestService", "Comm"):
         row.setdefault(k, "unknown")
+    row.setdefault("NotNamed", "")
     row.setdefault("Close", "")
     row.setdefault("RTTSummary", [])
     return row
@@ -225,7 +226,11 @@ def main():
                      for x in got}, want, 0.001)
 
     def programs(got):
-        g = group(in_day, lambda r: (r["Host"], r["Comm"], r["DestService"]))
+        def program(r):
+            if r["NotNamed"] == "connecting side":
+                return "connecting side, not named"
+            return r["Comm"]
+        g = group(in_day, lambda r: (r["Host"], program(r), r["DestService"]))
         want = {}
         for k, v in g.items():
             rtts = [r["RTTSummary"][3] for r in v if r.get("RTTSummary")]
@@ -233,7 +238,7 @@ def main():
                        qexact(0.5, rtts) if rtts else 0,
                        sum(r["BytesRetrans"] for r in v),
                        sum(1 for r in v if r["Verdict"] == "network"))
-        got_ = {(x["Host"], x["Comm"], x["DestService"]):
+        got_ = {(x["Host"], x["Program"], x["DestService"]):
                 (x["flows"], x["bytes_sent"], x["bytes_received"], x["p50_ms"], x["bytes_retrans"],
                  x["network_limited"]) for x in got}
         # The monitor's own rows name their program: at least one is not 'unknown'.

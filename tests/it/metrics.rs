@@ -451,6 +451,15 @@ fn short_flows_count_under_their_own_services() {
     for r in &records {
         assert_eq!(r["Samples"], 1, "seen only in its destroy event: {r:#}");
         assert!(r.get("CgroupID").is_none() || r["ID"]["SrcPort"] == port, "{r:#}");
+        // The connecting end cannot be named, and says why; the accepted end can (its
+        // listener's process) or is not found, and does not claim to be the connecting one.
+        let connecting = r["ID"]["DstPort"] == port;
+        let why = r.get("NotNamed").and_then(serde_json::Value::as_str);
+        if connecting && r.get("Comm").is_none() {
+            assert_eq!(why, Some("connecting side"), "{r:#}");
+        } else {
+            assert_eq!(why, None, "{r:#}");
+        }
     }
     let value =
         |key: &str| -> f64 { summed(&text, key).unwrap_or_else(|| panic!("no {key} in\n{text}")) };

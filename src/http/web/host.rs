@@ -395,10 +395,13 @@ fn groups(list: &[Arc<Ended>]) -> Vec<Group<'_>> {
     let mut at: std::collections::HashMap<String, usize> = Default::default();
     for e in list.iter().filter(|e| !limited(e)) {
         let r = &e.record;
+        // A connecting end seen only at its end cannot be named: grouped as that, not with
+        // the programs that were looked for and not found.
         let who = r
             .comm
             .as_deref()
             .map(str::to_string)
+            .or_else(|| r.not_named.map(|n| format!("the {n}, not named")))
             .or_else(|| r.service.clone())
             .unwrap_or_else(|| "an unknown program".into());
         let what = match crate::record::served_port(r.id.src_port, r.id.dst_port) {
@@ -497,4 +500,37 @@ fn recently_ended(b: &mut String, h: &Host) {
         b.push_str("</tbody></table>");
     }
     b.push_str("</section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testing::record;
+
+    #[test]
+    fn a_connecting_end_no_one_could_name_is_grouped_as_that_not_as_an_unknown_program() {
+        let make = |i: u64, comm: Option<&str>, not_named: Option<&'static str>| {
+            let mut r = record(i);
+            r.diagnosis = None; // not limited: grouped
+            r.id.src_port = 40_000 + i as u16; // the connecting side, to port 80
+            r.comm = comm.map(Into::into);
+            r.not_named = not_named;
+            r.service = None;
+            Arc::new(Ended::new(r, Vec::new()))
+        };
+        let list = vec![
+            make(1, None, Some(crate::record::NOT_NAMED_CONNECTING)),
+            make(2, None, Some(crate::record::NOT_NAMED_CONNECTING)),
+            make(3, Some("curl"), None),
+            make(4, None, None),
+        ];
+        let whats: Vec<String> = groups(&list).into_iter().map(|g| g.what).collect();
+        assert!(
+            whats.iter().any(|w| w.contains("<b>the connecting side, not named</b>")),
+            "{whats:?}"
+        );
+        assert!(whats.iter().any(|w| w.contains("<b>curl</b>")), "{whats:?}");
+        assert!(whats.iter().any(|w| w.contains("<b>an unknown program</b>")), "{whats:?}");
+        assert_eq!(whats.len(), 3, "the two unnamed connecting ends in one group: {whats:?}");
+    }
 }
