@@ -24,6 +24,9 @@ pub struct StopFigures {
     /// as `gone` without its final counters, or not at all when no dump had seen it. With
     /// a filter some may be of connections the filter would have left out.
     pub destroy_lost: u64,
+    /// Flows a dump had seen that ended `gone`, their destroy event never read (recorded,
+    /// without their final counters): of the events lost, these left a record.
+    pub gone: u64,
 }
 
 impl StopFigures {
@@ -37,6 +40,7 @@ impl StopFigures {
             partial_skipped: m.records_partial_skipped.get(),
             write_errors: m.write_errors.get(),
             destroy_lost: m.destroy_events_lost.get(),
+            gone: m.destroy_wait_expired.get(),
         }
     }
 
@@ -49,20 +53,29 @@ impl StopFigures {
     /// One line: "stopped: 1,204 records written; 3 lost (the output failed)".
     pub fn line(&self) -> String {
         let mut s = format!("stopped: {} records written", thousands(self.written));
+        // Of the lost events, those of flows a dump had seen left a record (gone); the
+        // rest, connections no dump saw, left none.
+        let gone = self.gone.min(self.destroy_lost);
+        let destroy = format!(
+            "destroy events lost (the kernel's buffer was full: {} of their flows ended gone, \
+             {} connection ends left no record)",
+            thousands(gone),
+            thousands(self.destroy_lost - gone)
+        );
         let parts = [
-            (self.lost, "lost (the output failed)"),
-            (self.dropped, "dropped (a stage's channel was full)"),
-            (self.sink_dropped, "dropped for ClickHouse"),
-            (self.destroy_lost, "destroy events lost (the kernel's buffer was full)"),
-            (self.write_errors, "write errors"),
-            (self.partial_skipped, "partial not written (no -writer-partial)"),
+            (self.lost, "lost (the output failed)".to_string()),
+            (self.dropped, "dropped (a stage's channel was full)".to_string()),
+            (self.sink_dropped, "dropped for ClickHouse".to_string()),
+            (self.destroy_lost, destroy),
+            (self.write_errors, "write errors".to_string()),
+            (self.partial_skipped, "partial not written (no -writer-partial)".to_string()),
         ];
         let mut sep = "; ";
         for (n, what) in parts.into_iter().filter(|(n, _)| *n > 0) {
             s.push_str(sep);
             s.push_str(&thousands(n));
             s.push(' ');
-            s.push_str(what);
+            s.push_str(&what);
             sep = ", ";
         }
         s
@@ -96,12 +109,14 @@ mod tests {
         m.sink.dropped.add(1000);
         m.records_partial_skipped.add(7);
         m.destroy_events_lost.add(12_432);
+        m.destroy_wait_expired.add(32);
         let f = StopFigures::of(&m);
         assert_eq!(
             f.line(),
             "stopped: 1,204,331 records written; 3 lost (the output failed), 1,000 dropped for \
-             ClickHouse, 12,432 destroy events lost (the kernel's buffer was full), 7 partial \
-             not written (no -writer-partial)"
+             ClickHouse, 12,432 destroy events lost (the kernel's buffer was full: 32 of their \
+             flows ended gone, 12,400 connection ends left no record), 7 partial not written \
+             (no -writer-partial)"
         );
         assert_eq!(f.missing(), 13_435);
         assert_eq!(

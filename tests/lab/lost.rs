@@ -98,6 +98,11 @@ fn destroy_events_the_kernel_drops_are_counted_exactly_and_fail_the_run() {
     assert_eq!(st.code(), Some(1), "a run that lost connections exits 1: {log}");
     let stop = log.lines().find(|l| l.contains("stopped: ")).unwrap_or_else(|| panic!("{log}"));
     assert!(stop.contains(&format!("{} destroy events lost", lost as u64)), "{stop}");
+    // No dump saw these connections (the monitor was stopped): none ended gone, every lost
+    // end left no record.
+    let split =
+        format!("0 of their flows ended gone, {} connection ends left no record", lost as u64);
+    assert!(stop.contains(&split), "{stop}");
     // Every event received made its record (no dump saw these connections); the lost ones
     // left none.
     assert_eq!(lines.len() as f64, received, "{log}");
