@@ -25,7 +25,8 @@ pub struct StopFigures {
     /// a filter some may be of connections the filter would have left out.
     pub destroy_lost: u64,
     /// Flows a dump had seen that ended `gone`, their destroy event never read (recorded,
-    /// without their final counters): of the events lost, these left a record.
+    /// without their final counters; those whose event came late are left out): of the
+    /// events lost, these left a record.
     pub gone: u64,
 }
 
@@ -40,7 +41,8 @@ impl StopFigures {
             partial_skipped: m.records_partial_skipped.get(),
             write_errors: m.write_errors.get(),
             destroy_lost: m.destroy_events_lost.get(),
-            gone: m.destroy_wait_expired.get(),
+            // A flow ended gone whose event then came late was not lost: left out.
+            gone: m.destroy_wait_expired.get().saturating_sub(m.destroy_late.get()),
         }
     }
 
