@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::edges::{Consumer, Written};
 use crate::metrics::Metrics;
 use crate::writer::file::{FileConfig, OutFile};
-use crate::writer::{FLUSH_INTERVAL, WriterError, open_file, retain};
+use crate::writer::{FLUSH_INTERVAL, WriterError, open_error, open_file, retain};
 
 /// The samples file.
 pub struct SamplesOut {
@@ -28,7 +28,7 @@ pub struct SamplesOut {
 /// # Errors
 /// The directory cannot be written.
 pub fn check(fc: &FileConfig) -> Result<(), WriterError> {
-    fc.check().map_err(|source| WriterError::Open { path: fc.dir.join(&fc.name), source })
+    fc.check().map_err(|source| open_error(fc, source))
 }
 
 impl SamplesOut {

@@ -542,7 +542,8 @@ pub fn open_file(fc: &FileConfig, metrics: &Metrics) -> Result<OutFile, WriterEr
     Ok(f)
 }
 
-fn open_error(fc: &FileConfig, source: io::Error) -> WriterError {
+/// The error of `fc`'s file failing to open, naming it.
+pub fn open_error(fc: &FileConfig, source: io::Error) -> WriterError {
     WriterError::Open { path: fc.dir.join(&fc.name), source }
 }
 

@@ -59,6 +59,11 @@ impl Paging {
     }
 }
 
+/// `&netns=NAME` for a next page's link, when a namespace was asked for.
+pub fn netns_param(netns: Option<&str>) -> String {
+    netns.map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)))
+}
+
 /// A `/flows` page at an offset.
 #[derive(Debug, Clone, Copy)]
 pub struct Ordered {
@@ -79,8 +84,7 @@ impl Ordered {
     pub fn next(&self, listed: usize, netns: Option<&str>) -> Option<String> {
         let next = self.offset.saturating_add(self.limit);
         (next < listed).then(|| {
-            let ns =
-                netns.map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)));
+            let ns = netns_param(netns);
             format!(
                 "</flows?order={}&idle={}&offset={next}&limit={}{ns}>; rel=\"next\"",
                 self.order.name(),

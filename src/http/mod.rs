@@ -240,10 +240,7 @@ async fn flows(State(c): State<Ctx>, q: Result<Query_<PageQuery>, QueryRejection
     let mut r = Json(body).into_response();
     let h = r.headers_mut();
     h.insert("x-total-count", page.total.into());
-    let filter = q
-        .netns
-        .as_ref()
-        .map_or(String::new(), |n| format!("&netns={}", crate::units::url_escape(n)));
+    let filter = flows::netns_param(q.netns.as_deref());
     if let Some(Some(last)) = next
         && let Ok(v) = format!("</flows?limit={limit}&after={last}{filter}>; rel=\"next\"").parse()
     {

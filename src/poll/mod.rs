@@ -576,7 +576,7 @@ impl<S: DumpSource, D: DumpSource> Poll<S, D> {
         match b {
             Ok(b) => {
                 self.tracker.set_netns(ns);
-                apply_destroyed(&mut self.tracker, &b, &mut self.out, &self.metrics);
+                apply_destroyed(&mut self.tracker, (&b, ns), &mut self.out, &self.metrics);
                 publish(&self.tracker, &self.metrics, self.accounts.as_deref());
             }
             Err(e) => tracing::warn!(netns = ns, error = %e, "reading destroy events"),

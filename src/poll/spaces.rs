@@ -337,7 +337,7 @@ pub(super) fn drain_all<S, D: DumpSource>(
                     taken += b.batch.datagrams.len() + b.overruns as usize;
                     taken += (b.filtered + b.malformed) as usize;
                     full |= b.full;
-                    apply_destroyed(tracker, &b, out, metrics);
+                    apply_destroyed(tracker, (&b, sp.ns), out, metrics);
                 }
                 Err(e) => tracing::warn!(netns = sp.ns, error = %e, "reading destroy events"),
             }
@@ -350,16 +350,7 @@ pub(super) fn drain_all<S, D: DumpSource>(
 /// namespace's end and at the stop, so that none goes uncounted).
 pub(super) fn count_lost<S, D: DumpSource>(sp: &mut Space<S, D>, metrics: &Metrics) {
     if let Some(d) = sp.destroy.as_mut() {
-        let n = d.take_lost();
-        if n > 0 {
-            metrics.destroy_events_lost.add(n);
-            metrics.destroy_lost_at_ns.set(crate::clock::monotonic_ns());
-            tracing::warn!(
-                netns = sp.ns,
-                lost = n,
-                "destroy events lost: the kernel's buffer for them was full"
-            );
-        }
+        super::destroyed::count_lost(metrics, d.take_lost(), sp.ns);
     }
 }
 
